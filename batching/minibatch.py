@@ -1,0 +1,121 @@
+"""batch and collated: entries into minibatches, minibatches into arrays.
+
+When the pipeline below a batch is index-planned (an indexed source, then
+maps, shuffles, firstn...), a batch is read with one ``gather`` of its
+sample indices, which for array sources is one vectorised take per column;
+``collated`` over such a batch skips building entries altogether.
+"""
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+from batching.collate import collate
+from readers.base import Stage, check_reader, describe, is_planned, iterate, open_plan, rechunk
+
+__all__ = ["batch", "collated"]
+
+
+class Batched(Stage):
+    name = "batch"
+
+    def __init__(self, reader: Any, batch_size: int, drop_last: bool):
+        super().__init__(reader)
+        self.batch_size, self.drop_last = batch_size, drop_last
+
+    def _index_batches(self) -> tuple[Any, Iterator[np.ndarray]]:
+        """The source and the sample indices of each batch, for a planned parent."""
+        plan = open_plan(self.parents[0])
+        batches = rechunk(plan.chunks, self.batch_size)
+        if self.drop_last:
+            batches = (b for b in batches if len(b) == self.batch_size)
+        return plan.source, batches
+
+    def _stream(self, pass_id: int) -> Iterator[list]:
+        if is_planned(self.parents[0]):
+            source, batches = self._index_batches()
+            return (list(source.gather(idx)) for idx in batches)
+        return self._from_entries(iterate(self.parents[0]))
+
+    def _from_entries(self, entries: Iterator) -> Iterator[list]:
+        size = self.batch_size
+        while chunk := list(itertools.islice(entries, size)):
+            if len(chunk) < size and self.drop_last:
+                return
+            yield chunk
+
+    def _options(self) -> str:
+        return f"batch_size={self.batch_size}, drop_last={self.drop_last}"
+
+
+def batch(reader: Any, batch_size: int, drop_last: bool = False) -> Batched:
+    """Group entries into lists of ``batch_size`` (Paddle's ``paddle.batch``).
+
+    The last, shorter batch is kept unless ``drop_last``. A bad ``batch_size``
+    raises ``ValueError`` here, not when the reader is iterated.
+
+    >>> [b for b in batch(lambda: range(5), 2)()]
+    [[0, 1], [2, 3], [4]]
+    >>> [b for b in batch(lambda: range(5), 2, drop_last=True)()]
+    [[0, 1], [2, 3]]
+    >>> batch(lambda: range(5), 0)
+    Traceback (most recent call last):
+    ...
+    ValueError: batch_size must be a positive int, got 0; e.g. batch(reader, 128)
+
+    See Also:
+        collated, bucket_by_length
+    """
+    check_reader(reader)
+    if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
+        raise ValueError(f"batch_size must be a positive int, got {batch_size!r}; e.g. batch(reader, 128)")
+    return Batched(reader, int(batch_size), bool(drop_last))
+
+
+class Collated(Stage):
+    name = "collated"
+
+    def __init__(self, reader: Any, pad_value: Any):
+        super().__init__(reader)
+        self.pad_value = pad_value
+
+    def _stream(self, pass_id: int) -> Iterator:
+        parent = self.parents[0]
+        if isinstance(parent, Batched) and is_planned(parent.parents[0]):
+            return self._columns(*parent._index_batches())
+        pad = self.pad_value
+        return (collate(b, pad_value=pad) for b in iterate(parent))
+
+    def _columns(self, source: Any, batches: Iterator[np.ndarray]) -> Iterator:
+        pad = self.pad_value
+        for idx in batches:
+            columns = source.gather_columns(idx)
+            yield collate(source.gather(idx), pad_value=pad) if columns is None else columns
+
+    def _options(self) -> str:
+        return f"pad_value={self.pad_value!r}"
+
+
+def collated(reader: Any, *, pad_value: Any = 0) -> Collated:
+    """Turn each minibatch of a batch reader into arrays, one per column (see ``collate``).
+
+    Over ``batch`` of an index-planned pipeline whose source is made of arrays,
+    each column is taken from its array in one vectorised step.
+
+    >>> import readers
+    >>> r = readers.from_arrays(np.arange(6).reshape(3, 2), np.array([1, 0, 1]))
+    >>> [(x.shape, y.tolist()) for x, y in collated(batch(r, 2))()]
+    [((2, 2), [1, 0]), ((1, 2), [1])]
+    >>> [c.tolist() for c in collated(batch(lambda: [1, 2, 3], 3))()]
+    [[1, 2, 3]]
+    """
+    check_reader(reader)
+    if is_planned(reader):  # an index-planned reader yields entries, never batches
+        raise TypeError(
+            f"collated needs a batch reader (entries that are lists of entries), got "
+            f"{describe(reader)}; put batching.batch(...) before it"
+        )
+    return Collated(reader, pad_value)

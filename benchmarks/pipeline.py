@@ -1,0 +1,242 @@
+"""Throughput and memory of the core pipeline, side by side with baselines in one run.
+
+a. Per-entry pipeline on MNIST-shaped data (60000 x 784 uint8, int labels):
+   source -> shuffle(buf_size=8192) -> map (label to a Python int) -> batch(128)
+   -> collate, then float32/255 once per batch. readerkit (indexed source and
+   plain-generator source) against the same work as plain Paddle-style
+   generators, and against torch's DataLoader(batch_size=128, shuffle=True,
+   num_workers=0) when torch is installed.
+b. Indexed path: global shuffle + batch + collate against the raw numpy limit
+   (np.random.permutation, then X[idx].astype(np.float32) / 255 per batch).
+c. Memory: peak RSS of a global shuffle over 10,000,000 entries against
+   iterating them in order, each in a fresh process.
+
+Usage: python benchmarks/pipeline.py [--entries 60000] [--repeats 5]
+Machines here are shared and noisy: read the ratios, not the absolute rates.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import batching  # noqa: E402
+import readers  # noqa: E402
+
+BATCH = 128
+BUF = 8192
+
+
+def mnist_like(n: int) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(0)
+    return rng.integers(0, 256, size=(n, 784), dtype=np.uint8), rng.integers(0, 10, size=n)
+
+
+def label_to_int(entry):
+    image, label = entry
+    return image, int(label)
+
+
+def to_float(images: np.ndarray) -> np.ndarray:
+    return images.astype(np.float32) / 255
+
+
+# -- a. per-entry pipelines ------------------------------------------------------------
+
+
+def readerkit_pipeline(source):
+    return batching.collated(batching.batch(readers.map_readers(label_to_int, readers.shuffle(source, BUF, seed=0)), BATCH))
+
+
+def run_readerkit(pipeline) -> int:
+    n = 0
+    for images, labels in pipeline():
+        to_float(images)
+        n += len(labels)
+    return n
+
+
+def paddle_style(x: np.ndarray, y: np.ndarray):
+    """The same pipeline as plain generators, written the way Paddle's decorators are."""
+
+    def source():
+        for i in range(len(x)):
+            yield x[i], y[i]
+
+    def shuffled():
+        buf = []
+        for e in source():
+            buf.append(e)
+            if len(buf) >= BUF:
+                random.shuffle(buf)
+                yield from buf
+                buf = []
+        if buf:
+            random.shuffle(buf)
+            yield from buf
+
+    def mapped():
+        for e in shuffled():
+            yield label_to_int(e)
+
+    def batched():
+        b = []
+        for e in mapped():
+            b.append(e)
+            if len(b) == BATCH:
+                yield b
+                b = []
+        if b:
+            yield b
+
+    def run() -> int:
+        n = 0
+        for b in batched():
+            to_float(np.stack([e[0] for e in b]))
+            labels = np.array([e[1] for e in b])
+            n += len(labels)
+        return n
+
+    return run
+
+
+def torch_dataloader(x: np.ndarray, y: np.ndarray):
+    try:
+        import torch
+        from torch.utils.data import DataLoader, Dataset
+    except ImportError:
+        return None
+
+    class Arrays(Dataset):
+        def __len__(self):
+            return len(x)
+
+        def __getitem__(self, i):
+            return x[i], int(y[i])
+
+    loader = DataLoader(Arrays(), batch_size=BATCH, shuffle=True, num_workers=0)
+    torch.manual_seed(0)
+
+    def run() -> int:
+        n = 0
+        for images, labels in loader:
+            images.float() / 255
+            n += len(labels)
+        return n
+
+    return run
+
+
+# -- b. indexed path --------------------------------------------------------------------
+
+
+def numpy_limit(x: np.ndarray, y: np.ndarray):
+    rng = np.random.default_rng(0)
+
+    def run() -> int:
+        idx_all = rng.permutation(len(x))
+        n = 0
+        for start in range(0, len(x), BATCH):
+            idx = idx_all[start:start + BATCH]
+            to_float(x[idx])
+            n += len(y[idx])
+        return n
+
+    return run
+
+
+def readerkit_global(x: np.ndarray, y: np.ndarray):
+    pipeline = batching.collated(batching.batch(readers.shuffle(readers.from_arrays(x, y), seed=0), BATCH))
+    return lambda: run_readerkit(pipeline)
+
+
+# -- c. memory ----------------------------------------------------------------------------
+
+MEMORY_CHILD = """
+import sys
+sys.path.insert(0, {root!r})
+import numpy as np, readers, batching
+r = readers.from_arrays(np.arange({n}, dtype=np.int64))
+if {shuffled}:
+    r = readers.shuffle(r, seed=0)
+total = 0
+for (ids,) in batching.collated(batching.batch(r, 1024))():
+    total += len(ids)
+assert total == {n}
+# VmHWM belongs to this address space; ru_maxrss would carry the parent's peak across exec
+print(next(int(line.split()[1]) for line in open("/proc/self/status") if line.startswith("VmHWM:")))
+"""
+
+
+def peak_rss_kib(n: int, shuffled: bool) -> int:
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    code = MEMORY_CHILD.format(root=root, n=n, shuffled=shuffled)
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True)
+    return int(out.stdout.strip())
+
+
+# -- driver ----------------------------------------------------------------------------------
+
+
+def rate(run, repeats: int) -> float:
+    """Best entries per second over ``repeats`` full passes (the least disturbed one)."""
+    best = 0.0
+    for _ in range(repeats):
+        t = time.perf_counter()
+        n = run()
+        best = max(best, n / (time.perf_counter() - t))
+    return best
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--entries", type=int, default=60000)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--memory-entries", type=int, default=10_000_000)
+    args = parser.parse_args(argv)
+    x, y = mnist_like(args.entries)
+
+    def source_gen():
+        for i in range(len(x)):
+            yield x[i], y[i]
+
+    rows = []
+    plain = rate(paddle_style(x, y), args.repeats)
+    rows.append(("a", "plain generators (Paddle style)", plain, "baseline"))
+    indexed = rate(lambda: run_readerkit(readerkit_pipeline(readers.from_arrays(x, y))), args.repeats)
+    rows.append(("a", "readerkit, indexed source", indexed, f"{indexed / plain:.2f}x plain (goal >= 1.5x)"))
+    stream = rate(lambda: run_readerkit(readerkit_pipeline(source_gen)), args.repeats)
+    rows.append(("a", "readerkit, generator source", stream, f"{stream / plain:.2f}x plain"))
+    loader = torch_dataloader(x, y)
+    if loader is not None:
+        torch_rate = rate(loader, max(1, args.repeats // 2))
+        rows.append(("a", "torch DataLoader, num_workers=0", torch_rate, f"{torch_rate / plain:.2f}x plain"))
+        rows.append(("a", "readerkit indexed / torch", indexed / torch_rate, "ratio (goal >= 3x)"))
+    else:
+        rows.append(("a", "torch DataLoader", float("nan"), "torch not installed"))
+    limit = rate(numpy_limit(x, y), args.repeats)
+    rows.append(("b", "raw numpy limit", limit, "baseline"))
+    glob = rate(readerkit_global(x, y), args.repeats)
+    rows.append(("b", "readerkit global shuffle+batch+collate", glob, f"{glob / limit:.2f}x limit (goal >= 0.7x)"))
+    if args.memory_entries:
+        ordered = peak_rss_kib(args.memory_entries, False)
+        shuffled = peak_rss_kib(args.memory_entries, True)
+        delta = (shuffled - ordered) / 1024
+        rows.append(("c", f"peak RSS in order, {args.memory_entries:,} entries", ordered / 1024, "MiB"))
+        rows.append(("c", "peak RSS with global shuffle", shuffled / 1024, f"MiB, +{delta:.1f} MiB (goal < 10 MB)"))
+
+    print(f"{'':2} {'pipeline':42} {'entries/s or MiB':>18}  note")
+    for part, name, value, note in rows:
+        shown = f"{value:,.0f}" if value > 100 else f"{value:.2f}"
+        print(f"{part:2} {name:42} {shown:>18}  {note}")
+
+
+if __name__ == "__main__":
+    main()

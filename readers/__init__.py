@@ -1,0 +1,85 @@
+"""readerkit readers: the reader protocol, reader creators and decorators.
+
+Vocabulary
+----------
+entry
+    One sample: a tuple of columns such as ``(image, label)``, or a single
+    value. Never a minibatch.
+reader (provider)
+    A zero-argument callable that returns a *fresh* iterable of entries on
+    every call. Calling it again starts a new, full pass. Any plain generator
+    function qualifies.
+indexed reader
+    A reader that also has ``len(r)`` and ``r[i]`` (random access by sample
+    index). The sample index is the sample's unique ID. Decorators keep this
+    property wherever it makes sense: a map over an indexed reader is
+    indexed, a filter is not.
+reader creator
+    A function returning a reader, e.g. ``readers.from_arrays(x, y)``.
+decorator
+    Takes one or more readers (plus options) and returns a new reader. Every
+    decorator is lazy (nothing is read when it is applied), re-callable (each
+    call is an independent pass) and curried, so options can come first::
+
+        toolz.pipe(r, readers.shuffle(buf_size=1000, seed=0),
+                   batching.batch(batch_size=128))
+batch reader
+    A reader whose entries are lists of entries (``batching.batch``).
+mapping
+    Which column feeds which named model input: ``{"image": 0, "label": 1}``
+    or ``["image", "label"]`` (column i -> name i).
+
+>>> import toolz, batching
+>>> def numbers():
+...     yield from range(10)
+>>> pipeline = toolz.pipe(numbers, shuffle(buf_size=4, seed=0), batching.batch(batch_size=4))
+>>> [sorted(b) for b in pipeline()]
+[[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
+"""
+from toolz import curry
+
+from readers import combine, decorators, shuffling, workers
+from readers.base import IndexedReader, Reader, Stage
+from readers.combine import ComposeNotAligned
+from readers.sources import from_arrays, from_sequence, np_array, text_file
+from readers.workers import WorkerDiedError
+
+__all__ = [
+    "ComposeNotAligned",
+    "IndexedReader",
+    "Reader",
+    "Stage",
+    "WorkerDiedError",
+    "buffered",
+    "cache",
+    "chain",
+    "compose",
+    "filter_entries",
+    "firstn",
+    "from_arrays",
+    "from_sequence",
+    "map_readers",
+    "multiprocess_reader",
+    "np_array",
+    "repeat",
+    "shuffle",
+    "skip",
+    "text_file",
+    "with_index",
+    "xmap_readers",
+]
+
+# The curried namespace, one line per decorator: options may come first.
+buffered = curry(workers.buffered)
+cache = decorators.cache
+chain = combine.chain
+compose = combine.compose
+filter_entries = curry(decorators.filter_entries)
+firstn = curry(decorators.firstn)
+map_readers = decorators.map_readers  # curries itself: map_readers(func) awaits the readers
+multiprocess_reader = curry(workers.multiprocess_reader)
+repeat = curry(decorators.repeat)
+shuffle = curry(shuffling.shuffle)
+skip = curry(decorators.skip)
+with_index = decorators.with_index
+xmap_readers = curry(workers.xmap_readers)

@@ -1,0 +1,356 @@
+"""The reader protocol: the base class every readerkit reader derives from.
+
+A stage is a reader (a zero-argument callable returning a fresh iterable)
+that also knows its parents, so a pipeline can print itself, be told which
+pass it is on, and, when it is made of index-addressable parts, plan a pass
+as a stream of sample indices instead of entries (the batch fast path,
+sharding and resume all stand on that plan).
+"""
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any, TypeVar
+
+import numpy as np
+
+from readers import allocator
+
+__all__ = [
+    "IndexedReader",
+    "Plan",
+    "Reader",
+    "Stage",
+    "as_indexed",
+    "check_reader",
+    "describe",
+    "index_chunks",
+    "is_planned",
+    "iterate",
+    "open_plan",
+    "rechunk",
+]
+
+T = TypeVar("T")
+Reader = Callable[[], Iterable[T]]
+
+#: How many sample indices a plan hands out at a time when it walks a source.
+CHUNK = 4096
+
+
+class Plan:
+    """One pass of an index-addressable pipeline: a source and the indices to read.
+
+    ``chunks`` yields 1-D int64 arrays of indices into ``source``; reading
+    ``source.gather(chunk)`` for each chunk, in order, gives the pass's entries.
+    """
+
+    __slots__ = ("source", "chunks")
+
+    def __init__(self, source: IndexedReader, chunks: Iterator[np.ndarray]):
+        self.source = source
+        self.chunks = chunks
+
+    def entries(self) -> Iterator:
+        gather = self.source.gather
+        for chunk in self.chunks:
+            yield from gather(chunk)
+
+
+def describe(reader: Any) -> str:
+    """A one-line name for any reader, for error messages.
+
+    >>> def numbers():
+    ...     yield 1
+    >>> describe(numbers)
+    'numbers'
+    """
+    if isinstance(reader, Stage):
+        return reader._title()
+    name = getattr(reader, "__qualname__", None) or getattr(reader, "__name__", None)
+    return name or repr(reader)
+
+
+def check_reader(reader: Any, role: str = "reader") -> Any:
+    """Check eagerly that ``reader`` is a zero-argument callable; return it.
+
+    >>> check_reader(lambda: [1, 2]) is not None
+    True
+    >>> check_reader([1, 2])
+    Traceback (most recent call last):
+    ...
+    TypeError: reader must be a zero-argument callable returning an iterable, got list [1, 2]; wrap data with readers.from_sequence(...) or pass the generator function itself
+    """
+    if inspect.isgenerator(reader):
+        raise TypeError(
+            f"{role} must be a zero-argument callable, got a generator object "
+            f"{describe(reader)!r}; pass the generator function itself (without "
+            "calling it) so every pass can start afresh"
+        )
+    if not callable(reader):
+        shown = repr(reader)
+        if len(shown) > 60:
+            shown = shown[:57] + "..."
+        raise TypeError(
+            f"{role} must be a zero-argument callable returning an iterable, got "
+            f"{type(reader).__name__} {shown}; wrap data with readers.from_sequence(...) "
+            "or pass the generator function itself"
+        )
+    if not isinstance(reader, Stage):
+        try:
+            inspect.signature(reader).bind()
+        except TypeError:
+            raise TypeError(
+                f"{role} {describe(reader)!r} cannot be called with no arguments; a reader "
+                "takes none (use functools.partial or a reader creator to bind them)"
+            ) from None
+        except ValueError:  # builtins without a signature: accept and find out later
+            pass
+    return reader
+
+
+def iterate(reader: Reader) -> Iterator:
+    """Start a pass of ``reader`` and return its iterator, checking what it returned.
+
+    >>> list(iterate(lambda: (x * x for x in range(3))))
+    [0, 1, 4]
+    >>> iterate(lambda: 42)
+    Traceback (most recent call last):
+    ...
+    TypeError: reader <lambda> returned int, which is not iterable; a reader must return a fresh iterable (a list, or a generator from a generator function)
+    """
+    result = reader()
+    try:
+        return iter(result)
+    except TypeError:
+        raise TypeError(
+            f"reader {describe(reader)} returned {type(result).__name__}, which is not "
+            "iterable; a reader must return a fresh iterable (a list, or a generator "
+            "from a generator function)"
+        ) from None
+
+
+def is_planned(reader: Any) -> bool:
+    """Whether ``reader``'s passes are index plans (indexed sources and what keeps them).
+
+    >>> from readers import from_sequence, shuffle
+    >>> is_planned(shuffle(from_sequence("abc"), seed=0)), is_planned(lambda: "abc")
+    (True, False)
+    """
+    return isinstance(reader, Stage) and reader._planned()
+
+
+def open_plan(reader: Any) -> Plan | None:
+    """Start a pass of ``reader`` as an index plan, or return None for a stream.
+
+    >>> from readers import from_sequence
+    >>> plan = open_plan(from_sequence("abc"))
+    >>> [plan.source[int(i)] for chunk in plan.chunks for i in chunk]
+    ['a', 'b', 'c']
+    >>> open_plan(lambda: iter("abc")) is None
+    True
+    """
+    if isinstance(reader, Stage):
+        return reader._open_plan()
+    return None
+
+
+def as_indexed(reader: Any) -> IndexedReader | None:
+    """``reader`` as an IndexedReader when it has ``len`` and ``[i]``, else None.
+
+    >>> from readers import from_sequence
+    >>> r = from_sequence([3, 4])
+    >>> as_indexed(r) is r
+    True
+    >>> as_indexed(lambda: iter([3, 4])) is None
+    True
+    """
+    if isinstance(reader, IndexedReader):
+        return reader
+    if isinstance(reader, Stage):
+        return None
+    if callable(reader) and hasattr(reader, "__len__") and hasattr(reader, "__getitem__"):
+        return _UserIndexed(reader)
+    return None
+
+
+class Stage:
+    """Base class of readerkit's readers: a picklable callable with parents.
+
+    Subclasses implement ``_stream(pass_id)`` (an iterator of entries) and,
+    when ``_planned()`` is true, ``_plan(pass_id)`` (an index plan); or
+    override ``_iter``. ``_options()`` feeds the repr. Instance state must
+    pickle: threads and processes belong to a pass, never to the stage.
+    """
+
+    name = "stage"
+
+    def __init__(self, *parents: Any):
+        self.parents = parents
+        self._pass = 0
+
+    # -- passes -------------------------------------------------------------
+    def _next_pass(self) -> int:
+        k = self._pass
+        self._pass = k + 1
+        return k
+
+    def set_pass(self, pass_id: int) -> None:
+        """Make the next call start pass ``pass_id``, here and in every stage above.
+
+        >>> from readers import from_sequence, shuffle
+        >>> r = shuffle(from_sequence(range(5)), seed=1)
+        >>> first = list(r())
+        >>> r.set_pass(0)
+        >>> list(r()) == first
+        True
+        """
+        if isinstance(pass_id, bool) or not isinstance(pass_id, int) or pass_id < 0:
+            raise ValueError(f"pass_id must be a non-negative int, got {pass_id!r}")
+        self._pass = pass_id
+        for parent in self.parents:
+            if isinstance(parent, Stage):
+                parent.set_pass(pass_id)
+
+    def __call__(self) -> Iterator:
+        if not allocator._state["done"]:
+            allocator.ensure_tuned()
+        return self._iter(self._next_pass())
+
+    def _open_plan(self) -> Plan | None:
+        if not self._planned():
+            return None
+        return self._plan(self._next_pass())
+
+    def _planned(self) -> bool:
+        """Whether passes of this stage are index plans (fixed when it is built)."""
+        return False
+
+    def _iter(self, pass_id: int) -> Iterator:
+        if self._planned():
+            return self._plan(pass_id).entries()
+        return self._stream(pass_id)
+
+    def _stream(self, pass_id: int) -> Iterator:
+        raise NotImplementedError(f"{type(self).__name__} defines neither _stream nor _plan")
+
+    def _plan(self, pass_id: int) -> Plan:
+        raise NotImplementedError(f"{type(self).__name__} is not index-planned")
+
+    # -- display ------------------------------------------------------------
+    def _options(self) -> str:
+        return ""
+
+    def _title(self) -> str:
+        return f"{self.name}({self._options()})"
+
+    def _lines(self) -> list[str]:
+        lines = [self._title()]
+        for i, parent in enumerate(self.parents):
+            last = i == len(self.parents) - 1
+            sub = parent._lines() if isinstance(parent, Stage) else [describe(parent)]
+            lines.append(("└─ " if last else "├─ ") + sub[0])
+            lines.extend(("   " if last else "│  ") + line for line in sub[1:])
+        return lines
+
+    def __repr__(self) -> str:
+        return "\n".join(self._lines())
+
+
+class IndexedReader(Stage):
+    """A reader with ``len(r)`` and ``r[i]``; iterating gives entries 0..len-1.
+
+    Subclasses implement ``__len__`` and ``_get(i)`` for 0 <= i < len; they
+    may override ``gather`` (a batch of entries) and ``gather_columns`` (one
+    array per column, for the collate fast path).
+    """
+
+    name = "indexed"
+
+    def __len__(self) -> int:
+        raise NotImplementedError
+
+    def _get(self, i: int) -> Any:
+        raise NotImplementedError
+
+    def __getitem__(self, i: int) -> Any:
+        n = len(self)
+        if isinstance(i, (bool, np.bool_)) or not isinstance(i, (int, np.integer)):
+            raise TypeError(f"sample index must be an int, got {type(i).__name__} {i!r}")
+        i = int(i)
+        if i < 0:
+            i += n
+        if not 0 <= i < n:
+            raise IndexError(f"sample index {i} out of range for {self._title()} of length {n}")
+        return self._get(i)
+
+    def gather(self, indices: np.ndarray) -> Sequence:
+        """Entries at ``indices`` (in-range, non-negative), as a sequence."""
+        get = self._get
+        return [get(i) for i in indices.tolist()]
+
+    def gather_columns(self, indices: np.ndarray) -> tuple | None:
+        """One array per column for ``indices``, or None when entries are not columnar."""
+        return None
+
+    def _planned(self) -> bool:
+        return True
+
+    def _plan(self, pass_id: int) -> Plan:
+        return Plan(self, index_chunks(len(self)))
+
+
+def index_chunks(n: int, size: int = CHUNK) -> Iterator[np.ndarray]:
+    """Indices 0..n-1 in consecutive int64 chunks of at most ``size``.
+
+    >>> [c.tolist() for c in index_chunks(5, 2)]
+    [[0, 1], [2, 3], [4]]
+    """
+    for start in range(0, n, size):
+        yield np.arange(start, min(start + size, n), dtype=np.int64)
+
+
+def rechunk(chunks: Iterable[np.ndarray], size: int) -> Iterator[np.ndarray]:
+    """Regroup a stream of index chunks into chunks of exactly ``size`` (the last may be short).
+
+    >>> import numpy as np
+    >>> [c.tolist() for c in rechunk([np.arange(3), np.arange(3, 8)], 4)]
+    [[0, 1, 2, 3], [4, 5, 6, 7]]
+    """
+    pending: list[np.ndarray] = []
+    have = 0
+    for chunk in chunks:
+        pending.append(chunk)
+        have += len(chunk)
+        if have < size:
+            continue
+        joined = np.concatenate(pending) if len(pending) > 1 else pending[0]
+        cut = len(joined) - len(joined) % size
+        for start in range(0, cut, size):
+            yield joined[start:start + size]
+        rest = joined[cut:]
+        pending, have = ([rest], len(rest)) if len(rest) else ([], 0)
+    if have:
+        yield np.concatenate(pending) if len(pending) > 1 else pending[0]
+
+
+class _UserIndexed(IndexedReader):
+    """Adapter for a user's object that is callable and has len and [i]."""
+
+    name = "indexed"
+
+    def __init__(self, obj: Any):
+        super().__init__(obj)
+        self.obj = obj
+
+    def __len__(self) -> int:
+        return len(self.obj)
+
+    def _get(self, i: int) -> Any:
+        return self.obj[i]
+
+    def _title(self) -> str:
+        return f"indexed({describe(self.obj)}, len={len(self.obj)})"
+
+    def _lines(self) -> list[str]:
+        return [self._title()]

@@ -1,0 +1,180 @@
+"""Combining readers: chain (one after another) and compose (side by side).
+
+Both keep indexing when every input is indexed, so a global shuffle or a
+vectorised batch still works over the combination.
+"""
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+from readers.base import IndexedReader, Stage, as_indexed, check_reader, describe, iterate
+
+__all__ = ["ComposeNotAligned", "chain", "compose"]
+
+
+# -- chain ---------------------------------------------------------------------
+
+
+class ChainedIndexed(IndexedReader):
+    name = "chain"
+
+    def __init__(self, readers: tuple[IndexedReader, ...]):
+        super().__init__(*readers)
+
+    def _offsets(self) -> np.ndarray:
+        return np.cumsum([0] + [len(r) for r in self.parents])
+
+    def __len__(self) -> int:
+        return sum(len(r) for r in self.parents)
+
+    def _get(self, i: int) -> Any:
+        offsets = self._offsets()
+        k = int(np.searchsorted(offsets, i, side="right")) - 1
+        return self.parents[k]._get(i - int(offsets[k]))
+
+    def gather(self, indices: np.ndarray) -> list:
+        offsets = self._offsets()
+        owner = np.searchsorted(offsets, indices, side="right") - 1
+        out: list = [None] * len(indices)
+        for k, reader in enumerate(self.parents):
+            where = np.flatnonzero(owner == k)
+            if len(where):
+                for pos, entry in zip(where.tolist(), reader.gather(indices[where] - offsets[k])):
+                    out[pos] = entry
+        return out
+
+    def _stream(self, pass_id: int) -> Iterator:
+        return _chained(self.parents)
+
+
+class Chained(Stage):
+    name = "chain"
+
+    def _stream(self, pass_id: int) -> Iterator:
+        return _chained(self.parents)
+
+
+def _chained(readers: tuple) -> Iterator:
+    return itertools.chain.from_iterable(iterate(r) for r in readers)
+
+
+def chain(*readers: Any) -> Stage:
+    """Concatenate readers: all of the first, then all of the second, ...
+
+    Chaining indexed readers gives an indexed reader over the concatenation.
+
+    >>> list(chain(lambda: [1, 2], lambda: [3])())
+    [1, 2, 3]
+    >>> from readers import from_sequence
+    >>> c = chain(from_sequence("ab"), from_sequence("cde"))
+    >>> len(c), c[3]
+    (5, 'd')
+    """
+    for r in readers:
+        check_reader(r)
+    indexed = [as_indexed(r) for r in readers]
+    if readers and all(r is not None for r in indexed):
+        return ChainedIndexed(tuple(indexed))
+    return Chained(*readers)
+
+
+# -- compose -------------------------------------------------------------------
+
+
+class ComposeNotAligned(ValueError):
+    """Raised by ``compose`` when its readers do not have the same length."""
+
+
+def _flatten(parts: tuple) -> tuple:
+    out: tuple = ()
+    for p in parts:
+        out += p if isinstance(p, tuple) else (p,)
+    return out
+
+
+def _misaligned(readers: tuple, detail: str) -> ComposeNotAligned:
+    names = ", ".join(f"{k}: {describe(r)}" for k, r in enumerate(readers, 1))
+    return ComposeNotAligned(
+        f"compose: readers are not aligned ({detail}; readers {names}); give readers of "
+        "equal length, or pass check_alignment=False to stop at the shortest"
+    )
+
+
+class ComposedIndexed(IndexedReader):
+    name = "compose"
+
+    def __init__(self, readers: tuple[IndexedReader, ...], check_alignment: bool):
+        super().__init__(*readers)
+        self.check_alignment = check_alignment
+
+    def __len__(self) -> int:
+        lengths = [len(r) for r in self.parents]
+        if self.check_alignment and len(set(lengths)) > 1:
+            raise _misaligned(self.parents, f"lengths {lengths}")
+        return min(lengths)
+
+    def _get(self, i: int) -> tuple:
+        return _flatten(tuple(r._get(i) for r in self.parents))
+
+    def gather(self, indices: np.ndarray) -> list:
+        return list(map(_flatten, zip(*(r.gather(indices) for r in self.parents))))
+
+    def _options(self) -> str:
+        return f"check_alignment={self.check_alignment}"
+
+
+class Composed(Stage):
+    name = "compose"
+
+    def __init__(self, readers: tuple, check_alignment: bool):
+        super().__init__(*readers)
+        self.check_alignment = check_alignment
+
+    def _stream(self, pass_id: int) -> Iterator:
+        iterators = [iterate(r) for r in self.parents]
+        if not self.check_alignment:
+            return map(_flatten, zip(*iterators))
+        return self._strict(iterators)
+
+    def _strict(self, iterators: list) -> Iterator:
+        try:
+            for parts in zip(*iterators, strict=True):
+                yield _flatten(parts)
+        except ValueError as exc:
+            if not str(exc).startswith("zip() argument"):
+                raise
+            detail = str(exc).replace("zip() argument", "reader").replace("than argument", "than reader")
+            raise _misaligned(self.parents, detail) from None
+
+    def _options(self) -> str:
+        return f"check_alignment={self.check_alignment}"
+
+
+def compose(*readers: Any, check_alignment: bool = True) -> Stage:
+    """Zip readers into one, flattening tuple entries one level.
+
+    With ``check_alignment`` (the default) readers of different lengths raise
+    ``ComposeNotAligned`` (a ``ValueError``) when the shortest ends; without it
+    the pass stops at the shortest. ``None`` entries are ordinary data.
+
+    >>> list(compose(lambda: [(1, 2), (3, 4)], lambda: "ab")())
+    [(1, 2, 'a'), (3, 4, 'b')]
+    >>> list(compose(lambda: [1, 2], lambda: [None, None])())
+    [(1, None), (2, None)]
+    >>> list(compose(lambda: [1, 2, 3], lambda: [4])())
+    Traceback (most recent call last):
+    ...
+    readers.combine.ComposeNotAligned: compose: readers are not aligned (reader 2 is shorter than reader 1; ...
+    >>> list(compose(lambda: [1, 2, 3], lambda: [4], check_alignment=False)())
+    [(1, 4)]
+    """
+    for r in readers:
+        check_reader(r)
+    indexed = [as_indexed(r) for r in readers]
+    if readers and all(r is not None for r in indexed):
+        return ComposedIndexed(tuple(indexed), bool(check_alignment))
+    return Composed(readers, bool(check_alignment))

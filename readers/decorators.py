@@ -1,0 +1,394 @@
+"""Decorators that reshape a pass: map, firstn, skip, filter, repeat, with_index, cache.
+
+Each keeps its input indexed (``len`` and ``[i]``) where that makes sense, so
+a batch downstream is still gathered with vectorised takes.
+"""
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+from toolz import curry
+
+from readers.base import (
+    IndexedReader,
+    Plan,
+    Stage,
+    as_indexed,
+    check_reader,
+    describe,
+    is_planned,
+    iterate,
+    open_plan,
+)
+
+__all__ = [
+    "cache",
+    "filter_entries",
+    "firstn",
+    "map_readers",
+    "repeat",
+    "skip",
+    "with_index",
+]
+
+
+def _check_count(value: Any, name: str, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
+        raise ValueError(f"{where}: {name} must be an int >= 0, got {value!r}")
+    return int(value)
+
+
+# -- map -----------------------------------------------------------------------
+
+
+class MappedIndexed(IndexedReader):
+    name = "map_readers"
+
+    def __init__(self, func: Callable, source: IndexedReader):
+        super().__init__(source)
+        self.func, self.source = func, source
+
+    def __len__(self) -> int:
+        return len(self.source)
+
+    def _get(self, i: int) -> Any:
+        return self.func(self.source._get(i))
+
+    def gather(self, indices: np.ndarray) -> list:
+        return list(map(self.func, self.source.gather(indices)))
+
+    def _options(self) -> str:
+        return describe(self.func)
+
+
+class Mapped(Stage):
+    name = "map_readers"
+
+    def __init__(self, func: Callable, readers: tuple):
+        super().__init__(*readers)
+        self.func = func
+
+    def _planned(self) -> bool:
+        return len(self.parents) == 1 and is_planned(self.parents[0])
+
+    def _plan(self, pass_id: int) -> Plan:
+        plan = open_plan(self.parents[0])
+        return Plan(MappedIndexed(self.func, plan.source), plan.chunks)
+
+    def _stream(self, pass_id: int) -> Iterator:
+        return map(self.func, *[iterate(r) for r in self.parents])
+
+    def _options(self) -> str:
+        return describe(self.func)
+
+
+def map_readers(func: Callable, *readers: Any) -> Stage:
+    """Apply ``func`` to the zipped entries of ``readers``; stops at the shortest.
+
+    With one reader, ``func`` gets each entry; with several, one argument per
+    reader. A map over an indexed reader is indexed. Without readers it
+    returns a stage waiting for them, for ``toolz.pipe``.
+
+    >>> def double(x):
+    ...     return 2 * x
+    >>> list(map_readers(double, lambda: range(3))())
+    [0, 2, 4]
+    >>> list(map_readers(lambda a, b: a + b, lambda: [1, 2, 3], lambda: [10, 20])())
+    [11, 22]
+    >>> from readers import from_sequence
+    >>> map_readers(double, from_sequence([5, 6]))[1]
+    12
+    >>> list(map_readers(double)(lambda: [4])())
+    [8]
+
+    See Also:
+        xmap_readers: the same in parallel threads.
+    """
+    if not callable(func):
+        raise TypeError(f"map_readers: func must be callable, got {type(func).__name__} {func!r}")
+    if not readers:
+        return curry(map_readers, func)
+    for r in readers:
+        check_reader(r)
+    if len(readers) == 1:
+        indexed = as_indexed(readers[0])
+        if indexed is not None:
+            return MappedIndexed(func, indexed)
+    return Mapped(func, readers)
+
+
+# -- firstn and skip -------------------------------------------------------------
+
+
+class Window(IndexedReader):
+    """Entries start..stop-1 of an indexed reader (firstn and skip keep indexing)."""
+
+    def __init__(self, name: str, source: IndexedReader, start: int, count: int | None):
+        super().__init__(source)
+        self.name, self.source, self.start, self.count = name, source, start, count
+
+    def __len__(self) -> int:
+        rest = max(0, len(self.source) - self.start)
+        return rest if self.count is None else min(self.count, rest)
+
+    def _get(self, i: int) -> Any:
+        return self.source._get(i + self.start)
+
+    def gather(self, indices: np.ndarray) -> Any:
+        return self.source.gather(indices + self.start)
+
+    def gather_columns(self, indices: np.ndarray) -> Any:
+        return self.source.gather_columns(indices + self.start)
+
+    def _options(self) -> str:
+        return f"n={self.start if self.count is None else self.count}"
+
+
+def _slice_chunks(chunks: Iterator[np.ndarray], start: int, count: int | None) -> Iterator[np.ndarray]:
+    seen = 0
+    for chunk in chunks:
+        lo = max(0, start - seen)
+        seen += len(chunk)
+        hi = len(chunk) if count is None else min(len(chunk), start + count - (seen - len(chunk)))
+        if hi > lo:
+            yield chunk[lo:hi]
+        if count is not None and seen >= start + count:
+            return
+
+
+class Sliced(Stage):
+    """firstn / skip over a planned or streamed reader."""
+
+    def __init__(self, name: str, reader: Any, start: int, count: int | None):
+        super().__init__(reader)
+        self.name, self.start, self.count = name, start, count
+
+    def _planned(self) -> bool:
+        return is_planned(self.parents[0])
+
+    def _plan(self, pass_id: int) -> Plan:
+        plan = open_plan(self.parents[0])
+        return Plan(plan.source, _slice_chunks(plan.chunks, self.start, self.count))
+
+    def _stream(self, pass_id: int) -> Iterator:
+        stop = None if self.count is None else self.start + self.count
+        return itertools.islice(iterate(self.parents[0]), self.start, stop)
+
+    def _options(self) -> str:
+        return f"n={self.start if self.count is None else self.count}"
+
+
+def _window(name: str, reader: Any, start: int, count: int | None) -> Stage:
+    check_reader(reader)
+    indexed = as_indexed(reader)
+    if indexed is not None:
+        return Window(name, indexed, start, count)
+    return Sliced(name, reader, start, count)
+
+
+def firstn(reader: Any, n: int) -> Stage:
+    """The first ``n`` entries of each pass, pulling no more than ``n`` from the source.
+
+    >>> from itertools import count
+    >>> list(firstn(lambda: count(), 3)())
+    [0, 1, 2]
+    >>> list(firstn(lambda: [1], 5)())
+    [1]
+    """
+    return _window("firstn", reader, 0, _check_count(n, "n", "firstn"))
+
+
+def skip(reader: Any, n: int) -> Stage:
+    """Each pass without its first ``n`` entries.
+
+    >>> list(skip(lambda: range(5), 3)())
+    [3, 4]
+    >>> from readers import from_sequence
+    >>> s = skip(from_sequence("abcd"), 1)
+    >>> len(s), s[0]
+    (3, 'b')
+    """
+    return _window("skip", reader, _check_count(n, "n", "skip"), None)
+
+
+# -- filter and repeat ------------------------------------------------------------
+
+
+class Filtered(Stage):
+    name = "filter_entries"
+
+    def __init__(self, reader: Any, predicate: Callable[[Any], bool]):
+        super().__init__(reader)
+        self.predicate = predicate
+
+    def _stream(self, pass_id: int) -> Iterator:
+        return filter(self.predicate, iterate(self.parents[0]))
+
+    def _options(self) -> str:
+        return describe(self.predicate)
+
+
+def filter_entries(reader: Any, predicate: Callable[[Any], bool]) -> Stage:
+    """Keep the entries for which ``predicate(entry)`` is true.
+
+    >>> def even(x):
+    ...     return x % 2 == 0
+    >>> list(filter_entries(lambda: range(7), even)())
+    [0, 2, 4, 6]
+    """
+    check_reader(reader)
+    if not callable(predicate):
+        raise TypeError(f"filter_entries: predicate must be callable, got {predicate!r}")
+    return Filtered(reader, predicate)
+
+
+class Repeated(Stage):
+    name = "repeat"
+
+    def __init__(self, reader: Any, times: int | None):
+        super().__init__(reader)
+        self.times = times
+
+    def _stream(self, pass_id: int) -> Iterator:
+        reader = self.parents[0]
+        rounds = itertools.repeat(None) if self.times is None else range(self.times)
+        return itertools.chain.from_iterable(iterate(reader) for _ in rounds)
+
+    def _options(self) -> str:
+        return f"times={self.times}"
+
+
+def repeat(reader: Any, times: int | None = None) -> Stage:
+    """Run ``times`` passes of ``reader`` back to back (forever when None).
+
+    Each repetition is a new pass of the reader, so a shuffle below reorders.
+
+    >>> list(repeat(lambda: [1, 2], 3)())
+    [1, 2, 1, 2, 1, 2]
+    >>> from itertools import islice
+    >>> list(islice(repeat(lambda: "ab")(), 5))
+    ['a', 'b', 'a', 'b', 'a']
+    """
+    check_reader(reader)
+    if times is not None:
+        times = _check_count(times, "times", "repeat")
+    return Repeated(reader, times)
+
+
+# -- with_index -------------------------------------------------------------------
+
+
+def _with_id(entry: Any, index: int) -> tuple:
+    return entry + (index,) if isinstance(entry, tuple) else (entry, index)
+
+
+class IndexedWithId(IndexedReader):
+    name = "with_index"
+
+    def __init__(self, source: IndexedReader):
+        super().__init__(source)
+        self.source = source
+
+    def __len__(self) -> int:
+        return len(self.source)
+
+    def _get(self, i: int) -> tuple:
+        return _with_id(self.source._get(i), i)
+
+    def gather(self, indices: np.ndarray) -> list:
+        return list(map(_with_id, self.source.gather(indices), indices.tolist()))
+
+    def gather_columns(self, indices: np.ndarray) -> tuple | None:
+        columns = self.source.gather_columns(indices)
+        if columns is None:
+            return None
+        columns = columns if isinstance(columns, tuple) else (columns,)
+        return columns + (indices.copy(),)
+
+
+class WithId(Stage):
+    name = "with_index"
+
+    def _planned(self) -> bool:
+        return is_planned(self.parents[0])
+
+    def _plan(self, pass_id: int) -> Plan:
+        plan = open_plan(self.parents[0])
+        return Plan(IndexedWithId(plan.source), plan.chunks)
+
+    def _stream(self, pass_id: int) -> Iterator:
+        return map(_with_id, iterate(self.parents[0]), itertools.count())
+
+
+def with_index(reader: Any) -> Stage:
+    """Append each entry's sample index (its unique ID) as a last column.
+
+    For an indexed pipeline the ID is the sample's index in the source, even
+    after shuffling; for a stream it is the entry's position in the pass.
+    Appending keeps existing column numbers (and mappings) valid.
+
+    >>> list(with_index(lambda: [("a", 1), ("b", 0)])())
+    [('a', 1, 0), ('b', 0, 1)]
+    >>> from readers import from_sequence, shuffle
+    >>> pairs = list(with_index(shuffle(from_sequence("abcd"), seed=3))())
+    >>> all("abcd"[i] == letter for letter, i in pairs)
+    True
+    """
+    check_reader(reader)
+    indexed = as_indexed(reader)
+    if indexed is not None:
+        return IndexedWithId(indexed)
+    return WithId(reader)
+
+
+# -- cache --------------------------------------------------------------------------
+
+
+class Cached(Stage):
+    name = "cache"
+
+    def __init__(self, reader: Any):
+        super().__init__(reader)
+        self._entries: list | None = None
+
+    def _stream(self, pass_id: int) -> Iterator:
+        if self._entries is not None:
+            return iter(self._entries)
+        return self._fill()
+
+    def _fill(self) -> Iterator:
+        entries = []
+        for entry in iterate(self.parents[0]):
+            entries.append(entry)
+            yield entry
+        # only a complete first pass is kept; a pass stopped early is read again
+        self._entries = entries
+
+    def __getstate__(self) -> dict:
+        state = self.__dict__.copy()
+        state["_entries"] = None  # a copy in another process reads its own
+        return state
+
+    def _options(self) -> str:
+        return "filled" if self._entries is not None else "empty"
+
+
+def cache(reader: Any) -> Stage:
+    """Keep every entry of the first complete pass in memory and replay it afterwards.
+
+    Nothing is read when ``cache`` is applied; the first call reads the source.
+
+    >>> calls = []
+    >>> def numbers():
+    ...     calls.append(1)
+    ...     yield from range(3)
+    >>> r = cache(numbers)
+    >>> calls
+    []
+    >>> list(r()), list(r()), len(calls)
+    ([0, 1, 2], [0, 1, 2], 1)
+    """
+    return Cached(check_reader(reader))

@@ -1,0 +1,107 @@
+"""batch and collated: Paddle's batch, and the vectorised path over indexed pipelines."""
+import numpy as np
+import pytest
+import toolz
+
+import batching
+import readers
+
+
+class ArraySource(readers.IndexedReader):
+    """from_arrays that counts how it is read."""
+
+    def __init__(self, x, y):
+        super().__init__()
+        self.inner = readers.from_arrays(x, y)
+        self.gets = self.gathers = self.column_gathers = 0
+
+    def __len__(self):
+        return len(self.inner)
+
+    def _get(self, i):
+        self.gets += 1
+        return self.inner._get(i)
+
+    def gather(self, indices):
+        self.gathers += 1
+        return self.inner.gather(indices)
+
+    def gather_columns(self, indices):
+        self.column_gathers += 1
+        return self.inner.gather_columns(indices)
+
+
+def make_data(n=50):
+    rng = np.random.default_rng(0)
+    return rng.integers(0, 255, size=(n, 6), dtype=np.uint8), rng.integers(0, 10, size=n)
+
+
+@pytest.mark.parametrize("size, drop_last, expected", [(3, False, [3, 3, 3, 1]), (3, True, [3, 3, 3]), (10, False, [10])])
+def test_batch_sizes(size, drop_last, expected):
+    assert [len(b) for b in batching.batch(lambda: range(10), size, drop_last)()] == expected
+
+
+@pytest.mark.parametrize("bad", [0, -1, 2.5, "8", None, True])
+def test_batch_bad_size_raises_value_error_when_called(bad):
+    with pytest.raises(ValueError, match="batch_size must be a positive int"):
+        batching.batch(lambda: range(3), bad)
+
+
+def test_batch_over_indexed_pipeline_gathers_once_per_batch():
+    x, y = make_data()
+    src = ArraySource(x, y)
+    r = batching.batch(readers.shuffle(src, seed=1), 8)
+    batches = list(r())
+    assert [len(b) for b in batches] == [8] * 6 + [2]
+    assert src.gets == 0 and src.gathers == 7
+    ids = [int(lab) for b in batches for _, lab in b]
+    assert sorted(ids) == sorted(y.tolist())
+
+
+@pytest.mark.parametrize("drop_last", [False, True])
+def test_fast_path_equals_entry_by_entry_path(drop_last):
+    x, y = make_data()
+    indexed = readers.shuffle(readers.from_arrays(x, y), seed=5)
+    order = [int(e[-1]) for e in readers.with_index(readers.shuffle(readers.from_arrays(x, y), seed=5))()]
+
+    def stream():
+        for i in order:
+            yield x[i], y[i]
+
+    fast = list(batching.batch(indexed, 8, drop_last)())
+    slow = list(batching.batch(stream, 8, drop_last)())
+    assert len(fast) == len(slow)
+    for fb, sb in zip(fast, slow):
+        assert all(np.array_equal(a[0], b[0]) and a[1] == b[1] for a, b in zip(fb, sb))
+
+
+def test_collated_over_indexed_pipeline_takes_columns():
+    x, y = make_data()
+    src = ArraySource(x, y)
+    r = toolz.pipe(src, readers.shuffle(seed=2), readers.firstn(n=20), batching.batch(batch_size=8),
+                   batching.collated())
+    out = list(r())
+    assert [images.shape for images, _ in out] == [(8, 6), (8, 6), (4, 6)]
+    assert src.column_gathers == 3 and src.gathers == 0 and src.gets == 0
+    images = np.concatenate([i for i, _ in out])
+    labels = np.concatenate([lab for _, lab in out])
+    pos = [int(np.flatnonzero((x == row).all(axis=1))[0]) for row in images]
+    assert np.array_equal(y[pos], labels)
+
+
+def test_collated_after_a_map_collates_entries():
+    x, y = make_data(10)
+    r = batching.collated(batching.batch(readers.map_readers(lambda e: (e[0] * 0 + 1, e[1]), readers.from_arrays(x, y)), 4))
+    out = list(r())
+    assert [a.shape for a, _ in out] == [(4, 6), (4, 6), (2, 6)] and all((a == 1).all() for a, _ in out)
+
+
+def test_collated_rejects_a_reader_of_entries():
+    with pytest.raises(TypeError, match="needs a batch reader"):
+        batching.collated(readers.from_arrays(np.zeros(3)))
+
+
+def test_batch_repr_and_recall():
+    r = batching.batch(readers.shuffle(readers.from_sequence(list(range(9))), seed=0), 4)
+    assert repr(r).splitlines()[0] == "batch(batch_size=4, drop_last=False)"
+    assert sorted(x for b in r() for x in b) == list(range(9))

@@ -1,0 +1,316 @@
+"""Decorators: Paddle's contract, laziness, re-calls, currying, pickling, indexing."""
+import functools
+import pickle
+
+import numpy as np
+import pytest
+import toolz
+
+import batching
+import readers
+from readers.base import is_planned
+
+
+def ten(offset=0):
+    """Paddle's test reader: entries offset..offset+9."""
+    yield from range(offset, offset + 10)
+
+
+def ten_reader(offset=0):
+    return functools.partial(ten, offset)
+
+
+def double(x):
+    return 2 * x
+
+
+def add_one(x):
+    return x + 1
+
+
+def is_odd(x):
+    return x % 2 == 1
+
+
+class CountingReader:
+    """A stream that counts the passes started and entries pulled."""
+
+    def __init__(self, items):
+        self.items = list(items)
+        self.calls = 0
+        self.pulled = 0
+
+    def __call__(self):
+        self.calls += 1
+        for item in self.items:
+            self.pulled += 1
+            yield item
+
+
+# -- Paddle's contract ----------------------------------------------------------
+
+
+def test_map_readers_applies_function_to_each_entry():
+    r = readers.map_readers(double, ten_reader())
+    for _ in range(3):
+        assert list(r()) == [2 * i for i in range(10)]
+
+
+def test_map_readers_zips_several_readers_and_stops_at_shortest():
+    r = readers.map_readers(lambda a, b: (a, b), ten_reader(), lambda: "abc")
+    assert list(r()) == [(0, "a"), (1, "b"), (2, "c")]
+
+
+def test_compose_flattens_tuples_one_level():
+    r = readers.compose(lambda: [(1, (2,)), (3, (4,))], lambda: [0, 1])
+    assert list(r()) == [(1, (2,), 0), (3, (4,), 1)]
+
+
+def test_compose_not_aligned_raises_after_the_shortest_ends():
+    r = readers.compose(readers.chain(ten_reader(), ten_reader()), ten_reader())
+    total = 0
+    with pytest.raises(readers.ComposeNotAligned, match="reader 2 is shorter than reader 1"):
+        for _ in r():
+            total += 1
+    assert total == 10
+    assert issubclass(readers.ComposeNotAligned, ValueError)
+
+
+def test_compose_without_alignment_check_stops_at_shortest():
+    r = readers.compose(readers.chain(ten_reader(), ten_reader()), ten_reader(), check_alignment=False)
+    assert len(list(r())) == 10
+
+
+def test_compose_indexed_readers_checks_lengths():
+    r = readers.compose(readers.from_sequence("abc"), readers.from_sequence("xy"))
+    with pytest.raises(readers.ComposeNotAligned, match=r"lengths \[3, 2\]"):
+        list(r())
+    loose = readers.compose(readers.from_sequence("abc"), readers.from_sequence("xy"), check_alignment=False)
+    assert list(loose()) == [("a", "x"), ("b", "y")] and loose[1] == ("b", "y")
+
+
+def test_chain_concatenates():
+    r = readers.chain(ten_reader(0), ten_reader(10), ten_reader(20))
+    assert list(r()) == list(range(30))
+
+
+@pytest.mark.parametrize("buf_size", [0, 1])
+def test_shuffle_small_buffer_keeps_order(buf_size):
+    assert list(readers.shuffle(ten_reader(), buf_size)()) == list(range(10))
+
+
+@pytest.mark.parametrize("buf_size", [3, 10, 100])
+def test_shuffle_buffer_keeps_every_entry(buf_size):
+    out = list(readers.shuffle(ten_reader(), buf_size, seed=0)())
+    assert sorted(out) == list(range(10))
+
+
+def test_firstn_pulls_no_more_than_n():
+    source = CountingReader(range(100))
+    assert list(readers.firstn(source, 5)()) == [0, 1, 2, 3, 4]
+    assert source.pulled == 5
+
+
+def test_firstn_fewer_than_n_is_fine():
+    assert list(readers.firstn(ten_reader(), 50)()) == list(range(10))
+
+
+def test_cache_reads_lazily_then_replays():
+    source = CountingReader(range(4))
+    r = readers.cache(source)
+    assert source.calls == 0
+    assert list(r()) == list(r()) == [0, 1, 2, 3]
+    assert source.calls == 1
+
+
+def test_cache_does_not_keep_an_interrupted_first_pass():
+    source = CountingReader(range(4))
+    r = readers.cache(source)
+    it = r()
+    next(it)
+    it.close()
+    assert list(r()) == [0, 1, 2, 3]
+    assert list(r()) == [0, 1, 2, 3] and source.calls == 2
+
+
+# -- the small ones -----------------------------------------------------------------
+
+
+def test_filter_skip_repeat():
+    assert list(readers.filter_entries(ten_reader(), is_odd)()) == [1, 3, 5, 7, 9]
+    assert list(readers.skip(ten_reader(), 7)()) == [7, 8, 9]
+    assert list(readers.repeat(lambda: [1, 2], 2)()) == [1, 2, 1, 2]
+
+
+def test_repeat_reshuffles_each_repetition():
+    r = readers.repeat(readers.shuffle(readers.from_sequence(range(20)), seed=4), 2)
+    out = list(r())
+    assert sorted(out[:20]) == sorted(out[20:]) == list(range(20))
+    assert out[:20] != out[20:]
+
+
+def test_with_index_attaches_source_index_after_shuffle():
+    data = [("x%d" % i, i % 3) for i in range(50)]
+    r = readers.with_index(readers.shuffle(readers.from_sequence(data), seed=2))
+    out = list(r())
+    assert sorted(e[-1] for e in out) == list(range(50))
+    assert all(data[i] == (name, label) for name, label, i in out)
+
+
+def test_with_index_on_a_stream_counts_positions():
+    assert list(readers.with_index(lambda: "ab")()) == [("a", 0), ("b", 1)]
+
+
+# -- rules every decorator keeps ------------------------------------------------------
+
+DECORATORS = {
+    "map_readers": lambda r: readers.map_readers(add_one, r),
+    "shuffle_buffer": lambda r: readers.shuffle(r, 4, seed=1),
+    "chain": lambda r: readers.chain(r, r),
+    "compose": lambda r: readers.compose(r, r),
+    "firstn": lambda r: readers.firstn(r, 3),
+    "skip": lambda r: readers.skip(r, 2),
+    "filter_entries": lambda r: readers.filter_entries(r, is_odd),
+    "repeat": lambda r: readers.repeat(r, 2),
+    "with_index": readers.with_index,
+    "cache": readers.cache,
+    "batch": lambda r: batching.batch(r, 3),
+}
+
+
+@pytest.mark.parametrize("name", sorted(DECORATORS))
+def test_decorator_is_lazy(name):
+    source = CountingReader(range(10))
+    DECORATORS[name](source)
+    assert source.calls == 0 and source.pulled == 0
+
+
+@pytest.mark.parametrize("name", sorted(DECORATORS))
+def test_decorator_is_recallable_and_deterministic(name):
+    r = DECORATORS[name](CountingReader(range(10)))
+    first = list(r())
+    assert first and list(r()) == first or name == "shuffle_buffer"
+
+
+@pytest.mark.parametrize("name", sorted(DECORATORS))
+def test_decorator_pickles_with_module_level_functions(name):
+    r = DECORATORS[name](readers.from_sequence(list(range(10))))
+    clone = pickle.loads(pickle.dumps(r))
+    assert list(clone()) == list(r())
+
+
+@pytest.mark.parametrize("name", sorted(DECORATORS))
+def test_decorator_repr_shows_one_stage_per_line(name):
+    r = DECORATORS[name](readers.from_sequence(list(range(10))))
+    lines = repr(r).splitlines()
+    assert len(lines) >= 2
+    assert lines[-1].endswith("from_sequence(list of 10)")
+
+
+@pytest.mark.parametrize("name", sorted(set(DECORATORS) - {"map_readers", "filter_entries"}))
+@pytest.mark.parametrize("indexed", [False, True])
+def test_decorator_passes_arrays_none_and_empty_strings_unharmed(name, indexed):
+    items = [np.arange(3), None, "", np.zeros((2, 2)), None, "", np.ones(1)]
+    source = readers.from_sequence(items) if indexed else (lambda: iter(items))
+    out = list(DECORATORS[name](source)())
+    flat = []
+    for entry in out:
+        parts = entry if isinstance(entry, (tuple, list)) else (entry,)
+        flat.extend(p for p in parts if not isinstance(p, int))
+    expected = {"firstn": items[:3], "skip": items[2:]}.get(name, items)
+    assert len(flat) >= len(expected)
+    for item in expected:
+        if item is None or isinstance(item, str):
+            assert any(f is item for f in flat), name
+        else:
+            assert any(isinstance(f, np.ndarray) and f.shape == item.shape and (f == item).all() for f in flat)
+
+
+def test_decorators_curry_by_keyword_in_a_pipe():
+    r = toolz.pipe(
+        readers.from_sequence(list(range(20))),
+        readers.map_readers(add_one),
+        readers.shuffle(buf_size=5, seed=0),
+        readers.firstn(n=12),
+        readers.skip(n=2),
+        readers.filter_entries(predicate=is_odd),
+        batching.batch(batch_size=2),
+    )
+    out = [x for b in r() for x in b]
+    assert len(out) == len(set(out)) and all(x % 2 for x in out)
+
+
+@pytest.mark.parametrize("bad", [[1, 2], "abc", 3, None])
+def test_reader_that_is_not_callable_gets_a_type_error(bad):
+    with pytest.raises(TypeError, match="zero-argument callable"):
+        readers.shuffle(bad, 3)
+
+
+def test_generator_object_instead_of_function_is_explained():
+    with pytest.raises(TypeError, match="generator object.*pass the generator function itself"):
+        readers.map_readers(double, ten())
+
+
+def test_reader_with_required_arguments_is_rejected():
+    with pytest.raises(TypeError, match="cannot be called with no arguments"):
+        readers.chain(ten_reader(), lambda n: range(n))
+
+
+def test_reader_returning_non_iterable_gets_a_type_error():
+    r = readers.map_readers(double, lambda: 42)
+    with pytest.raises(TypeError, match="returned int, which is not iterable"):
+        list(r())
+
+
+@pytest.mark.parametrize(
+    "make, match",
+    [
+        (lambda: readers.firstn(ten_reader(), -1), "n must be an int >= 0"),
+        (lambda: readers.shuffle(ten_reader(), -3), "buf_size must be an int >= 0"),
+        (lambda: readers.shuffle(ten_reader(), 3, seed="x"), "seed must be an int"),
+        (lambda: readers.shuffle(ten_reader()), "needs an indexed reader"),
+        (lambda: readers.repeat(ten_reader(), 1.5), "times must be an int"),
+    ],
+)
+def test_bad_options_raise_value_error_when_applied(make, match):
+    with pytest.raises(ValueError, match=match):
+        make()
+
+
+# -- indexed readers stay indexed ---------------------------------------------------------
+
+
+def test_indexed_decorators_keep_len_and_getitem():
+    src = readers.from_sequence(list("abcdefgh"))
+    assert readers.map_readers(str.upper, src)[2] == "C"
+    assert len(readers.chain(src, src)) == 16 and readers.chain(src, src)[9] == "b"
+    assert readers.compose(src, src)[1] == ("b", "b")
+    assert len(readers.firstn(src, 3)) == 3 and readers.firstn(src, 3)[-1] == "c"
+    assert len(readers.skip(src, 3)) == 5 and readers.skip(src, 3)[0] == "d"
+    assert readers.with_index(src)[4] == ("e", 4)
+    with pytest.raises(IndexError, match="sample index 8 out of range"):
+        src[8]
+    assert is_planned(readers.firstn(readers.shuffle(src, seed=0), 3))
+    assert not is_planned(readers.filter_entries(src, bool))
+
+
+def test_chained_indexed_gather_matches_getitem():
+    a, b = readers.from_sequence(list(range(5))), readers.from_sequence(list(range(100, 107)))
+    c = readers.chain(a, b)
+    idx = np.array([11, 0, 5, 4, 6, 11, 3])
+    assert c.gather(idx) == [c[int(i)] for i in idx]
+
+
+def test_user_class_with_len_and_getitem_is_indexed():
+    class Squares:
+        def __len__(self):
+            return 5
+
+        def __getitem__(self, i):
+            return i * i
+
+        def __call__(self):
+            return (self[i] for i in range(5))
+
+    r = readers.shuffle(Squares(), seed=0)
+    assert sorted(r()) == [0, 1, 4, 9, 16]

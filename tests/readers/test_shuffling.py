@@ -1,0 +1,100 @@
+"""shuffle: seeded buffer shuffle and the O(1)-memory global shuffle."""
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import readers
+from readers.permutation import KeyedPermutation
+
+
+def stream_of(n):
+    def reader():
+        yield from range(n)
+
+    return reader
+
+
+@given(n=st.integers(0, 5000), seed=st.integers(0, 2**63 - 1), pass_id=st.integers(0, 1000))
+@settings(max_examples=60, deadline=None)
+def test_keyed_permutation_is_a_bijection(n, seed, pass_id):
+    out = KeyedPermutation(n, seed, pass_id)(np.arange(n))
+    assert out.dtype == np.int64
+    assert np.array_equal(np.sort(out), np.arange(n))
+
+
+def test_keyed_permutation_maps_any_chunking_the_same():
+    p = KeyedPermutation(1000, 5, 2)
+    whole = p(np.arange(1000))
+    parts = np.concatenate([p(np.arange(a, min(a + 77, 1000))) for a in range(0, 1000, 77)])
+    assert np.array_equal(whole, parts)
+
+
+def test_global_shuffle_positions_are_close_to_uniform():
+    # where sample 0 lands, over 4000 passes of 8 samples: a chi-square check
+    n, passes = 8, 4000
+    counts = np.zeros(n)
+    for k in range(passes):
+        counts[int(np.flatnonzero(KeyedPermutation(n, 11, k)(np.arange(n)) == 0)[0])] += 1
+    chi2 = ((counts - passes / n) ** 2 / (passes / n)).sum()
+    assert chi2 < 30, counts  # 7 degrees of freedom: p < 1e-4 beyond 30
+
+
+@pytest.mark.parametrize("buf_size", [None, 7])
+def test_shuffle_same_seed_same_order_and_passes_differ(buf_size):
+    make = lambda: readers.shuffle(readers.from_sequence(list(range(100))), buf_size, seed=42)
+    a, b = make(), make()
+    first, second = list(a()), list(a())
+    assert first == list(b()) and second == list(b())
+    assert first != second
+    assert sorted(first) == sorted(second) == list(range(100))
+
+
+@pytest.mark.parametrize("buf_size", [None, 7])
+def test_shuffle_set_pass_replays_a_pass(buf_size):
+    r = readers.shuffle(readers.from_sequence(list(range(50))), buf_size, seed=3)
+    passes = [list(r()) for _ in range(3)]
+    r.set_pass(1)
+    assert list(r()) == passes[1]
+
+
+def test_buffer_shuffle_same_order_for_indexed_and_stream_sources():
+    indexed = readers.shuffle(readers.from_sequence(list(range(103))), 10, seed=9)
+    stream = readers.shuffle(stream_of(103), 10, seed=9)
+    for _ in range(2):
+        assert list(indexed()) == list(stream())
+
+
+def test_buffer_shuffle_only_moves_entries_within_their_block():
+    out = list(readers.shuffle(stream_of(30), 10, seed=1)())
+    for block in range(3):
+        assert sorted(out[block * 10:(block + 1) * 10]) == list(range(block * 10, (block + 1) * 10))
+
+
+def test_shuffle_seed_none_draws_one_seed_and_keeps_it():
+    r = readers.shuffle(readers.from_sequence(list(range(30))))
+    seed = r.seed
+    assert f"seed={seed}" in repr(r)
+    first = list(r())
+    assert list(readers.shuffle(readers.from_sequence(list(range(30))), seed=seed)()) == first
+
+
+def test_global_shuffle_reads_through_gather_not_item_by_item():
+    class Source(readers.IndexedReader):
+        def __init__(self):
+            super().__init__()
+            self.gets = 0
+
+        def __len__(self):
+            return 10_000
+
+        def _get(self, i):
+            self.gets += 1
+            return i
+
+        def gather(self, indices):
+            return indices.tolist()
+
+    src = Source()
+    out = list(readers.shuffle(src, seed=0)())
+    assert sorted(out) == list(range(10_000)) and src.gets == 0
