@@ -17,6 +17,7 @@ import numpy as np
 from readers import allocator
 
 __all__ = [
+    "Derived",
     "IndexedReader",
     "Plan",
     "Reader",
@@ -298,6 +299,17 @@ class IndexedReader(Stage):
 
     def _plan(self, pass_id: int) -> Plan:
         return Plan(self, index_chunks(len(self)))
+
+
+class Derived(IndexedReader):
+    """An indexed reader computed entry by entry from one indexed source of the same length."""
+
+    def __init__(self, source: IndexedReader):
+        super().__init__(source)
+        self.source = source
+
+    def __len__(self) -> int:
+        return len(self.source)
 
 
 def index_chunks(n: int, size: int = CHUNK) -> Iterator[np.ndarray]:

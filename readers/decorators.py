@@ -13,6 +13,7 @@ import numpy as np
 from toolz import curry
 
 from readers.base import (
+    Derived,
     IndexedReader,
     Plan,
     Stage,
@@ -44,15 +45,12 @@ def _check_count(value: Any, name: str, where: str) -> int:
 # -- map -----------------------------------------------------------------------
 
 
-class MappedIndexed(IndexedReader):
+class MappedIndexed(Derived):
     name = "map_readers"
 
     def __init__(self, func: Callable, source: IndexedReader):
         super().__init__(source)
-        self.func, self.source = func, source
-
-    def __len__(self) -> int:
-        return len(self.source)
+        self.func = func
 
     def _get(self, i: int) -> Any:
         return self.func(self.source._get(i))
@@ -285,15 +283,8 @@ def _with_id(entry: Any, index: int) -> tuple:
     return entry + (index,) if isinstance(entry, tuple) else (entry, index)
 
 
-class IndexedWithId(IndexedReader):
+class IndexedWithId(Derived):
     name = "with_index"
-
-    def __init__(self, source: IndexedReader):
-        super().__init__(source)
-        self.source = source
-
-    def __len__(self) -> int:
-        return len(self.source)
 
     def _get(self, i: int) -> tuple:
         return _with_id(self.source._get(i), i)
