@@ -8,15 +8,15 @@
 >>> images.tolist(), labels.tolist()
 ([[1, 2], [3, 4]], [0, 1])
 """
-from toolz import curry
-
 from batching import minibatch as _batch
 from batching import bucket as _bucket
-from batching.collate import Padded, collate
+from readers.base import Curried
+from batching.collate import Padded, collate, collate_column
 
-__all__ = ["Padded", "batch", "bucket_by_length", "collate", "collated"]
+__all__ = ["Padded", "batch", "bucket_by_length", "collate", "collate_column", "collated"]
 
-# The curried namespace, one line per decorator: options may come first.
-batch = curry(_batch.batch)
-bucket_by_length = curry(_bucket.bucket_by_length)
-collated = curry(_batch.collated)
+# The curried namespace, one line per decorator: given only options, a decorator
+# waits for its reader (toolz.pipe); given the reader, a missing option is an error.
+batch = Curried(_batch.batch)
+bucket_by_length = Curried(_bucket.bucket_by_length)
+collated = Curried(_batch.collated)

@@ -45,7 +45,7 @@ class BucketByLength(Stage):
         sizes = self.batch_size
         if isinstance(sizes, int):
             sizes = (sizes,) * (len(self.boundaries) + 1)
-        return _buckets(iterate(self.parents[0]), self.boundaries, sizes, self.length, self.drop_last)
+        return _buckets(iterate(self.parents[0], pass_id), self.boundaries, sizes, self.length, self.drop_last)
 
     def _options(self) -> str:
         shown = list(self.batch_size) if isinstance(self.batch_size, tuple) else self.batch_size

@@ -8,7 +8,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-__all__ = ["Padded", "collate"]
+__all__ = ["Padded", "collate", "collate_column"]
 
 
 class Padded(NamedTuple):
@@ -69,20 +69,26 @@ def collate(entries: Sequence[Any], *, pad_value: Any = 0) -> Any:
         if not all(isinstance(e, tuple) and len(e) == n for e in entries):
             raise _structure_error(entries)
         # numpy coerces a list of arrays faster than a tuple of them.
-        columns = [_column(c, f"column {i}", pad_value) for i, c in enumerate(map(list, zip(*entries)))]
+        columns = [collate_column(c, f"column {i}", pad_value) for i, c in enumerate(map(list, zip(*entries)))]
         return type(first)._make(columns) if hasattr(first, "_fields") else tuple(columns)
     if isinstance(first, dict):
         keys = first.keys()
         if not all(isinstance(e, dict) and e.keys() == keys for e in entries):
             raise _structure_error(entries)
-        return {k: _column([e[k] for e in entries], f"column {k!r}", pad_value) for k in first}
+        return {k: collate_column([e[k] for e in entries], f"column {k!r}", pad_value) for k in first}
     if any(isinstance(e, (tuple, dict)) for e in entries):
         raise _structure_error(entries)
-    return _column(entries, "the single-value column", pad_value)
+    return collate_column(entries, "the single-value column", pad_value)
 
 
-def _column(values: Sequence[Any], label: str, pad_value: Any) -> Any:
-    """One column: a stacked array, a Padded, or a list of str / bytes."""
+def collate_column(values: Sequence[Any], label: str = "column", pad_value: Any = 0) -> Any:
+    """One column's values as collate gives them: an array, a Padded, or a list of str / bytes.
+
+    ``label`` names the column in error messages.
+
+    >>> collate_column([[1, 2], [3]]).lengths.tolist()
+    [2, 1]
+    """
     first = values[0]
     if isinstance(first, (str, bytes)):
         text = str if isinstance(first, str) else bytes

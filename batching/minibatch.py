@@ -13,8 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from batching.collate import collate
-from readers.base import Stage, check_reader, describe, is_planned, iterate, open_plan, rechunk
+from batching.collate import collate, collate_column
+from readers.base import Stage, check_reader, describe, is_planned, iterate, open_plan, rechunk, whole
 
 __all__ = ["batch", "collated"]
 
@@ -26,9 +26,9 @@ class Batched(Stage):
         super().__init__(reader)
         self.batch_size, self.drop_last = batch_size, drop_last
 
-    def _index_batches(self) -> tuple[Any, Iterator[np.ndarray]]:
+    def _index_batches(self, pass_id: int) -> tuple[Any, Iterator[np.ndarray]]:
         """The source and the sample indices of each batch, for a planned parent."""
-        plan = open_plan(self.parents[0])
+        plan = open_plan(self.parents[0], pass_id)
         batches = rechunk(plan.chunks, self.batch_size)
         if self.drop_last:
             batches = (b for b in batches if len(b) == self.batch_size)
@@ -36,9 +36,9 @@ class Batched(Stage):
 
     def _stream(self, pass_id: int) -> Iterator[list]:
         if is_planned(self.parents[0]):
-            source, batches = self._index_batches()
+            source, batches = self._index_batches(pass_id)
             return (list(source.gather(idx)) for idx in batches)
-        return self._from_entries(iterate(self.parents[0]))
+        return self._from_entries(iterate(self.parents[0], pass_id))
 
     def _from_entries(self, entries: Iterator) -> Iterator[list]:
         size = self.batch_size
@@ -70,9 +70,11 @@ def batch(reader: Any, batch_size: int, drop_last: bool = False) -> Batched:
         collated, bucket_by_length
     """
     check_reader(reader)
-    if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
-        raise ValueError(f"batch_size must be a positive int, got {batch_size!r}; e.g. batch(reader, 128)")
-    return Batched(reader, int(batch_size), bool(drop_last))
+    try:
+        batch_size = whole(batch_size, "batch_size", "batch", 1)
+    except ValueError:
+        raise ValueError(f"batch_size must be a positive int, got {batch_size!r}; e.g. batch(reader, 128)") from None
+    return Batched(reader, batch_size, bool(drop_last))
 
 
 class Collated(Stage):
@@ -85,18 +87,39 @@ class Collated(Stage):
     def _stream(self, pass_id: int) -> Iterator:
         parent = self.parents[0]
         if isinstance(parent, Batched) and is_planned(parent.parents[0]):
-            return self._columns(*parent._index_batches())
+            return self._columns(*parent._index_batches(pass_id))
+        return self._entries(iterate(parent, pass_id))
+
+    def _entries(self, batches: Iterator) -> Iterator:
         pad = self.pad_value
-        return (collate(b, pad_value=pad) for b in iterate(parent))
+        for b in batches:
+            if type(b) is not list:
+                raise TypeError(
+                    f"collated needs a batch reader (entries that are lists of entries), but "
+                    f"{describe(self.parents[0])} gave a {type(b).__name__}; put batching.batch(...) before it"
+                )
+            yield collate(b, pad_value=pad)
 
     def _columns(self, source: Any, batches: Iterator[np.ndarray]) -> Iterator:
         pad = self.pad_value
         for idx in batches:
             columns = source.gather_columns(idx)
-            yield collate(source.gather(idx), pad_value=pad) if columns is None else columns
+            if columns is None:
+                yield collate(source.gather(idx), pad_value=pad)
+            elif isinstance(columns, tuple):
+                yield tuple(_finish(c, f"column {i}", pad) for i, c in enumerate(columns))
+            else:
+                yield _finish(columns, "the single-value column", pad)
 
     def _options(self) -> str:
         return f"pad_value={self.pad_value!r}"
+
+
+def _finish(column: np.ndarray, label: str, pad_value: Any) -> Any:
+    """A gathered column as collate would give it: numeric arrays as they are, the rest collated."""
+    if column.dtype.kind in "biufc":
+        return column
+    return collate_column(list(column), label, pad_value)
 
 
 def collated(reader: Any, *, pad_value: Any = 0) -> Collated:

@@ -11,7 +11,9 @@ b. Indexed path: global shuffle + batch + collate against the raw numpy limit
 c. Memory: peak RSS of a global shuffle over 10,000,000 entries against
    iterating them in order, each in a fresh process.
 
-Usage: python benchmarks/pipeline.py [--entries 60000] [--repeats 5]
+Usage: python benchmarks/pipeline.py [--entries 60000] [--repeats 5] [--system-malloc]
+Every row runs with the same allocator settings (tuned as readerkit tunes them,
+or glibc's defaults with --system-malloc).
 Machines here are shared and noisy: read the ratios, not the absolute rates.
 """
 from __future__ import annotations
@@ -29,6 +31,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import batching  # noqa: E402
 import readers  # noqa: E402
+from readers import allocator  # noqa: E402
 
 BATCH = 128
 BUF = 8192
@@ -200,7 +203,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--entries", type=int, default=60000)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--memory-entries", type=int, default=10_000_000)
+    parser.add_argument("--system-malloc", action="store_true",
+                        help="leave glibc's allocator alone (readerkit otherwise tunes it at its first pass)")
     args = parser.parse_args(argv)
+    if args.system_malloc:
+        os.environ["READERKIT_MALLOC"] = "system"
+    else:
+        # tuned before any row runs, so every baseline gets the same allocator as readerkit
+        allocator.ensure_tuned()
     x, y = mnist_like(args.entries)
 
     def source_gen():

@@ -36,10 +36,8 @@ mapping
 >>> [sorted(b) for b in pipeline()]
 [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
 """
-from toolz import curry
-
 from readers import combine, decorators, shuffling, workers
-from readers.base import IndexedReader, Reader, Stage
+from readers.base import Curried, IndexedReader, Reader, Stage
 from readers.combine import ComposeNotAligned
 from readers.sources import from_arrays, from_sequence, np_array, text_file
 from readers.workers import WorkerDiedError
@@ -69,17 +67,18 @@ __all__ = [
     "xmap_readers",
 ]
 
-# The curried namespace, one line per decorator: options may come first.
-buffered = curry(workers.buffered)
+# The curried namespace, one line per decorator: given only options, a decorator
+# waits for its reader (toolz.pipe); given the reader, a missing option is an error.
+buffered = Curried(workers.buffered)
 cache = decorators.cache
 chain = combine.chain
 compose = combine.compose
-filter_entries = curry(decorators.filter_entries)
-firstn = curry(decorators.firstn)
-map_readers = decorators.map_readers  # curries itself: map_readers(func) awaits the readers
-multiprocess_reader = curry(workers.multiprocess_reader)
-repeat = curry(decorators.repeat)
-shuffle = curry(shuffling.shuffle)
-skip = curry(decorators.skip)
+filter_entries = Curried(decorators.filter_entries)
+firstn = Curried(decorators.firstn)
+map_readers = decorators.map_readers  # map_readers(func) awaits the readers
+multiprocess_reader = Curried(workers.multiprocess_reader)
+repeat = Curried(decorators.repeat)
+shuffle = Curried(shuffling.shuffle)
+skip = Curried(decorators.skip)
 with_index = decorators.with_index
-xmap_readers = curry(workers.xmap_readers)
+xmap_readers = Curried(workers.xmap_readers, reader_at=1)

@@ -8,7 +8,9 @@ sharding and resume all stand on that plan).
 """
 from __future__ import annotations
 
+import functools
 import inspect
+import operator
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, TypeVar
 
@@ -17,6 +19,7 @@ import numpy as np
 from readers import allocator
 
 __all__ = [
+    "Curried",
     "Derived",
     "IndexedReader",
     "Plan",
@@ -30,6 +33,7 @@ __all__ = [
     "iterate",
     "open_plan",
     "rechunk",
+    "whole",
 ]
 
 T = TypeVar("T")
@@ -110,8 +114,11 @@ def check_reader(reader: Any, role: str = "reader") -> Any:
     return reader
 
 
-def iterate(reader: Reader) -> Iterator:
+def iterate(reader: Reader, pass_id: int | None = None) -> Iterator:
     """Start a pass of ``reader`` and return its iterator, checking what it returned.
+
+    Stages start their parents' passes with their own ``pass_id``, so a whole
+    pipeline's randomness follows the pass of its outermost stage.
 
     >>> list(iterate(lambda: (x * x for x in range(3))))
     [0, 1, 4]
@@ -120,6 +127,8 @@ def iterate(reader: Reader) -> Iterator:
     ...
     TypeError: reader <lambda> returned int, which is not iterable; a reader must return a fresh iterable (a list, or a generator from a generator function)
     """
+    if pass_id is not None and isinstance(reader, Stage):
+        return reader._start(pass_id)
     result = reader()
     try:
         return iter(result)
@@ -141,18 +150,18 @@ def is_planned(reader: Any) -> bool:
     return isinstance(reader, Stage) and reader._planned()
 
 
-def open_plan(reader: Any) -> Plan | None:
-    """Start a pass of ``reader`` as an index plan, or return None for a stream.
+def open_plan(reader: Any, pass_id: int) -> Plan | None:
+    """Start pass ``pass_id`` of ``reader`` as an index plan, or return None for a stream.
 
     >>> from readers import from_sequence
-    >>> plan = open_plan(from_sequence("abc"))
+    >>> plan = open_plan(from_sequence("abc"), 0)
     >>> [plan.source[int(i)] for chunk in plan.chunks for i in chunk]
     ['a', 'b', 'c']
-    >>> open_plan(lambda: iter("abc")) is None
+    >>> open_plan(lambda: iter("abc"), 0) is None
     True
     """
-    if isinstance(reader, Stage):
-        return reader._open_plan()
+    if isinstance(reader, Stage) and reader._planned():
+        return reader._plan(pass_id)
     return None
 
 
@@ -197,7 +206,7 @@ class Stage:
         return k
 
     def set_pass(self, pass_id: int) -> None:
-        """Make the next call start pass ``pass_id``, here and in every stage above.
+        """Make the next call start pass ``pass_id``; later calls go on from there.
 
         >>> from readers import from_sequence, shuffle
         >>> r = shuffle(from_sequence(range(5)), seed=1)
@@ -206,22 +215,22 @@ class Stage:
         >>> list(r()) == first
         True
         """
-        if isinstance(pass_id, bool) or not isinstance(pass_id, int) or pass_id < 0:
+        try:
+            k = operator.index(pass_id)
+        except TypeError:
+            k = -1
+        if isinstance(pass_id, bool) or k < 0:
             raise ValueError(f"pass_id must be a non-negative int, got {pass_id!r}")
-        self._pass = pass_id
-        for parent in self.parents:
-            if isinstance(parent, Stage):
-                parent.set_pass(pass_id)
+        self._pass = k
 
     def __call__(self) -> Iterator:
+        return self._start(self._next_pass())
+
+    def _start(self, pass_id: int) -> Iterator:
+        """Pass ``pass_id`` of this stage, whatever its own count of calls says."""
         if not allocator._state["done"]:
             allocator.ensure_tuned()
-        return self._iter(self._next_pass())
-
-    def _open_plan(self) -> Plan | None:
-        if not self._planned():
-            return None
-        return self._plan(self._next_pass())
+        return self._iter(pass_id)
 
     def _planned(self) -> bool:
         """Whether passes of this stage are index plans (fixed when it is built)."""
@@ -294,6 +303,10 @@ class IndexedReader(Stage):
         """One array per column for ``indices``, or None when entries are not columnar."""
         return None
 
+    def sample_ids(self, indices: np.ndarray) -> np.ndarray:
+        """The unique IDs of the samples at ``indices``: their index in the underlying source."""
+        return indices
+
     def _planned(self) -> bool:
         return True
 
@@ -310,6 +323,63 @@ class Derived(IndexedReader):
 
     def __len__(self) -> int:
         return len(self.source)
+
+    def sample_ids(self, indices: np.ndarray) -> np.ndarray:
+        return self.source.sample_ids(indices)
+
+
+class Curried:
+    """A decorator that waits for its reader when only options are given.
+
+    Called with the reader (at position ``reader_at``), it runs at once, so a
+    missing option is reported then; called without it, it returns a
+    ``functools.partial`` for ``toolz.pipe``. Module-level, so it pickles.
+
+    >>> def scale(reader, factor):
+    ...     return lambda: (x * factor for x in reader())
+    >>> times3 = Curried(scale)
+    >>> list(times3(factor=3)(lambda: [1, 2])())
+    [3, 6]
+    >>> times3(lambda: [1, 2])
+    Traceback (most recent call last):
+    ...
+    TypeError: scale() missing 1 required positional argument: 'factor'
+    """
+
+    def __init__(self, func: Callable, reader_at: int = 0):
+        self.func, self.reader_at = func, reader_at
+        functools.update_wrapper(self, func)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if len(args) > self.reader_at:
+            return self.func(*args, **kwargs)
+        return functools.partial(self.func, *args, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"<readerkit decorator {self.func.__module__}.{self.func.__qualname__}>"
+
+
+def whole(value: Any, name: str, where: str, minimum: int = 0) -> int:
+    """``value`` as an int >= ``minimum``; integral floats are accepted, as Paddle does.
+
+    >>> whole(32.0, "batch_size", "batch", 1)
+    32
+    >>> whole(2.5, "n", "firstn")
+    Traceback (most recent call last):
+    ...
+    ValueError: firstn: n must be an int >= 0, got 2.5
+    """
+    ok = not isinstance(value, (bool, np.bool_))
+    if ok and isinstance(value, (float, np.floating)):
+        ok = float(value).is_integer()
+    elif ok:
+        try:
+            value = operator.index(value)
+        except TypeError:
+            ok = False
+    if not ok or value < minimum:
+        raise ValueError(f"{where}: {name} must be an int >= {minimum}, got {value!r}")
+    return int(value)
 
 
 def index_chunks(n: int, size: int = CHUNK) -> Iterator[np.ndarray]:

@@ -48,18 +48,18 @@ class ChainedIndexed(IndexedReader):
         return out
 
     def _stream(self, pass_id: int) -> Iterator:
-        return _chained(self.parents)
+        return _chained(self.parents, pass_id)
 
 
 class Chained(Stage):
     name = "chain"
 
     def _stream(self, pass_id: int) -> Iterator:
-        return _chained(self.parents)
+        return _chained(self.parents, pass_id)
 
 
-def _chained(readers: tuple) -> Iterator:
-    return itertools.chain.from_iterable(iterate(r) for r in readers)
+def _chained(readers: tuple, pass_id: int) -> Iterator:
+    return itertools.chain.from_iterable(iterate(r, pass_id) for r in readers)
 
 
 def chain(*readers: Any) -> Stage:
@@ -74,8 +74,8 @@ def chain(*readers: Any) -> Stage:
     >>> len(c), c[3]
     (5, 'd')
     """
-    for r in readers:
-        check_reader(r)
+    for i, r in enumerate(readers):
+        check_reader(r, f"chain reader {i}")
     indexed = [as_indexed(r) for r in readers]
     if readers and all(r is not None for r in indexed):
         return ChainedIndexed(tuple(indexed))
@@ -135,7 +135,7 @@ class Composed(Stage):
         self.check_alignment = check_alignment
 
     def _stream(self, pass_id: int) -> Iterator:
-        iterators = [iterate(r) for r in self.parents]
+        iterators = [iterate(r, pass_id) for r in self.parents]
         if not self.check_alignment:
             return map(_flatten, zip(*iterators))
         return self._strict(iterators)
@@ -172,8 +172,8 @@ def compose(*readers: Any, check_alignment: bool = True) -> Stage:
     >>> list(compose(lambda: [1, 2, 3], lambda: [4], check_alignment=False)())
     [(1, 4)]
     """
-    for r in readers:
-        check_reader(r)
+    for i, r in enumerate(readers):
+        check_reader(r, f"compose reader {i}")
     indexed = [as_indexed(r) for r in readers]
     if readers and all(r is not None for r in indexed):
         return ComposedIndexed(tuple(indexed), bool(check_alignment))

@@ -5,12 +5,12 @@ a batch downstream is still gathered with vectorised takes.
 """
 from __future__ import annotations
 
+import functools
 import itertools
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
-from toolz import curry
 
 from readers.base import (
     Derived,
@@ -23,6 +23,7 @@ from readers.base import (
     is_planned,
     iterate,
     open_plan,
+    whole,
 )
 
 __all__ = [
@@ -37,9 +38,7 @@ __all__ = [
 
 
 def _check_count(value: Any, name: str, where: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
-        raise ValueError(f"{where}: {name} must be an int >= 0, got {value!r}")
-    return int(value)
+    return whole(value, name, where)
 
 
 # -- map -----------------------------------------------------------------------
@@ -73,11 +72,11 @@ class Mapped(Stage):
         return len(self.parents) == 1 and is_planned(self.parents[0])
 
     def _plan(self, pass_id: int) -> Plan:
-        plan = open_plan(self.parents[0])
+        plan = open_plan(self.parents[0], pass_id)
         return Plan(MappedIndexed(self.func, plan.source), plan.chunks)
 
     def _stream(self, pass_id: int) -> Iterator:
-        return map(self.func, *[iterate(r) for r in self.parents])
+        return map(self.func, *[iterate(r, pass_id) for r in self.parents])
 
     def _options(self) -> str:
         return describe(self.func)
@@ -108,9 +107,9 @@ def map_readers(func: Callable, *readers: Any) -> Stage:
     if not callable(func):
         raise TypeError(f"map_readers: func must be callable, got {type(func).__name__} {func!r}")
     if not readers:
-        return curry(map_readers, func)
-    for r in readers:
-        check_reader(r)
+        return functools.partial(map_readers, func)
+    for i, r in enumerate(readers):
+        check_reader(r, f"map_readers reader {i}")
     if len(readers) == 1:
         indexed = as_indexed(readers[0])
         if indexed is not None:
@@ -141,6 +140,9 @@ class Window(IndexedReader):
     def gather_columns(self, indices: np.ndarray) -> Any:
         return self.source.gather_columns(indices + self.start)
 
+    def sample_ids(self, indices: np.ndarray) -> np.ndarray:
+        return self.source.sample_ids(indices + self.start)
+
     def _options(self) -> str:
         return f"n={self.start if self.count is None else self.count}"
 
@@ -168,12 +170,12 @@ class Sliced(Stage):
         return is_planned(self.parents[0])
 
     def _plan(self, pass_id: int) -> Plan:
-        plan = open_plan(self.parents[0])
+        plan = open_plan(self.parents[0], pass_id)
         return Plan(plan.source, _slice_chunks(plan.chunks, self.start, self.count))
 
     def _stream(self, pass_id: int) -> Iterator:
         stop = None if self.count is None else self.start + self.count
-        return itertools.islice(iterate(self.parents[0]), self.start, stop)
+        return itertools.islice(iterate(self.parents[0], pass_id), self.start, stop)
 
     def _options(self) -> str:
         return f"n={self.start if self.count is None else self.count}"
@@ -223,7 +225,7 @@ class Filtered(Stage):
         self.predicate = predicate
 
     def _stream(self, pass_id: int) -> Iterator:
-        return filter(self.predicate, iterate(self.parents[0]))
+        return filter(self.predicate, iterate(self.parents[0], pass_id))
 
     def _options(self) -> str:
         return describe(self.predicate)
@@ -251,9 +253,24 @@ class Repeated(Stage):
         self.times = times
 
     def _stream(self, pass_id: int) -> Iterator:
-        reader = self.parents[0]
-        rounds = itertools.repeat(None) if self.times is None else range(self.times)
-        return itertools.chain.from_iterable(iterate(reader) for _ in rounds)
+        if self.times is not None:
+            # repetition j of pass k is the parent's pass k * times + j: passes never overlap
+            return itertools.chain.from_iterable(
+                iterate(self.parents[0], pass_id * self.times + j) for j in range(self.times))
+        return self._forever(pass_id)
+
+    def _forever(self, pass_id: int) -> Iterator:
+        for j in itertools.count():
+            # pass k owns the parent passes k * 2**32 + j: disjoint for any realistic count
+            empty = True
+            for entry in iterate(self.parents[0], (pass_id << 32) + j):
+                empty = False
+                yield entry
+            if empty:
+                raise ValueError(
+                    f"repeat: pass {j} of {describe(self.parents[0])} gave no entries, so repeating "
+                    "it forever would never yield; check the reader (or a filter before repeat)"
+                )
 
     def _options(self) -> str:
         return f"times={self.times}"
@@ -287,17 +304,17 @@ class IndexedWithId(Derived):
     name = "with_index"
 
     def _get(self, i: int) -> tuple:
-        return _with_id(self.source._get(i), i)
+        return _with_id(self.source._get(i), int(self.source.sample_ids(np.array([i]))[0]))
 
     def gather(self, indices: np.ndarray) -> list:
-        return list(map(_with_id, self.source.gather(indices), indices.tolist()))
+        return list(map(_with_id, self.source.gather(indices), self.source.sample_ids(indices).tolist()))
 
     def gather_columns(self, indices: np.ndarray) -> tuple | None:
         columns = self.source.gather_columns(indices)
         if columns is None:
             return None
         columns = columns if isinstance(columns, tuple) else (columns,)
-        return columns + (indices.copy(),)
+        return columns + (np.array(self.source.sample_ids(indices), dtype=np.int64),)
 
 
 class WithId(Stage):
@@ -307,19 +324,20 @@ class WithId(Stage):
         return is_planned(self.parents[0])
 
     def _plan(self, pass_id: int) -> Plan:
-        plan = open_plan(self.parents[0])
+        plan = open_plan(self.parents[0], pass_id)
         return Plan(IndexedWithId(plan.source), plan.chunks)
 
     def _stream(self, pass_id: int) -> Iterator:
-        return map(_with_id, iterate(self.parents[0]), itertools.count())
+        return map(_with_id, iterate(self.parents[0], pass_id), itertools.count())
 
 
 def with_index(reader: Any) -> Stage:
     """Append each entry's sample index (its unique ID) as a last column.
 
-    For an indexed pipeline the ID is the sample's index in the source, even
-    after shuffling; for a stream it is the entry's position in the pass.
-    Appending keeps existing column numbers (and mappings) valid.
+    For an indexed pipeline the ID is the sample's index in its source, the
+    same through firstn, skip, maps and shuffles; for a stream it is the
+    entry's position in the pass, so put ``with_index`` before any shuffle of
+    a stream. Appending keeps existing column numbers (and mappings) valid.
 
     >>> list(with_index(lambda: [("a", 1), ("b", 0)])())
     [('a', 1, 0), ('b', 0, 1)]
@@ -348,11 +366,11 @@ class Cached(Stage):
     def _stream(self, pass_id: int) -> Iterator:
         if self._entries is not None:
             return iter(self._entries)
-        return self._fill()
+        return self._fill(pass_id)
 
-    def _fill(self) -> Iterator:
+    def _fill(self, pass_id: int) -> Iterator:
         entries = []
-        for entry in iterate(self.parents[0]):
+        for entry in iterate(self.parents[0], pass_id):
             entries.append(entry)
             yield entry
         # only a complete first pass is kept; a pass stopped early is read again

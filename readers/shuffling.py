@@ -25,6 +25,7 @@ from readers.base import (
     iterate,
     open_plan,
     rechunk,
+    whole,
 )
 from readers.permutation import KeyedPermutation
 
@@ -33,6 +34,9 @@ __all__ = ["shuffle"]
 #: Sample indices mapped through the permutation at a time: large enough that
 #: numpy's per-call overhead vanishes, small enough to stay O(1) in memory.
 PERMUTE_CHUNK = 1 << 15
+#: Up to this many samples the global shuffle draws an explicit permutation (at most
+#: 512 KB, a constant): exactly uniform where a keyed permutation is visibly not.
+SMALL = 1 << 16
 
 
 def _rng(seed: int, pass_id: int) -> np.random.Generator:
@@ -56,6 +60,10 @@ class GlobalShuffle(Stage):
 
     def _plan(self, pass_id: int) -> Plan:
         n = len(self.source)
+        if n <= SMALL:
+            # a Feistel network reaches only some orders of a tiny set (even permutations,
+            # for one); an explicit permutation of at most SMALL indices is exactly uniform
+            return Plan(self.source, iter([_rng(self.seed, pass_id).permutation(n)]))
         perm = KeyedPermutation(n, self.seed, pass_id)
         return Plan(self.source, map(perm, index_chunks(n, PERMUTE_CHUNK)))
 
@@ -76,7 +84,7 @@ class BufferShuffle(Stage):
         return is_planned(self.parents[0])
 
     def _plan(self, pass_id: int) -> Plan:
-        plan = open_plan(self.parents[0])
+        plan = open_plan(self.parents[0], pass_id)
         if self.buf_size <= 1:
             return plan
         rng = _rng(self.seed, pass_id)
@@ -84,7 +92,7 @@ class BufferShuffle(Stage):
         return Plan(plan.source, (block[rng.permutation(len(block))] for block in blocks))
 
     def _stream(self, pass_id: int) -> Iterator:
-        source = iterate(self.parents[0])
+        source = iterate(self.parents[0], pass_id)
         if self.buf_size <= 1:
             return source
         return itertools.chain.from_iterable(self._blocks(source, _rng(self.seed, pass_id)))
@@ -143,6 +151,4 @@ def shuffle(reader: Any, buf_size: int | None = None, *, seed: int | None = None
                 "shuffle(reader, buf_size=10000)"
             )
         return GlobalShuffle(indexed, seed)
-    if isinstance(buf_size, bool) or not isinstance(buf_size, (int, np.integer)) or buf_size < 0:
-        raise ValueError(f"shuffle: buf_size must be an int >= 0 or None, got {buf_size!r}")
-    return BufferShuffle(reader, int(buf_size), seed)
+    return BufferShuffle(reader, whole(buf_size, "buf_size", "shuffle"), seed)

@@ -164,21 +164,18 @@ class TextFile(Stage):
         self.path = path
         self.encoding = encoding
 
-    def _iter(self, pass_id: int) -> Iterator[str]:
-        try:
-            f = open(self.path, encoding=self.encoding, newline="")
-        except FileNotFoundError:
-            raise FileNotFoundError(
-                f"text_file: no file at {self.path!r} (cwd {os.getcwd()!r}); check the path"
-            ) from None
-        return _lines(f)
+    def _stream(self, pass_id: int) -> Iterator[str]:
+        if not os.path.isfile(self.path):
+            raise FileNotFoundError(f"text_file: no file at {self.path!r} (cwd {os.getcwd()!r}); check the path")
+        return _lines(self.path, self.encoding)
 
     def _options(self) -> str:
         return repr(self.path)
 
 
-def _lines(f) -> Iterator[str]:
-    with f:
+def _lines(path: str, encoding: str) -> Iterator[str]:
+    # opened here, in the generator, so a pass that is never iterated holds no file
+    with open(path, encoding=encoding, newline="") as f:
         for line in f:
             yield line.rstrip("\r\n")
 

@@ -14,6 +14,7 @@ import signal
 import threading
 import time
 import traceback
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from multiprocessing.connection import wait
 from typing import Any, NamedTuple
@@ -84,11 +85,11 @@ class _Slots:
             self._cond.notify_all()
 
 
-def _feed(reader: Reader, slots: _Slots, sink: queue.SimpleQueue, ends: int) -> None:
-    """Thread body: put ``(seq, entry)`` for a pass of ``reader`` on ``sink``, one per slot."""
+def _feed(reader: Reader, pass_id: int, slots: _Slots, sink: queue.SimpleQueue, ends: int) -> None:
+    """Thread body: put ``(seq, entry)`` for pass ``pass_id`` of ``reader`` on ``sink``, one per slot."""
     seq = 0
     try:
-        it = iterate(reader)  # here, so that the thread that closes the iterator owns it
+        it = iterate(reader, pass_id)  # here, so that the thread that closes the iterator owns it
         try:
             while slots.acquire() and (entry := next(it, _END)) is not _END:
                 sink.put((seq, entry))
@@ -144,8 +145,15 @@ def _deliver(out: queue.SimpleQueue, slots: _Slots, ends: int, ordered: bool) ->
 
 
 def _run_threads(name: str, targets: list[tuple[Callable, tuple]], slots: _Slots,
-                 out: queue.SimpleQueue, ends: int, ordered: bool) -> Iterator:
-    """One pass: start the threads, deliver their output, and stop them however it ends."""
+                 out: queue.SimpleQueue, ends: int, ordered: bool,
+                 wake: Sequence[queue.SimpleQueue] = ()) -> Iterator:
+    """One pass: start the threads, deliver their output, and stop them however it ends.
+
+    The feeder (the first thread) may be blocked inside the source, where no
+    thread can be interrupted: it gets ``_GRACE`` seconds, then is left to
+    finish its ``next()`` and exit on its own (the closed slots stop it), with
+    a ResourceWarning, rather than hanging the consumer.
+    """
     # Daemon only so that an iterator kept alive until exit cannot hold up the interpreter;
     # every pass joins its threads below.
     threads = [threading.Thread(target=f, args=a, name=f"readerkit-{name}-{k}", daemon=True)
@@ -156,9 +164,18 @@ def _run_threads(name: str, targets: list[tuple[Callable, tuple]], slots: _Slots
         yield from _deliver(out, slots, ends, ordered)
     finally:
         slots.close()  # which stops the feeder, whose end markers stop the mappers
-        for t in threads:
+        for q in wake:
+            q.put(_END)
+        for t in threads[1:]:
             if t.ident is not None:
                 t.join()
+        feeder = threads[0]
+        if feeder.ident is not None:
+            feeder.join(_GRACE)
+            if feeder.is_alive():
+                warnings.warn(ResourceWarning(
+                    f"readerkit {name}: the source did not return within {_GRACE} s of the pass "
+                    "ending; its thread will exit when the source's next() returns"))
 
 
 class Buffered(Stage):
@@ -170,7 +187,7 @@ class Buffered(Stage):
 
     def _stream(self, pass_id: int) -> Iterator:
         slots, out = _Slots(self.size if self.size > 0 else None), queue.SimpleQueue()
-        return _run_threads(self.name, [(_feed, (self.reader, slots, out, 1))], slots, out, 1, False)
+        return _run_threads(self.name, [(_feed, (self.reader, pass_id, slots, out, 1))], slots, out, 1, False)
 
     def _options(self) -> str:
         return f"size={self.size}" if self.size > 0 else "unbounded"
@@ -216,9 +233,11 @@ class XmapReaders(Stage):
     def _stream(self, pass_id: int) -> Iterator:
         n, slots = self.process_num, _Slots(self.buffer_size)
         tasks, out = queue.SimpleQueue(), queue.SimpleQueue()
-        targets = [(_feed, (self.reader, slots, tasks, n))]
+        targets = [(_feed, (self.reader, pass_id, slots, tasks, n))]
         targets += [(_map, (self.mapper, tasks, out, slots))] * n
-        return _run_threads(self.name, targets, slots, out, n, self.order)
+        # on a stop, end markers free the mappers even while the feeder is stuck in the source
+        wake = [tasks] * n
+        return _run_threads(self.name, targets, slots, out, n, self.order, wake)
 
     def _options(self) -> str:
         return (f"{describe(self.mapper)}, process_num={self.process_num}, "
@@ -437,6 +456,9 @@ class MultiprocessReader(Stage):
         return blobs
 
     def _stream(self, pass_id: int) -> Iterator:
+        for r in self.readers:  # each worker runs this pass of its reader, not its own count
+            if isinstance(r, Stage):
+                r.set_pass(pass_id)
         ctx = multiprocessing.get_context(self.start_method)
         sources = self._sources(ctx.get_start_method())
         names = [describe(r) for r in self.readers]

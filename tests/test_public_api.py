@@ -34,7 +34,7 @@ def test_every_public_callable_has_a_runnable_example(package):
     ["buffered", "firstn", "filter_entries", "multiprocess_reader", "repeat", "shuffle", "skip", "xmap_readers"],
 )
 def test_decorators_are_curried(name):
-    assert hasattr(getattr(readers, name), "func")  # a toolz.curry
+    assert hasattr(getattr(readers, name), "func")  # readers.base.Curried
 
 
 def test_paddle_signatures_are_kept():

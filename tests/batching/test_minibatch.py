@@ -105,3 +105,33 @@ def test_batch_repr_and_recall():
     r = batching.batch(readers.shuffle(readers.from_sequence(list(range(9))), seed=0), 4)
     assert repr(r).splitlines()[0] == "batch(batch_size=4, drop_last=False)"
     assert sorted(x for b in r() for x in b) == list(range(9))
+
+
+def _ragged():
+    rag = np.empty(4, object)
+    rag[:] = [[1, 2], [3], [4, 5, 6], []]
+    return rag
+
+
+@pytest.mark.parametrize("column", [_ragged(), np.array(["ann", "bob", "cy", "dee"]), np.arange(4.0)],
+                         ids=["ragged", "str", "float"])
+def test_collated_fast_path_matches_entry_path(column):
+    r = readers.from_arrays(column, np.arange(4))
+    fast = list(batching.collated(batching.batch(r, 3), pad_value=-1)())
+    slow = list(batching.collated(batching.batch(readers.filter_entries(r, bool), 3), pad_value=-1)())
+    assert len(fast) == len(slow) == 2
+    for f, s in zip(fast, slow):
+        for a, b in zip(f, s):
+            assert type(a) is type(b)
+            if isinstance(a, batching.Padded):
+                assert np.array_equal(a.data, b.data) and np.array_equal(a.lengths, b.lengths)
+            elif isinstance(a, list):
+                assert a == b
+            else:
+                assert np.array_equal(a, b)
+
+
+@pytest.mark.parametrize("source", [lambda: iter(np.arange(3)), lambda: iter([1, 2])])
+def test_collated_over_a_reader_of_entries_says_to_batch_first(source):
+    with pytest.raises(TypeError, match="put batching.batch"):
+        list(batching.collated(source)())

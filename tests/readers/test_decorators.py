@@ -1,6 +1,8 @@
 """Decorators: Paddle's contract, laziness, re-calls, currying, pickling, indexing."""
 import functools
+import gc
 import pickle
+import warnings
 
 import numpy as np
 import pytest
@@ -188,8 +190,11 @@ def test_decorator_is_lazy(name):
 @pytest.mark.parametrize("name", sorted(DECORATORS))
 def test_decorator_is_recallable_and_deterministic(name):
     r = DECORATORS[name](CountingReader(range(10)))
-    first = list(r())
-    assert first and list(r()) == first or name == "shuffle_buffer"
+    twin = DECORATORS[name](CountingReader(range(10)))
+    passes = [list(r()) for _ in range(3)]
+    assert passes[0] and [list(twin()) for _ in range(3)] == passes
+    if name != "shuffle_buffer":
+        assert passes[0] == passes[1] == passes[2]
 
 
 @pytest.mark.parametrize("name", sorted(DECORATORS))
@@ -217,13 +222,23 @@ def test_decorator_passes_arrays_none_and_empty_strings_unharmed(name, indexed):
     for entry in out:
         parts = entry if isinstance(entry, (tuple, list)) else (entry,)
         flat.extend(p for p in parts if not isinstance(p, int))
-    expected = {"firstn": items[:3], "skip": items[2:]}.get(name, items)
-    assert len(flat) >= len(expected)
-    for item in expected:
-        if item is None or isinstance(item, str):
-            assert any(f is item for f in flat), name
+    expected = {"firstn": items[:3], "skip": items[2:], "chain": items * 2, "repeat": items * 2}.get(name, items)
+    if name == "compose":
+        expected = [x for item in items for x in (item, item)]
+    if name == "shuffle_buffer":  # the same items in another order: compare as multisets of (kind, value)
+        flat, expected = sorted(map(_key, flat)), sorted(map(_key, expected))
+        assert flat == expected
+        return
+    assert len(flat) == len(expected)
+    for got, want in zip(flat, expected):
+        if want is None or isinstance(want, str):
+            assert got is want or got == want and type(got) is type(want), name
         else:
-            assert any(isinstance(f, np.ndarray) and f.shape == item.shape and (f == item).all() for f in flat)
+            assert isinstance(got, np.ndarray) and got.shape == want.shape and (got == want).all()
+
+
+def _key(x):
+    return (type(x).__name__, repr(x))
 
 
 def test_decorators_curry_by_keyword_in_a_pipe():
@@ -314,3 +329,83 @@ def test_user_class_with_len_and_getitem_is_indexed():
 
     r = readers.shuffle(Squares(), seed=0)
     assert sorted(r()) == [0, 1, 4, 9, 16]
+
+
+# -- regressions from the review of issue 2 ----------------------------------------------------
+
+
+@pytest.mark.parametrize("make", [
+    lambda r: readers.repeat(r, 2),
+    lambda r: readers.chain(r, r),
+    lambda r: readers.compose(r, r),
+    lambda r: readers.map_readers(add_one, r),
+])
+def test_set_pass_replays_the_bare_pass_through_stages_that_call_a_parent_twice(make):
+    r = make(readers.shuffle(readers.from_sequence(list(range(8))), seed=0))
+    bare = [list(r()) for _ in range(3)]
+    for k in (2, 0, 1):
+        r.set_pass(k)
+        assert list(r()) == bare[k]
+
+
+def test_repeat_passes_do_not_overlap():
+    r = readers.repeat(readers.shuffle(readers.from_sequence(list(range(6))), seed=0), 2)
+    a, b = list(r()), list(r())
+    halves = [tuple(a[:6]), tuple(a[6:]), tuple(b[:6]), tuple(b[6:])]
+    assert len(set(halves)) == 4
+
+
+def test_repeat_forever_of_an_empty_pass_raises():
+    r = readers.repeat(readers.filter_entries(ten_reader(), lambda x: x > 100))
+    with pytest.raises(ValueError, match="gave no entries"):
+        next(iter(r()))
+
+
+def test_with_index_ids_are_source_indices_through_windows():
+    src = readers.from_sequence(list("abcdef"))
+    direct = list(readers.with_index(readers.skip(src, 2))())
+    shuffled = list(readers.with_index(readers.skip(readers.shuffle(src, 1, seed=0), 2))())
+    assert direct == shuffled == [("c", 2), ("d", 3), ("e", 4), ("f", 5)]
+    assert readers.with_index(readers.firstn(readers.skip(src, 1), 2))[1] == ("c", 2)
+
+
+@pytest.mark.parametrize("call, match", [
+    (lambda: batching.batch(ten_reader()), "missing 1 required positional argument: 'batch_size'"),
+    (lambda: readers.firstn(ten_reader()), "missing 1 required positional argument: 'n'"),
+    (lambda: readers.xmap_readers(add_one, ten_reader(), 4), "missing 1 required positional argument"),
+])
+def test_missing_option_with_the_reader_given_fails_at_once(call, match):
+    with pytest.raises(TypeError, match=match):
+        call()
+
+
+def test_integral_float_sizes_are_accepted_as_paddle_does():
+    assert [len(b) for b in batching.batch(ten_reader(), 5.0)()] == [5, 5]
+    assert sorted(readers.shuffle(ten_reader(), 4.0, seed=0)()) == list(range(10))
+
+
+@pytest.mark.parametrize("make", [readers.chain, readers.compose, lambda *r: readers.map_readers(add_one, *r)])
+def test_bad_reader_among_several_is_named(make):
+    with pytest.raises(TypeError, match="reader 1 must be"):
+        make(ten_reader(), [1, 2])
+
+
+def test_set_pass_accepts_numpy_ints():
+    r = readers.shuffle(readers.from_sequence(list(range(5))), seed=0)
+    r.set_pass(np.int64(1))
+    assert r._pass == 1
+
+
+def test_text_file_pass_opens_the_file_only_when_iterated(tmp_path):
+    path = tmp_path / "t.txt"
+    path.write_text("a\nb\n")
+    r = readers.text_file(path)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        it = r()
+        del it  # never iterated: there must be no open file to leak
+        gc.collect()
+    assert not [w for w in caught if issubclass(w.category, ResourceWarning)]
+    assert list(r()) == ["a", "b"]
+    with pytest.raises(FileNotFoundError, match="no file at"):
+        readers.text_file(tmp_path / "missing.txt")()

@@ -98,3 +98,17 @@ def test_global_shuffle_reads_through_gather_not_item_by_item():
     src = Source()
     out = list(readers.shuffle(src, seed=0)())
     assert sorted(out) == list(range(10_000)) and src.gets == 0
+
+
+@pytest.mark.parametrize("n", [3, 4, 5])
+def test_global_shuffle_of_a_tiny_reader_reaches_every_order_uniformly(n):
+    import math
+    from collections import Counter
+
+    passes = 300 * math.factorial(n)
+    r = readers.shuffle(readers.from_sequence(list(range(n))), seed=5)
+    counts = Counter(tuple(r()) for _ in range(passes))
+    assert len(counts) == math.factorial(n)
+    expected = passes / math.factorial(n)
+    chi2 = sum((c - expected) ** 2 / expected for c in counts.values())
+    assert chi2 < 3 * math.factorial(n)  # about dof + 7 sigma for these sizes

@@ -574,3 +574,47 @@ def test_workers_keyboard_interrupt_in_consumer_cleans_up(make, no_leaks):
             list(it)
     finally:
         ctrl_c.join()
+
+
+# -- regressions from the review of issue 2 ----------------------------------------------------
+
+
+def _blocked_source(release: threading.Event):
+    def source():
+        yield 1
+        release.wait(HANG)  # like a socket read that does not return
+        yield 2
+    return source
+
+
+def _fails(x):
+    raise ValueError(f"mapper failed on {x}")
+
+
+@pytest.mark.parametrize("make", [lambda s: buffered(s, 4), lambda s: xmap_readers(_plus_one, s, 2, 4)])
+def test_stop_returns_promptly_while_the_source_is_blocked(make, no_leaks):
+    release = threading.Event()
+    started = time.monotonic()
+    with pytest.warns(ResourceWarning, match="did not return"):
+        for _ in make(_blocked_source(release))():
+            break
+    assert time.monotonic() - started < HANG / 2
+    release.set()  # the left-behind thread now finishes its next() and exits (no_leaks waits)
+
+
+def test_xmap_mapper_error_reaches_consumer_while_source_is_blocked(no_leaks):
+    release = threading.Event()
+    started = time.monotonic()
+    with pytest.warns(ResourceWarning), pytest.raises(ValueError, match="mapper failed on 1"):
+        list(xmap_readers(_fails, _blocked_source(release), 2, 4)())
+    assert time.monotonic() - started < HANG / 2
+    release.set()
+
+
+@pytest.mark.parametrize("start_method", ["fork", "spawn"])
+def test_multiprocess_reader_passes_differ_and_replay_with_set_pass(start_method, no_leaks):
+    r = multiprocess_reader([readers.shuffle(from_sequence(list(range(20))), seed=0)], start_method=start_method)
+    first, second = list(r()), list(r())
+    assert sorted(first) == sorted(second) == list(range(20)) and first != second
+    r.set_pass(1)
+    assert list(r()) == second

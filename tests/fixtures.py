@@ -1,0 +1,26 @@
+"""Fixtures for every test and doctest (loaded with ``-p tests.fixtures`` from setup.cfg).
+
+Each test gets its os.environ restored afterwards, and a private per-user
+cache, so tests never read or write the real ~/.cache or a user's
+READERKIT_DATA.
+"""
+import os
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def _session_cache(tmp_path_factory):
+    return str(tmp_path_factory.mktemp("xdg-cache"))
+
+
+@pytest.fixture(autouse=True)
+def _isolated_environment(_session_cache):
+    saved = os.environ.copy()
+    os.environ["XDG_CACHE_HOME"] = _session_cache
+    os.environ.pop("READERKIT_DATA", None)
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
