@@ -1,19 +1,212 @@
 """readerkit's command line: a thin click adapter over readers, batching and train.
 
+    python cli.py train --reader mnist          train a model, one line per pass
+    python cli.py readers                       the readers and models it can find
+    python cli.py inspect --reader mnist        columns, dtypes, shapes, first entries
+
 >>> from click.testing import CliRunner
 >>> CliRunner().invoke(main, ["--help"]).exit_code
 0
 """
 from __future__ import annotations
 
+import functools
+import json
+import sys
+from collections.abc import Callable
+from typing import Any
+
 import click
+import numpy as np
 
 __all__ = ["main"]
+
+
+def _fail_cleanly(command: Callable) -> Callable:
+    """Known errors become one line and a non-zero exit, not a traceback."""
+
+    @functools.wraps(command)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        from readers.datafiles import MissingDataError
+        from readers.registry import PluginError
+
+        try:
+            return command(*args, **kwargs)
+        except (MissingDataError, PluginError, ValueError, TypeError, OSError) as exc:
+            raise click.ClickException(str(exc)) from None
+
+    return wrapper
+
+
+def _reader_options(command: Callable) -> Callable:
+    command = click.option("--download/--no-download", default=True, show_default=True,
+                           help="Download missing data files from the public mirrors (into the per-user cache).")(command)
+    command = click.option("--data-dir", type=click.Path(file_okay=False), default=None,
+                           help="Folder holding the data files (searched before $READERKIT_DATA and the cache).")(command)
+    return click.option("--reader", "reader_name", default="mnist", show_default=True,
+                        help="A registered reader (see `readers`) or module:attribute of your own reader creator.")(command)
+
+
+def _download_bar(file: Any, url: str) -> Callable[[int, int | None], None]:
+    click.echo(f"downloading {file.name} from {url}", err=True)
+    state: dict[str, Any] = {}
+
+    def progress(done: int, total: int | None) -> None:
+        if "bar" not in state:
+            state["bar"] = click.progressbar(length=total or 0, label=file.name, file=sys.stderr)
+            state["bar"].__enter__()
+            state["seen"] = 0
+        state["bar"].update(done - state["seen"])
+        state["seen"] = done
+        if total is not None and done >= total:
+            state["bar"].__exit__(None, None, None)
+
+    return progress
+
+
+def _splits(reader_name: str, data_dir: str | None, download: bool) -> tuple[Any, Any]:
+    """The (train, test or None) readers of a registered or module:attribute reader creator."""
+    from readers.registry import reader_splits
+
+    return reader_splits(reader_name, data_dir=data_dir, download=download, progress=_download_bar)
+
+
+def _first_entry(reader: Any) -> Any:
+    for entry in reader():
+        return entry
+    raise click.ClickException("the reader gave no entries; check its data")
+
+
+class _Progress:
+    """The CLI's event handler: a progress bar per pass and one summary line per pass."""
+
+    def __init__(self, log_json: Any):
+        self.bar: Any = None
+        self.log_json = log_json
+        self.pending: dict[str, Any] = {}
+
+    def __call__(self, event: Any) -> None:
+        from train.events import BeginPass, EndIteration, EndPass, TestResult
+
+        if isinstance(event, BeginPass):
+            self.bar = click.progressbar(length=event.batches or 0, label=f"pass {event.pass_id}",
+                                         show_eta=False, file=sys.stderr)
+            self.bar.__enter__()
+        elif isinstance(event, EndIteration):
+            self.bar.update(1)
+        elif isinstance(event, EndPass):
+            self.bar.__exit__(None, None, None)
+            m = event.metrics
+            self.pending = {"pass": event.pass_id, "train_loss": m["loss"], "train_accuracy": m["accuracy"],
+                            "test_accuracy": None, "samples_per_s": m["samples_per_s"], "seconds": m["seconds"]}
+        elif isinstance(event, TestResult):
+            self.pending["test_accuracy"] = event.metrics["accuracy"]
+
+    def flush(self) -> None:
+        """Print the line of the pass that just ended (after its test, if any)."""
+        p = self.pending
+        if not p:
+            return
+        test = "n/a" if p["test_accuracy"] is None else f"{100 * p['test_accuracy']:.2f}%"
+        click.echo(f"pass {p['pass']}: loss {p['train_loss']:.4f}  train accuracy {100 * p['train_accuracy']:.2f}%  "
+                   f"test accuracy {test}  {p['samples_per_s']:,.0f} samples/s")
+        if self.log_json is not None:
+            self.log_json.write(json.dumps(p) + "\n")
+            self.log_json.flush()
+        self.pending = {}
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 def main() -> None:
     """readerkit: composable data readers and minibatching for training."""
+
+
+@main.command()
+@_reader_options
+@click.option("--model", "model_name", default="mlp", show_default=True, help="A registered model (mlp, softmax) or module:attribute.")
+@click.option("--batch-size", default=128, show_default=True, type=click.IntRange(min=1), help="Entries per minibatch.")
+@click.option("--passes", default=5, show_default=True, type=click.IntRange(min=1), help="Passes over the training data.")
+@click.option("--lr", default=3e-3, show_default=True, type=click.FloatRange(min=0, min_open=True), help="Adam learning rate of the first pass.")
+@click.option("--lr-decay", default=0.6, show_default=True, type=click.FloatRange(min=0, min_open=True, max=1),
+              help="The learning rate of pass k is lr * lr_decay**k.")
+@click.option("--seed", default=0, show_default=True, type=click.IntRange(min=0), help="Seeds the shuffle and the model's initialisation.")
+@click.option("--checkpoint-dir", type=click.Path(file_okay=False), default=None, help="Save the model and data position here after every pass and every --checkpoint-every steps.")
+@click.option("--checkpoint-every", default=200, show_default=True, type=click.IntRange(min=1), help="Steps between checkpoints within a pass.")
+@click.option("--resume", is_flag=True, help="Continue from the last checkpoint in --checkpoint-dir.")
+@click.option("--log-json", type=click.File("w"), default=None, help="Write one JSON object per pass to this file.")
+@_fail_cleanly
+def train(reader_name: str, data_dir: str | None, download: bool, model_name: str, batch_size: int, passes: int, lr: float,
+          lr_decay: float, seed: int, checkpoint_dir: str | None, checkpoint_every: int, resume: bool, log_json: Any) -> None:
+    """Train a model on a reader, with a progress bar and test accuracy per pass."""
+    import readers
+    from readers.registry import find_model
+    from train.driver import train as run
+
+    if resume and checkpoint_dir is None:
+        raise click.UsageError("--resume needs --checkpoint-dir, the folder to resume from")
+    train_reader, test_reader = _splits(reader_name, data_dir, download)
+    image, _ = _first_entry(train_reader)
+    model = find_model(model_name)(int(np.size(image)), lr=lr, seed=seed)
+    try:
+        provider = readers.shuffle(train_reader, seed=seed)
+    except ValueError:  # a stream: shuffle in a buffer
+        provider = readers.shuffle(train_reader, 10000, seed=seed)
+    handler = _Progress(log_json)
+
+    def on_event(event: Any) -> None:
+        if type(event).__name__ == "BeginPass" and hasattr(model, "lr"):
+            model.lr = lr * lr_decay ** event.pass_id  # from the pass number alone, so a resume agrees
+        handler(event)
+        if type(event).__name__ == "TestResult" or (test_reader is None and type(event).__name__ == "EndPass"):
+            handler.flush()
+
+    run(provider, ["image", "label"], batch_size, passes, model=model, event_handler=on_event,
+        test_provider=test_reader, seed=seed, checkpoint_dir=checkpoint_dir, resume=resume,
+        checkpoint_every=checkpoint_every if checkpoint_dir else None)
+
+
+@main.command("readers")
+def list_readers() -> None:
+    """List the readers and models that can be named, one line each."""
+    from readers.registry import list_plugins
+
+    for kind in ("readers", "models"):
+        click.echo(f"{kind}:")
+        for name, source, summary in list_plugins(kind):
+            click.echo(f"  {name:<12} {summary}  [{source}]")
+
+
+def _describe_value(value: Any) -> str:
+    a = np.asarray(value)
+    if a.dtype == object:
+        return type(value).__name__
+    return f"{a.dtype}{list(a.shape)}" if a.shape else f"{type(value).__name__} ({a.dtype})"
+
+
+@main.command("inspect")
+@_reader_options
+@click.option("--count", default=3, show_default=True, type=click.IntRange(min=0), help="How many entries to show.")
+@_fail_cleanly
+def inspect_reader(reader_name: str, data_dir: str | None, download: bool, count: int) -> None:
+    """Show a reader's columns, dtypes, shapes, length and first entries."""
+    import readers
+
+    train_reader, test_reader = _splits(reader_name, data_dir, download)
+    click.echo(f"reader: {reader_name}")
+    click.echo("pipeline:\n  " + repr(train_reader).replace("\n", "\n  "))
+    try:
+        length = str(len(train_reader))
+    except TypeError:
+        length = "unknown (a stream)"
+    click.echo(f"length: {length}" + ("" if test_reader is None else f" (test split: {len(test_reader)})"))
+    entry = _first_entry(train_reader)
+    columns = entry if isinstance(entry, tuple) else (entry,)
+    for i, value in enumerate(columns):
+        click.echo(f"column {i}: {_describe_value(value)}")
+    np.set_printoptions(threshold=8, edgeitems=3, precision=3)
+    for i, entry in enumerate(readers.firstn(train_reader, count)()):
+        shown = entry if isinstance(entry, tuple) else (entry,)
+        click.echo(f"entry {i}: " + ", ".join(repr(v) if np.ndim(v) == 0 else np.array2string(np.asarray(v)) for v in shown))
 
 
 if __name__ == "__main__":

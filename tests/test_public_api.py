@@ -5,8 +5,9 @@ import pytest
 
 import batching
 import readers
+import train
 
-PACKAGES = [readers, batching]
+PACKAGES = [readers, batching, train]
 
 
 @pytest.mark.parametrize("package", PACKAGES, ids=lambda p: p.__name__)

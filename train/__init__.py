@@ -1,6 +1,37 @@
-"""readerkit train: the train() driver, events, numpy models and checkpoints.
+"""readerkit train: the train() driver, its events, numpy models and checkpoints.
 
-The driver arrives with the main job (issue 3); this package holds its place
-in the fixed layout.
+``train(provider, mapping, batch_size, passes, *, model, ...)`` calls
+``provider()`` once per pass, builds minibatches, feeds them to
+``model.step`` through the mapping and emits events. Models are pure numpy
+(``MLP``, ``SoftmaxRegression``) or any object with ``step``, ``evaluate``,
+``state_dict`` and ``load_state_dict``.
+
+>>> import numpy as np, readers
+>>> x = np.random.default_rng(0).normal(size=(64, 3)).astype(np.float32)
+>>> y = (x[:, 0] > 0).astype(np.int64)
+>>> history = train(readers.from_arrays(x, y), ["image", "label"], 16, 2, model=SoftmaxRegression(3, 2))
+>>> [record["pass"] for record in history]
+[0, 1]
 """
-__all__: list[str] = []
+from train.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from train.driver import columns_of, evaluate, feeds, train
+from train.events import BeginIteration, BeginPass, EndIteration, EndPass, Event, TestResult
+from train.models import MLP, SoftmaxRegression
+
+__all__ = [
+    "BeginIteration",
+    "BeginPass",
+    "CheckpointError",
+    "EndIteration",
+    "EndPass",
+    "Event",
+    "MLP",
+    "SoftmaxRegression",
+    "TestResult",
+    "columns_of",
+    "evaluate",
+    "feeds",
+    "load_checkpoint",
+    "save_checkpoint",
+    "train",
+]

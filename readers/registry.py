@@ -1,0 +1,318 @@
+"""Plugins: reader creators and models found by name.
+
+Two kinds, ``"readers"`` and ``"models"``. A name is looked up in this order,
+and the first match wins (``list_plugins`` shows the rest as "shadowed by"):
+
+1. registrations made with ``register_reader`` / ``register_model``;
+2. ``BUILTINS``, so an installed package cannot hijack ``"mnist"``;
+3. entry points in the groups ``readerkit.readers`` / ``readerkit.models``,
+   the first distribution by name winning when several declare one name.
+
+A name containing ``":"`` is a ``module:attribute`` spec (the attribute may be
+dotted: ``pkg.mod:Class.create``) and is imported directly. Plugins are
+imported by import string only when asked for, so importing this module
+imports none of them.
+
+A reader plugin is either a reader creator (any callable returning a reader:
+the train split, no test split) or a non-callable object, usually a module,
+with a callable ``train`` and an optional callable ``test``; built-in
+``"mnist"`` is the module ``readers.mnist``. A model plugin is a class or
+factory. A third-party package declares its plugins, nothing here changes::
+
+    [options.entry_points]
+    readerkit.readers =
+        squares = squares_plugin:make_reader
+    readerkit.models =
+        zero = squares_plugin:ZeroModel
+
+Every error is a ``PluginError``: ``PluginNotFound`` (a ``LookupError``),
+``PluginLoadError`` (an ``ImportError``) or ``PluginTypeError`` (a ``TypeError``).
+
+>>> find_reader("mnist").__module__, find_reader("mnist").__name__
+('readers.mnist', 'train')
+>>> list(find_reader("readers.sources:from_sequence")("ab")())
+['a', 'b']
+"""
+from __future__ import annotations
+
+import difflib
+import importlib
+import inspect
+from collections.abc import Callable, Iterator
+from importlib.metadata import EntryPoint, entry_points
+from typing import Any, NamedTuple
+
+__all__ = [
+    "BUILTINS", "PluginError", "PluginInfo", "PluginLoadError", "PluginNotFound", "PluginTypeError",
+    "find_model", "find_reader", "find_test_reader", "list_plugins", "reader_splits", "register_model",
+    "register_reader", "unregister",
+]
+
+#: Import strings (``module`` or ``module:attribute``) of the built-in plugins, by kind and name.
+BUILTINS: dict[str, dict[str, str]] = {
+    "readers": {"mnist": "readers.mnist"},
+    "models": {"mlp": "train.models:MLP", "softmax": "train.models:SoftmaxRegression"},
+}
+_SINGULAR = {"readers": "reader", "models": "model"}
+_registered: dict[str, dict[str, Any]] = {kind: {} for kind in BUILTINS}
+
+
+class PluginError(Exception):
+    """Any failure to find or load a plugin. The message says what to change."""
+
+
+class PluginNotFound(PluginError, LookupError):
+    """No plugin has this name. The message lists the known names and how to add one."""
+
+
+class PluginLoadError(PluginError, ImportError):
+    """A plugin's module did not import, its attribute is missing, or its entry point failed."""
+
+
+class PluginTypeError(PluginError, TypeError):
+    """A plugin was found but is not a callable (or, for readers, a module with ``train``)."""
+
+
+class PluginInfo(NamedTuple):
+    """One row of ``list_plugins``: name, source (where it comes from) and a one-line summary."""
+
+    name: str
+    source: str
+    summary: str
+
+
+def _check_kind(kind: str) -> None:
+    if kind not in BUILTINS:
+        raise ValueError(f"unknown plugin kind {kind!r}; use one of {', '.join(map(repr, BUILTINS))}")
+
+
+def _dist_name(ep: EntryPoint) -> str:
+    return ep.dist.name if ep.dist is not None else "unknown distribution"
+
+
+def _source_of(target: Any) -> str:
+    """Where a registration points: its import string, module name or ``module:qualname``."""
+    if isinstance(target, str) or inspect.ismodule(target):
+        return target if isinstance(target, str) else target.__name__
+    return f"{getattr(target, '__module__', '?')}:{getattr(target, '__qualname__', type(target).__qualname__)}"
+
+
+def _candidates(kind: str) -> Iterator[tuple[str, str, Any]]:
+    """Every (name, source, target) of ``kind`` in precedence order; entry points are scanned last, lazily."""
+    for name, target in list(_registered[kind].items()):
+        yield name, _source_of(target), target
+    for name, target in BUILTINS[kind].items():
+        yield name, "built-in", target
+    for ep in sorted(entry_points(group=f"readerkit.{kind}"), key=lambda ep: (_dist_name(ep), ep.name)):
+        yield ep.name, _dist_name(ep), ep
+
+
+def _import(spec: str) -> Any:
+    """The object an import string ``module`` or ``module:attr.path`` names."""
+    module_name, colon, attribute = spec.partition(":")
+    parts = attribute.split(".") if colon else []
+    if not module_name or not all(part.isidentifier() for part in parts):
+        raise PluginLoadError(f"{spec!r} is not a valid 'module:attribute' spec, e.g. 'mypackage.data:make_reader'")
+    try:
+        obj = importlib.import_module(module_name)
+    except Exception as exc:  # whatever the module raises, it is the plugin's fault, not ours
+        raise PluginLoadError(f"cannot import module {module_name!r} (from {spec!r}): {type(exc).__name__}: {exc}") from exc
+    for i, part in enumerate(parts):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            where = module_name if i == 0 else f"{module_name}:{'.'.join(parts[:i])}"
+            raise PluginLoadError(f"module {module_name!r} has no attribute {attribute!r} ({where} has no {part!r})") from None
+    return obj
+
+
+def _load(kind: str, name: str, source: str, target: Any) -> Any:
+    if isinstance(target, EntryPoint):
+        try:
+            return target.load()
+        except Exception as exc:
+            raise PluginLoadError(
+                f"{_SINGULAR[kind]} {name!r}: entry point '{target.name} = {target.value}' in group "
+                f"{target.group!r} of distribution {source!r} failed to load: {type(exc).__name__}: {exc}"
+            ) from exc
+    return _import(target) if isinstance(target, str) else target
+
+
+def _checked(kind: str, name: str, source: str, obj: Any) -> tuple[Callable[..., Any], Callable[..., Any] | None]:
+    """The (train or model, test) callables of a loaded plugin; PluginTypeError if it has none."""
+    if callable(obj):
+        return obj, None
+    if kind == "readers":
+        train, test = getattr(obj, "train", None), getattr(obj, "test", None)
+        if callable(train) and (test is None or callable(test)):
+            return train, test
+        what = "a reader creator (a callable returning a reader), or a module with a callable train and optional test"
+    else:
+        what = "a model class or factory"
+    raise PluginTypeError(f"{_SINGULAR[kind]} {name!r} ({source}) is not callable (got {type(obj).__name__}); point it at {what}")
+
+
+def _find(kind: str, name: str) -> tuple[Callable[..., Any], Callable[..., Any] | None]:
+    _check_kind(kind)
+    if ":" in name:
+        return _checked(kind, name, name, _import(name))
+    known = []
+    for candidate, source, target in _candidates(kind):
+        if candidate == name:
+            return _checked(kind, name, source, _load(kind, name, source, target))
+        known.append(candidate)
+    close = difflib.get_close_matches(name, known, n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    names = ", ".join(sorted(set(known))) or "none"
+    raise PluginNotFound(
+        f"unknown {_SINGULAR[kind]} {name!r}{hint}; known {kind}: {names}. To add one, declare an entry point in "
+        f"group 'readerkit.{kind}' in a package's metadata, or pass 'module:attribute' naming it in an importable module"
+    )
+
+
+def find_reader(name: str) -> Callable[..., Any]:
+    """The training-split reader creator called ``name``, or named by a ``module:attribute`` spec.
+
+    >>> find_reader("readers.sources:from_arrays").__name__
+    'from_arrays'
+    >>> find_reader("nmist")
+    Traceback (most recent call last):
+    ...
+    readers.registry.PluginNotFound: unknown reader 'nmist' (did you mean 'mnist'?); known readers: ...mnist...
+
+    See Also: find_test_reader, list_plugins
+    """
+    return _find("readers", name)[0]
+
+
+def find_test_reader(name: str) -> Callable[..., Any] | None:
+    """The test-split reader creator of plugin ``name``, or None when it has no test split.
+
+    >>> find_test_reader("mnist").__name__
+    'test'
+    >>> find_test_reader("readers.sources:from_arrays") is None
+    True
+    """
+    return _find("readers", name)[1]
+
+
+def _call_with(creator: Callable[..., Any], options: dict[str, Any]) -> Any:
+    try:
+        params = inspect.signature(creator).parameters.values()
+    except (TypeError, ValueError):  # no signature to read: give it everything
+        return creator(**options)
+    if not any(p.kind is p.VAR_KEYWORD for p in params):
+        named = {p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+        options = {key: value for key, value in options.items() if key in named}
+    return creator(**options)
+
+
+def reader_splits(name: str, **options: Any) -> tuple[Any, Any | None]:
+    """The (train reader, test reader or None) of plugin ``name``, its creators called with ``options``.
+
+    Each creator gets only the options its signature accepts, so ``data_dir``
+    reaches ``readers.mnist`` while a creator without that parameter still works.
+
+    >>> train, test = reader_splits("readers.sources:from_sequence", seq="ab", data_dir=None)
+    >>> list(train()), test
+    (['a', 'b'], None)
+    """
+    train, test = _find("readers", name)
+    return _call_with(train, options), None if test is None else _call_with(test, options)
+
+
+def find_model(name: str) -> Callable[..., Any]:
+    """The model class or factory called ``name``, or named by a ``module:attribute`` spec.
+
+    >>> find_model("mlp")
+    <class 'train.models.MLP'>
+    >>> find_model("math:pi")
+    Traceback (most recent call last):
+    ...
+    readers.registry.PluginTypeError: model 'math:pi' (math:pi) is not callable (got float); point it at a model class or factory
+    """
+    return _find("models", name)[0]
+
+
+def _summary(kind: str, name: str, source: str, target: Any) -> str:
+    try:
+        obj = _load(kind, name, source, target)
+        _checked(kind, name, source, obj)
+    except PluginError as exc:  # a broken plugin is shown, not fatal to the listing
+        return "error: " + " ".join(str(exc).split())
+    lines = (inspect.getdoc(obj) or "").strip().splitlines()
+    return lines[0] if lines else "(no docstring)"
+
+
+def list_plugins(kind: str) -> list[PluginInfo]:
+    """Every plugin of ``kind`` ("readers" or "models") sorted by name, winners before shadowed ones.
+
+    Each is imported to read the first line of its docstring; one that fails
+    shows its error as the summary instead.
+
+    >>> [p for p in list_plugins("readers") if p.source == "built-in"]
+    [PluginInfo(name='mnist', source='built-in', summary='MNIST (and anything in its format, such as Fashion-MNIST): indexed readers.')]
+    """
+    _check_kind(kind)
+    winners: dict[str, str] = {}
+    rows = []
+    for name, source, target in _candidates(kind):
+        summary = _summary(kind, name, source, target)
+        if name in winners:
+            summary = f"(shadowed by {winners[name]}) {summary}"
+        winners.setdefault(name, source)
+        rows.append(PluginInfo(name, source, summary))
+    return sorted(rows, key=lambda row: row.name)  # stable: keeps precedence order within a name
+
+
+def _register(kind: str, name: str, target: Any, replace: bool) -> None:
+    if not isinstance(name, str) or not name or ":" in name or name != name.strip():
+        raise ValueError(f"plugin name {name!r} must be a non-empty string without ':' or surrounding spaces")
+    if not isinstance(target, str):
+        _checked(kind, name, _source_of(target), target)
+    taken = "registered" if name in _registered[kind] else "built-in" if name in BUILTINS[kind] else None
+    if taken and not replace:
+        raise ValueError(f"{_SINGULAR[kind]} {name!r} is already {taken}; pass replace=True to override it")
+    _registered[kind][name] = target
+
+
+def register_reader(name: str, target: Any, *, replace: bool = False) -> None:
+    """Register a reader plugin: a reader creator, a module with ``train``/``test``, or an import string.
+
+    An import string is imported only when the plugin is used. Registrations
+    win over built-ins (with ``replace=True``) and entry points.
+
+    >>> def letters():
+    ...     '''The letters a to c.'''
+    ...     return lambda: iter("abc")
+    >>> register_reader("letters", letters)
+    >>> list(find_reader("letters")()())
+    ['a', 'b', 'c']
+    >>> unregister("readers", "letters")
+    """
+    _register("readers", name, target, replace)
+
+
+def register_model(name: str, target: Any, *, replace: bool = False) -> None:
+    """Register a model plugin: a class, a factory or an import string ``module:attribute``.
+
+    >>> register_model("ordered", "collections:OrderedDict")
+    >>> find_model("ordered")(a=1)["a"]
+    1
+    >>> unregister("models", "ordered")
+    """
+    _register("models", name, target, replace)
+
+
+def unregister(kind: str, name: str) -> None:
+    """Remove a registration, bringing back the built-in or entry point it shadowed, if any.
+
+    >>> unregister("readers", "mnist")
+    Traceback (most recent call last):
+    ...
+    readers.registry.PluginNotFound: no reader 'mnist' was registered with register_reader
+    """
+    _check_kind(kind)
+    if name not in _registered[kind]:
+        raise PluginNotFound(f"no {_SINGULAR[kind]} {name!r} was registered with register_{_SINGULAR[kind]}")
+    del _registered[kind][name]

@@ -1,0 +1,137 @@
+"""The command line: exit codes and exact output lines, on small generated data and on real MNIST."""
+import json
+import os
+import pathlib
+import re
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from cli import main
+from readers.idx import write_idx
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+SHARED = ROOT.parent / "shared" / "data"
+
+
+@pytest.fixture
+def tiny_mnist(tmp_path):
+    """A folder of MNIST-format files: 300 train and 60 test images whose label is their brightest row band."""
+    rng = np.random.default_rng(0)
+    for split, n in (("train", 300), ("t10k", 60)):
+        labels = rng.integers(0, 10, size=n).astype(np.uint8)
+        images = rng.integers(0, 40, size=(n, 28, 28)).astype(np.uint8)
+        for i, label in enumerate(labels):
+            images[i, label * 2:label * 2 + 3, :] = 255
+        write_idx(tmp_path / f"{split}-images-idx3-ubyte.gz", images, compress=True)
+        write_idx(tmp_path / f"{split}-labels-idx1-ubyte", labels)
+    return tmp_path
+
+
+def tiny_reader():
+    """A user's reader creator, named on the command line as tests.test_cli:tiny_reader."""
+    def reader():
+        rng = np.random.default_rng(1)
+        for _ in range(64):
+            x = rng.normal(size=4).astype(np.float32)
+            yield x, int(x[0] > 0)
+    return reader
+
+
+def run(*args):
+    return CliRunner().invoke(main, list(args))
+
+
+def test_cli_train_prints_one_line_per_pass_and_logs_json(tiny_mnist, tmp_path):
+    log = tmp_path / "log.jsonl"
+    result = run("train", "--reader", "mnist", "--data-dir", str(tiny_mnist), "--no-download",
+                 "--passes", "2", "--batch-size", "32", "--log-json", str(log))
+    assert result.exit_code == 0, result.output
+    lines = [line for line in result.stdout.splitlines() if line.startswith("pass ") and "loss" in line]
+    assert len(lines) == 2
+    pattern = r"pass \d: loss \d+\.\d{4}  train accuracy \d+\.\d\d%  test accuracy \d+\.\d\d%  [\d,]+ samples/s"
+    assert all(re.fullmatch(pattern, line) for line in lines), lines
+    records = [json.loads(line) for line in log.read_text().splitlines()]
+    assert [r["pass"] for r in records] == [0, 1]
+    assert set(records[0]) == {"pass", "train_loss", "train_accuracy", "test_accuracy", "samples_per_s", "seconds"}
+    assert records[-1]["test_accuracy"] > 0.8
+
+
+def test_cli_train_checkpoints_and_resumes(tiny_mnist, tmp_path):
+    args = ["train", "--data-dir", str(tiny_mnist), "--no-download", "--batch-size", "32",
+            "--checkpoint-dir", str(tmp_path / "ckpt"), "--checkpoint-every", "3"]
+    assert run(*args, "--passes", "1").exit_code == 0
+    assert (tmp_path / "ckpt" / "checkpoint.npz").is_file()
+    resumed = run(*args, "--passes", "2", "--resume")
+    assert resumed.exit_code == 0, resumed.output
+    assert [line[:6] for line in resumed.stdout.splitlines() if "loss" in line] == ["pass 1"]
+
+
+def test_cli_train_with_a_users_reader_creator():
+    result = run("train", "--reader", "tests.test_cli:tiny_reader", "--passes", "1", "--batch-size", "16")
+    assert result.exit_code == 0, result.output
+    assert re.search(r"pass 0: loss .* test accuracy n/a", result.stdout)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["train", "--reader", "nosuch"], "Error: unknown reader 'nosuch'; known readers: mnist."),
+    (["train", "--reader", "nosuch_module:make"], "Error: "),
+    (["train", "--model", "nosuch"], "Error: unknown model 'nosuch'"),
+    (["train", "--data-dir", "/nonexistent-readerkit", "--no-download"],
+     "Error: mnist files train-images-idx3-ubyte.gz, train-labels-idx1-ubyte.gz not found; looked in: /nonexistent-readerkit"),
+])
+def test_cli_errors_are_one_line_without_traceback(args, message, tiny_mnist):
+    if "--model" in args:
+        args = args + ["--data-dir", str(tiny_mnist), "--no-download"]
+    result = run(*args)
+    assert result.exit_code == 1
+    assert result.output.startswith(message)
+    assert len(result.output.strip().splitlines()) == 1 and "Traceback" not in result.output
+
+
+@pytest.mark.parametrize("args, message", [
+    (["train", "--batch-size", "0"], "Invalid value for '--batch-size': 0 is not in the range x>=1."),
+    (["train", "--resume"], "--resume needs --checkpoint-dir"),
+    (["train", "--lr-decay", "2"], "Invalid value for '--lr-decay'"),
+])
+def test_cli_bad_options_are_usage_errors(args, message):
+    result = run(*args)
+    assert result.exit_code == 2 and message in result.output
+
+
+def test_cli_readers_lists_readers_and_models():
+    lines = run("readers").stdout.splitlines()
+    assert lines[0] == "readers:" and lines[0] in lines and "models:" in lines
+    names = [line.split()[0] for line in lines if line.startswith("  ")]
+    assert {"mnist", "mlp", "softmax"} <= set(names)
+
+
+def test_cli_inspect_shows_columns_length_and_entries(tiny_mnist):
+    result = run("inspect", "--reader", "mnist", "--data-dir", str(tiny_mnist), "--no-download", "--count", "2")
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert "length: 300 (test split: 60)" in lines
+    assert "column 0: float32[784]" in lines and "column 1: int (int64)" in lines
+    assert [line.split(":")[0] for line in lines if line.startswith("entry")] == ["entry 0", "entry 1"]
+
+
+def test_cli_help_explains_every_train_option():
+    text = run("train", "--help").output
+    for option in ("--reader", "--model", "--batch-size", "--passes", "--lr", "--seed", "--data-dir",
+                   "--checkpoint-dir", "--resume", "--log-json"):
+        assert option in text
+
+
+@pytest.mark.skipif(not (SHARED / "mnist").is_dir(), reason="the real MNIST files (../shared/data/mnist) are absent")
+def test_main_job_reaches_the_target_accuracy_on_real_mnist(tmp_path):
+    """The README's main command, as a user runs it, on the real files."""
+    log = tmp_path / "log.jsonl"
+    env = {**os.environ, "READERKIT_DATA": str(SHARED)}
+    proc = subprocess.run([sys.executable, "cli.py", "train", "--reader", "mnist", "--no-download", "--log-json", str(log)],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    records = [json.loads(line) for line in log.read_text().splitlines()]
+    assert len(records) == 5 and records[-1]["test_accuracy"] >= 0.978, records

@@ -1,0 +1,150 @@
+"""train(): events, mapping, metrics, checkpoints, and exactly-once resume after SIGKILL."""
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import readers
+from train.checkpoint import load_checkpoint
+from train.driver import train
+from train.events import BeginIteration, BeginPass, EndIteration, EndPass, TestResult
+from train.models import SoftmaxRegression
+
+from tests.train.recording import MAPPING, N, RecordingModel, dataset
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+def separable(n=256, seed=0):
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(n, 4)).astype(np.float32)
+    return x, (x[:, 0] + x[:, 1] > 0).astype(np.int64)
+
+
+def test_train_emits_events_in_order():
+    x, y = separable(40)
+    events = []
+    train(readers.from_arrays(x, y), ["image", "label"], 16, 2, model=SoftmaxRegression(4, 2),
+          event_handler=events.append, test_provider=readers.from_arrays(x, y))
+    kinds = [type(e).__name__ for e in events]
+    one_pass = ["BeginPass"] + ["BeginIteration", "EndIteration"] * 3 + ["EndPass", "TestResult"]
+    assert kinds == one_pass * 2
+    assert [e.batch_id for e in events if isinstance(e, EndIteration)] == [0, 1, 2] * 2
+    assert events[0] == BeginPass(0, 3)
+    assert isinstance(events[1], BeginIteration) and isinstance(events[-2], EndPass) and isinstance(events[-1], TestResult)
+    assert events[-2].metrics["samples"] == 40
+
+
+def test_train_learns_and_reports_history():
+    x, y = separable()
+    history = train(readers.shuffle(readers.from_arrays(x, y), seed=0), ["image", "label"], 32, 10,
+                    model=SoftmaxRegression(4, 2, lr=0.05), test_provider=readers.from_arrays(x, y))
+    assert [h["pass"] for h in history] == list(range(10))
+    assert history[-1]["train_accuracy"] > 0.9 and history[-1]["test_accuracy"] > 0.9
+    assert history[-1]["train_loss"] < history[0]["train_loss"]
+
+
+def test_train_accepts_a_dict_mapping_with_reordered_columns():
+    x, y = separable(64)
+    history = train(readers.from_arrays(y, x), {"image": 1, "label": 0}, 16, 1, model=SoftmaxRegression(4, 2))
+    assert history[0]["train_accuracy"] >= 0
+
+
+@pytest.mark.parametrize("mapping, match", [({"image": 0, "label": 5}, "entries have 2 columns"), ("image", "mapping must be")])
+def test_train_bad_mapping_names_the_problem(mapping, match):
+    x, y = separable(8)
+    with pytest.raises((ValueError, TypeError), match=match):
+        train(readers.from_arrays(x, y), mapping, 4, 1, model=SoftmaxRegression(4, 2))
+
+
+@pytest.mark.parametrize("kwargs, match", [({"batch_size": 0}, "batch_size must be"), ({"passes": -1}, "passes must be"),
+                                           ({"resume": True}, "resume=True needs checkpoint_dir")])
+def test_train_bad_options_raise(kwargs, match):
+    x, y = separable(8)
+    args = {"batch_size": 4, "passes": 1, **kwargs}
+    with pytest.raises(ValueError, match=match):
+        train(readers.from_arrays(x, y), ["image", "label"], args.pop("batch_size"), args.pop("passes"),
+              model=SoftmaxRegression(4, 2), **args)
+
+
+def test_train_same_seed_same_weights():
+    def run():
+        model = RecordingModel(seed=1)
+        train(dataset(), MAPPING, 16, 2, model=model)
+        return model.state_dict()
+
+    a, b = run(), run()
+    assert all(np.array_equal(a[k], b[k]) for k in a)
+
+
+def test_train_passes_have_different_orders_and_cover_every_sample():
+    model = RecordingModel()
+    train(dataset(), MAPPING, 16, 2, model=model)
+    first, second = model.seen[:N], model.seen[N:]
+    assert sorted(first.tolist()) == sorted(second.tolist()) == list(range(N))
+    assert not np.array_equal(first, second)
+
+
+def test_checkpoint_after_every_pass_and_every_n_steps(tmp_path):
+    saved = []
+
+    def handler(event):
+        if isinstance(event, EndIteration):
+            found = load_checkpoint(str(tmp_path))
+            saved.append(None if found is None else found[1]["cursor"])
+
+    train(dataset(), MAPPING, 16, 1, model=RecordingModel(), event_handler=handler,
+          checkpoint_dir=str(tmp_path), checkpoint_every=5)
+    # the checkpoint of step k is written after EndIteration(k) is handled
+    assert saved[5] == 80 and saved[10] == 160 and saved[4] is None
+    state, meta = load_checkpoint(str(tmp_path))
+    assert meta["pass"] == 1 and meta["cursor"] == 0 and len(state["seen_ids"]) == N
+    assert not [p for p in os.listdir(tmp_path) if p.endswith(".part")]
+
+
+def test_resume_with_another_batch_size_is_refused(tmp_path):
+    train(dataset(), MAPPING, 16, 1, model=RecordingModel(), checkpoint_dir=str(tmp_path))
+    with pytest.raises(ValueError, match="made with batch_size 16, not 8"):
+        train(dataset(), MAPPING, 8, 2, model=RecordingModel(), checkpoint_dir=str(tmp_path), resume=True)
+
+
+KILLED_RUN = """
+import os, signal, sys
+from train.driver import train
+from train.events import BeginIteration
+from tests.train.recording import MAPPING, RecordingModel, dataset
+
+def handler(event):
+    if isinstance(event, BeginIteration) and (event.pass_id, event.batch_id) == ({kill_pass}, {kill_batch}):
+        os.kill(os.getpid(), signal.SIGKILL)
+
+train(dataset(), MAPPING, 16, 3, model=RecordingModel(), event_handler=handler,
+      checkpoint_dir=sys.argv[1], checkpoint_every=4)
+"""
+
+
+@pytest.mark.parametrize("kill_pass, kill_batch", [(1, 7), (0, 2), (2, 12)])
+def test_sigkill_mid_pass_then_resume_is_exactly_once_with_same_weights(tmp_path, kill_pass, kill_batch):
+    reference = RecordingModel()
+    train(dataset(), MAPPING, 16, 3, model=reference)
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    code = KILLED_RUN.format(kill_pass=kill_pass, kill_batch=kill_batch)
+    proc = subprocess.run([sys.executable, "-c", code, str(tmp_path)], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    found = load_checkpoint(str(tmp_path))
+    if kill_batch >= 4 or kill_pass > 0:
+        assert found is not None and (found[1]["pass"], found[1]["cursor"]) < (kill_pass, kill_batch * 16 + 1)
+
+    resumed = RecordingModel()
+    train(dataset(), MAPPING, 16, 3, model=resumed, checkpoint_dir=str(tmp_path), resume=True)
+    for k in range(3):  # every pass: each sample exactly once, in the same order as the uninterrupted run
+        assert sorted(resumed.seen[k * N:(k + 1) * N].tolist()) == list(range(N))
+    assert np.array_equal(resumed.seen, reference.seen)
+    ref_state, got_state = reference.state_dict(), resumed.state_dict()
+    assert all(np.array_equal(ref_state[k], got_state[k]) for k in ref_state)

@@ -1,0 +1,281 @@
+"""train(): passes over a provider, minibatches through a mapping, steps of a model, events.
+
+The position in the data is the pass and the number of entries consumed in
+it. A checkpoint saves it with the model after every pass and every N steps;
+resuming restores both and skips the consumed entries (for an indexed
+pipeline by index arithmetic, for a stream by reading past them), so every
+training entry of the interrupted pass is trained on exactly once.
+"""
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+import batching
+import readers
+from batching.collate import Padded
+from readers.base import as_indexed, check_reader, describe
+from train.checkpoint import load_checkpoint, save_checkpoint
+from train.events import BeginIteration, BeginPass, EndIteration, EndPass, TestResult
+
+__all__ = ["columns_of", "evaluate", "feeds", "train"]
+
+EventHandler = Callable[[Any], None]
+
+
+def columns_of(mapping: Mapping[str, Any] | Sequence[str]) -> dict[str, Any]:
+    """A mapping as ``{input name: column}``; a list of names maps column i to name i.
+
+    >>> columns_of(["image", "label"])
+    {'image': 0, 'label': 1}
+    >>> columns_of({"label": 1, "image": 0, "again": 0})
+    {'label': 1, 'image': 0, 'again': 0}
+    >>> columns_of("image")
+    Traceback (most recent call last):
+    ...
+    TypeError: mapping must be a dict {name: column} or a list of names, got str 'image'
+    """
+    if isinstance(mapping, Mapping):
+        out = dict(mapping)
+    elif isinstance(mapping, Sequence) and not isinstance(mapping, (str, bytes)):
+        out = {name: i for i, name in enumerate(mapping)}
+        if len(out) != len(mapping):
+            raise ValueError(f"mapping lists a name twice: {list(mapping)!r}; give each input one column")
+    else:
+        raise TypeError(f"mapping must be a dict {{name: column}} or a list of names, got {type(mapping).__name__} {mapping!r}")
+    for name in out:
+        if not isinstance(name, str):
+            raise TypeError(f"mapping: input names must be str, got {name!r}")
+    return out
+
+
+def _pick(columns: Any, column: Any, name: str) -> Any:
+    if isinstance(columns, tuple):
+        if isinstance(column, bool) or not isinstance(column, int) or not -len(columns) <= column < len(columns):
+            raise ValueError(
+                f"mapping sends column {column!r} to input {name!r}, but entries have {len(columns)} "
+                f"columns (0..{len(columns) - 1}); fix the mapping"
+            )
+        return columns[column]
+    if isinstance(columns, dict):
+        if column not in columns:
+            raise ValueError(f"mapping sends column {column!r} to input {name!r}, but entries have keys {sorted(columns)}; fix the mapping")
+        return columns[column]
+    if column != 0:
+        raise ValueError(f"mapping sends column {column!r} to input {name!r}, but entries are single values (column 0 only)")
+    return columns
+
+
+def feeds(batches: Iterator, mapping: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """Collated minibatches as ``{input name: array}`` dicts, through ``mapping``.
+
+    A padded column feeds ``name`` (the data), ``name_lengths`` and ``name_mask``.
+
+    >>> batch = (np.zeros((2, 3)), np.array([1, 0]))
+    >>> feed = next(feeds(iter([batch]), {"image": 0, "label": 1}))
+    >>> sorted(feed), feed["label"].tolist()
+    (['image', 'label'], [1, 0])
+    """
+    for columns in batches:
+        feed: dict[str, Any] = {}
+        for name, column in mapping.items():
+            value = _pick(columns, column, name)
+            if isinstance(value, Padded):
+                feed[name], feed[f"{name}_lengths"], feed[f"{name}_mask"] = value.data, value.lengths, value.mask
+            else:
+                feed[name] = value
+        yield feed
+
+
+def _entries_in(feed: dict[str, Any]) -> int:
+    return len(next(iter(feed.values())))
+
+
+class _Totals:
+    """Weighted sums of a pass's metrics, small enough to live in a checkpoint."""
+
+    def __init__(self, saved: dict[str, float] | None = None):
+        self.sums = dict(saved or {"loss": 0.0, "accuracy": 0.0, "weight": 0.0, "samples": 0, "batches": 0, "seconds": 0.0})
+
+    def add(self, metrics: dict[str, Any], entries: int) -> None:
+        weight = float(metrics.get("weight", entries))
+        self.sums["loss"] += float(metrics.get("loss", math.nan)) * weight
+        self.sums["accuracy"] += float(metrics.get("accuracy", math.nan)) * weight
+        self.sums["weight"] += weight
+        self.sums["samples"] += int(metrics.get("count", entries))
+        self.sums["batches"] += 1
+
+    def summary(self) -> dict[str, float]:
+        w = self.sums["weight"] or math.nan
+        seconds = self.sums["seconds"]
+        return {
+            "loss": self.sums["loss"] / w,
+            "accuracy": self.sums["accuracy"] / w,
+            "samples": self.sums["samples"],
+            "seconds": seconds,
+            "samples_per_s": self.sums["samples"] / seconds if seconds > 0 else math.nan,
+        }
+
+
+def _minibatches(reader: Any, batch_size: int, drop_last: bool, pad_value: Any) -> Any:
+    return batching.collated(batching.batch(reader, batch_size, drop_last), pad_value=pad_value)
+
+
+def evaluate(model: Any, provider: Any, mapping: Mapping[str, Any] | Sequence[str], batch_size: int = 1024,
+             *, pad_value: Any = 0) -> dict[str, float]:
+    """Run ``model.evaluate`` over every minibatch of ``provider``; weighted pass metrics.
+
+    >>> import readers
+    >>> from train.models import SoftmaxRegression
+    >>> x, y = np.zeros((10, 3), np.float32), np.zeros(10, np.int64)
+    >>> metrics = evaluate(SoftmaxRegression(3, 2), readers.from_arrays(x, y), ["image", "label"], 4)
+    >>> metrics["samples"], round(metrics["accuracy"], 2)
+    (10, 1.0)
+    """
+    totals = _Totals()
+    start = time.perf_counter()
+    for feed in feeds(iter(_minibatches(provider, batch_size, False, pad_value)()), columns_of(mapping)):
+        totals.add(model.evaluate(feed), _entries_in(feed))
+    totals.sums["seconds"] = time.perf_counter() - start
+    return totals.summary()
+
+
+def _resolve_model(model: Any, seed: int) -> Any:
+    if isinstance(model, str):
+        from readers.registry import find_model
+
+        return find_model(model)(seed=seed)
+    for method in ("step", "evaluate"):
+        if not callable(getattr(model, method, None)):
+            raise TypeError(f"model {type(model).__name__} has no {method}(batch) method; a model needs step, evaluate, state_dict and load_state_dict")
+    return model
+
+
+def _length(reader: Any) -> int | None:
+    """Entries in a pass when the reader knows (indexed, or a global shuffle of one), else None."""
+    indexed = as_indexed(reader)
+    if indexed is not None:
+        return len(indexed)
+    try:
+        return len(reader)
+    except TypeError:
+        return None
+
+
+def _positive(value: Any, name: str, allow_zero: bool = False) -> int:
+    low = 0 if allow_zero else 1
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
+        raise ValueError(f"train: {name} must be an int >= {low}, got {value!r}")
+    return int(value)
+
+
+def train(
+    provider: Any,
+    mapping: Mapping[str, Any] | Sequence[str],
+    batch_size: int,
+    passes: int,
+    *,
+    model: Any,
+    event_handler: EventHandler | None = None,
+    test_provider: Any = None,
+    seed: int = 0,
+    checkpoint_dir: str | None = None,
+    resume: bool = False,
+    checkpoint_every: int | None = None,
+    drop_last: bool = False,
+    test_batch_size: int = 1024,
+    pad_value: Any = 0,
+) -> list[dict[str, Any]]:
+    """Train ``model`` for ``passes`` passes over ``provider``; return one record per pass.
+
+    ``provider()`` is called once per pass (readerkit readers are told the pass
+    number, so a seeded shuffle gives pass k the same order on every run). Each
+    minibatch of ``batch_size`` entries is collated and fed to ``model.step``
+    as ``{name: array}`` through ``mapping``. ``model`` is an object with
+    step/evaluate/state_dict/load_state_dict, or a registered name ("mlp")
+    built with ``seed``. With ``checkpoint_dir`` the model and the position are
+    saved after every pass and every ``checkpoint_every`` steps; ``resume``
+    continues from the last checkpoint there.
+
+    >>> import readers
+    >>> from train.models import SoftmaxRegression
+    >>> rng = np.random.default_rng(0)
+    >>> x = rng.normal(size=(512, 4)).astype(np.float32)
+    >>> y = (x[:, 0] > 0).astype(np.int64)
+    >>> data = readers.shuffle(readers.from_arrays(x, y), seed=0)
+    >>> history = train(data, ["image", "label"], 32, 3, model=SoftmaxRegression(4, 2, lr=0.05))
+    >>> [sorted(history[-1])[:3], history[-1]["train_accuracy"] > 0.9]
+    [['pass', 'samples_per_s', 'seconds'], True]
+    """
+    check_reader(provider)
+    columns = columns_of(mapping)
+    batch_size = _positive(batch_size, "batch_size")
+    passes = _positive(passes, "passes", allow_zero=True)
+    if checkpoint_every is not None:
+        checkpoint_every = _positive(checkpoint_every, "checkpoint_every")
+    if resume and checkpoint_dir is None:
+        raise ValueError("train: resume=True needs checkpoint_dir, the folder to resume from")
+    model = _resolve_model(model, seed)
+    emit = event_handler or (lambda event: None)
+
+    first_pass, cursor, saved_totals, history = 0, 0, None, []
+    if resume and (found := load_checkpoint(checkpoint_dir)) is not None:
+        state, meta = found
+        if meta.get("batch_size") != batch_size:
+            raise ValueError(
+                f"train: the checkpoint in {checkpoint_dir} was made with batch_size {meta.get('batch_size')}, "
+                f"not {batch_size}; resume with the same batch size"
+            )
+        model.load_state_dict(state)
+        first_pass, cursor = meta["pass"], meta["cursor"]
+        saved_totals, history = meta["totals"], meta["history"]
+
+    def checkpoint(pass_id: int, cursor: int, totals: dict[str, float] | None) -> None:
+        if checkpoint_dir is not None:
+            meta = {"pass": pass_id, "cursor": cursor, "totals": totals, "history": history,
+                    "batch_size": batch_size, "seed": seed, "provider": describe(provider)}
+            save_checkpoint(checkpoint_dir, model.state_dict(), meta)
+
+    for pass_id in range(first_pass, passes):
+        reader = readers.skip(provider, cursor) if cursor else provider
+        minibatches = _minibatches(reader, batch_size, drop_last, pad_value)
+        minibatches.set_pass(pass_id)  # the outermost stage's pass reaches every stage below
+        total = None
+        if (length := _length(provider)) is not None:
+            left = length - cursor
+            total = left // batch_size if drop_last else -(-left // batch_size)
+        totals = _Totals(saved_totals)
+        saved_totals = None
+        emit(BeginPass(pass_id, total))
+        tick = time.perf_counter()
+        for feed in feeds(iter(minibatches()), columns):
+            batch_id = totals.sums["batches"]
+            emit(BeginIteration(pass_id, batch_id))
+            metrics = model.step(feed)
+            entries = _entries_in(feed)
+            totals.add(metrics, entries)
+            cursor += entries
+            emit(EndIteration(pass_id, batch_id, metrics))
+            if checkpoint_every and (batch_id + 1) % checkpoint_every == 0:
+                now = time.perf_counter()
+                totals.sums["seconds"] += now - tick
+                tick = now
+                checkpoint(pass_id, cursor, totals.sums)
+        totals.sums["seconds"] += time.perf_counter() - tick
+        summary = totals.summary()
+        emit(EndPass(pass_id, summary))
+        record = {"pass": pass_id, "train_loss": summary["loss"], "train_accuracy": summary["accuracy"],
+                  "test_loss": None, "test_accuracy": None, "samples_per_s": summary["samples_per_s"],
+                  "seconds": summary["seconds"]}
+        if test_provider is not None:
+            tested = evaluate(model, test_provider, columns, test_batch_size, pad_value=pad_value)
+            emit(TestResult(pass_id, tested))
+            record["test_loss"], record["test_accuracy"] = tested["loss"], tested["accuracy"]
+        history.append(record)
+        cursor = 0
+        checkpoint(pass_id + 1, 0, None)
+    return history
