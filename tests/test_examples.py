@@ -1,0 +1,58 @@
+"""Every script in examples/ runs as a user would run it, and prints what it promises."""
+import os
+import pathlib
+import re
+import subprocess
+import sys
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+MNIST = pathlib.Path(__file__).resolve().parents[2] / "shared" / "data" / "mnist"
+
+
+def run_example(name, *args, status=0):
+    """Run examples/<name> as a script from the repository root; its output once it exits with ``status``."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    result = subprocess.run([sys.executable, str(ROOT / "examples" / name), *map(str, args)], cwd=ROOT, env=env,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == status, result.stdout + result.stderr
+    return result
+
+
+def final_accuracy(output):
+    found = re.findall(r"^final test accuracy: (\d+\.\d+)%$", output, flags=re.M)
+    assert len(found) == 1, output
+    return float(found[0]) / 100
+
+
+def test_custom_reader_trains_on_its_generated_csv():
+    output = run_example("custom_reader.py").stdout
+    assert "blobs.csv: 1600 training rows, 6 features, 3 classes" in output
+    assert len(re.findall(r"^pass \d: test loss \d\.\d{3}  test accuracy \d+\.\d%$", output, flags=re.M)) == 5, output
+    assert final_accuracy(output) > 0.8
+
+
+def test_custom_reader_reads_a_csv_given_on_the_command_line(tmp_path):
+    # the label is the sign of the first column: any working training run gets it right
+    rows = ["a,b,label"] + [f"{(i % 7 - 3) / 3:.3f},{i % 2},{int(i % 7 > 3)}" for i in range(500)]
+    (tmp_path / "mine.csv").write_text("\n".join(rows) + "\n")
+    output = run_example("custom_reader.py", tmp_path / "mine.csv").stdout
+    assert "mine.csv: 400 training rows, 2 features, 2 classes" in output
+    assert final_accuracy(output) > 0.9
+
+
+def test_custom_reader_exits_non_zero_on_a_bad_file(tmp_path):
+    (tmp_path / "bad.csv").write_text("a,label\nnot-a-number,0\n")
+    result = run_example("custom_reader.py", tmp_path / "bad.csv", status=1)
+    assert result.stderr == "custom_reader: could not convert string to float: 'not-a-number'\n"
+
+
+@pytest.mark.skipif(not MNIST.is_dir(), reason=f"the MNIST files are not in {MNIST}")
+def test_notebook_pipeline_shows_the_pipeline_and_trains_on_mnist():
+    output = run_example("notebook_pipeline.py", MNIST).stdout
+    assert "shuffle(buf_size=None (global), seed=0)\n└─ firstn(n=30000)\n   └─ mnist('train'" in output
+    assert len(re.findall(r"^image \(784,\) float32 in \[0\.0, 1\.0\]  label \d$", output, flags=re.M)) == 3, output
+    assert "images (128, 784) float32, labels (128,) int64: " in output
+    assert len(re.findall(r"^pass \d: train loss .* test accuracy \d+\.\d\d%", output, flags=re.M)) == 2, output
+    assert final_accuracy(output) > 0.9
