@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import functools
 import json
+import math
+import os
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -89,13 +91,18 @@ class _Progress:
         from train.events import BeginPass, EndIteration, EndPass, TestResult
 
         if isinstance(event, BeginPass):
-            self.bar = click.progressbar(length=event.batches or 0, label=f"pass {event.pass_id}",
-                                         show_eta=False, file=sys.stderr)
-            self.bar.__enter__()
+            if sys.stderr.isatty():  # elsewhere a bar is only a stray label line in the log
+                self.bar = click.progressbar(length=event.batches or 0, label=f"pass {event.pass_id}",
+                                             show_eta=False, file=sys.stderr)
+                self.bar.__enter__()
+                self.bar.update(event.first_batch)
         elif isinstance(event, EndIteration):
-            self.bar.update(1)
+            if self.bar is not None:
+                self.bar.update(1)
         elif isinstance(event, EndPass):
-            self.bar.__exit__(None, None, None)
+            if self.bar is not None:
+                self.bar.__exit__(None, None, None)
+                self.bar = None
             m = event.metrics
             self.pending = {"pass": event.pass_id, "train_loss": m["loss"], "train_accuracy": m["accuracy"],
                             "test_accuracy": None, "samples_per_s": m["samples_per_s"], "seconds": m["seconds"]}
@@ -107,11 +114,12 @@ class _Progress:
         p = self.pending
         if not p:
             return
-        test = "n/a" if p["test_accuracy"] is None else f"{100 * p['test_accuracy']:.2f}%"
+        test = "n/a" if p["test_accuracy"] is None or math.isnan(p["test_accuracy"]) else f"{100 * p['test_accuracy']:.2f}%"
         click.echo(f"pass {p['pass']}: loss {p['train_loss']:.4f}  train accuracy {100 * p['train_accuracy']:.2f}%  "
                    f"test accuracy {test}  {p['samples_per_s']:,.0f} samples/s")
-        if self.log_json is not None:
-            self.log_json.write(json.dumps(p) + "\n")
+        if self.log_json is not None:  # NaN is not JSON: an undefined figure is null
+            clean = {k: None if isinstance(v, float) and math.isnan(v) else v for k, v in p.items()}
+            self.log_json.write(json.dumps(clean) + "\n")
             self.log_json.flush()
         self.pending = {}
 
@@ -123,7 +131,10 @@ def main() -> None:
 
 @main.command()
 @_reader_options
-@click.option("--model", "model_name", default="mlp", show_default=True, help="A registered model (mlp, softmax) or module:attribute.")
+@click.option("--model", "model_name", default="mlp", show_default=True,
+              help="A registered model (mlp, softmax) or module:attribute of a factory called as "
+                   "factory(n_inputs, n_classes=..., lr=..., seed=...).")
+@click.option("--classes", default=10, show_default=True, type=click.IntRange(min=2), help="Number of label classes (labels 0..classes-1).")
 @click.option("--batch-size", default=128, show_default=True, type=click.IntRange(min=1), help="Entries per minibatch.")
 @click.option("--passes", default=5, show_default=True, type=click.IntRange(min=1), help="Passes over the training data.")
 @click.option("--lr", default=3e-3, show_default=True, type=click.FloatRange(min=0, min_open=True), help="Adam learning rate of the first pass.")
@@ -132,26 +143,42 @@ def main() -> None:
 @click.option("--seed", default=0, show_default=True, type=click.IntRange(min=0), help="Seeds the shuffle and the model's initialisation.")
 @click.option("--checkpoint-dir", type=click.Path(file_okay=False), default=None, help="Save the model and data position here after every pass and every --checkpoint-every steps.")
 @click.option("--checkpoint-every", default=200, show_default=True, type=click.IntRange(min=1), help="Steps between checkpoints within a pass.")
-@click.option("--resume", is_flag=True, help="Continue from the last checkpoint in --checkpoint-dir.")
-@click.option("--log-json", type=click.File("w"), default=None, help="Write one JSON object per pass to this file.")
+@click.option("--resume", is_flag=True, help="Continue from the last checkpoint in --checkpoint-dir (same settings required).")
+@click.option("--log-json", type=click.Path(dir_okay=False), default=None,
+              help="Write one JSON object per pass to this file (appended to with --resume).")
 @_fail_cleanly
-def train(reader_name: str, data_dir: str | None, download: bool, model_name: str, batch_size: int, passes: int, lr: float,
-          lr_decay: float, seed: int, checkpoint_dir: str | None, checkpoint_every: int, resume: bool, log_json: Any) -> None:
+def train(reader_name: str, data_dir: str | None, download: bool, model_name: str, classes: int, batch_size: int,
+          passes: int, lr: float, lr_decay: float, seed: int, checkpoint_dir: str | None, checkpoint_every: int,
+          resume: bool, log_json: str | None) -> None:
     """Train a model on a reader, with a progress bar and test accuracy per pass."""
     import readers
     from readers.registry import find_model
+    from train.checkpoint import load_checkpoint
     from train.driver import train as run
 
     if resume and checkpoint_dir is None:
         raise click.UsageError("--resume needs --checkpoint-dir, the folder to resume from")
+    factory = find_model(model_name)  # a typo is reported before any data is read or fetched
     train_reader, test_reader = _splits(reader_name, data_dir, download)
-    image, _ = _first_entry(train_reader)
-    model = find_model(model_name)(int(np.size(image)), lr=lr, seed=seed)
+    image = _check_entry(reader_name, train_reader)
+    if test_reader is not None:
+        _check_entry(f"{reader_name} (test split)", test_reader)  # a missing test file fails now, not after a pass
+    model = factory(int(np.size(image)), n_classes=classes, lr=lr, seed=seed)
     try:
         provider = readers.shuffle(train_reader, seed=seed)
     except ValueError:  # a stream: shuffle in a buffer
         provider = readers.shuffle(train_reader, 10000, seed=seed)
-    handler = _Progress(log_json)
+    if checkpoint_dir is not None:
+        os.makedirs(checkpoint_dir, exist_ok=True)  # an unusable folder fails now, not at the first checkpoint
+        if resume:
+            found = load_checkpoint(checkpoint_dir)
+            if found is None:
+                click.echo(f"no checkpoint in {checkpoint_dir}: starting from pass 0", err=True)
+            elif found[1].get("pass", 0) >= passes:
+                click.echo(f"the checkpoint in {checkpoint_dir} already covers {found[1]['pass']} passes; "
+                           f"nothing to train for --passes {passes}", err=True)
+    log = open(log_json, "a" if resume else "w", encoding="utf-8") if log_json else None
+    handler = _Progress(log)
 
     def on_event(event: Any) -> None:
         if type(event).__name__ == "BeginPass" and hasattr(model, "lr"):
@@ -160,9 +187,26 @@ def train(reader_name: str, data_dir: str | None, download: bool, model_name: st
         if type(event).__name__ == "TestResult" or (test_reader is None and type(event).__name__ == "EndPass"):
             handler.flush()
 
-    run(provider, ["image", "label"], batch_size, passes, model=model, event_handler=on_event,
-        test_provider=test_reader, seed=seed, checkpoint_dir=checkpoint_dir, resume=resume,
-        checkpoint_every=checkpoint_every if checkpoint_dir else None)
+    try:
+        run(provider, ["image", "label"], batch_size, passes, model=model, event_handler=on_event,
+            test_provider=test_reader, seed=seed, checkpoint_dir=checkpoint_dir, resume=resume,
+            checkpoint_every=checkpoint_every if checkpoint_dir else None,
+            config={"model": model_name, "classes": classes, "lr": lr, "lr_decay": lr_decay})
+    finally:
+        if log is not None:
+            log.close()
+
+
+def _check_entry(name: str, reader: Any) -> Any:
+    """The image of ``reader``'s first entry, after checking entries are (image, label)."""
+    from readers.base import check_reader
+
+    check_reader(reader, f"reader creator {name!r} returned something that")
+    entry = _first_entry(reader)
+    if not (isinstance(entry, tuple) and len(entry) == 2):
+        shown = f"a tuple of {len(entry)} columns" if isinstance(entry, tuple) else f"a single {type(entry).__name__}"
+        raise click.ClickException(f"reader {name!r} gives entries that are {shown}; train needs (image, label) entries")
+    return entry[0]
 
 
 @main.command("readers")

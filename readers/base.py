@@ -63,17 +63,23 @@ class Plan:
 
 
 def describe(reader: Any) -> str:
-    """A one-line name for any reader, for error messages.
+    """A one-line name for any reader, for error messages and reprs; no memory addresses.
 
     >>> def numbers():
     ...     yield 1
     >>> describe(numbers)
     'numbers'
+    >>> import functools
+    >>> describe(functools.partial(numbers))
+    'partial(numbers)'
     """
     if isinstance(reader, Stage):
         return reader._title()
+    if isinstance(reader, functools.partial):
+        args = [describe(reader.func), *map(repr, reader.args), *(f"{k}={v!r}" for k, v in reader.keywords.items())]
+        return f"partial({', '.join(args)})"
     name = getattr(reader, "__qualname__", None) or getattr(reader, "__name__", None)
-    return name or repr(reader)
+    return name or type(reader).__name__
 
 
 def check_reader(reader: Any, role: str = "reader") -> Any:
@@ -246,6 +252,9 @@ class Stage:
 
     def _plan(self, pass_id: int) -> Plan:
         raise NotImplementedError(f"{type(self).__name__} is not index-planned")
+
+    def __bool__(self) -> bool:
+        return True  # a reader is never falsy, even when it has a length
 
     # -- display ------------------------------------------------------------
     def _options(self) -> str:

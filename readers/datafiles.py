@@ -1,9 +1,12 @@
 """Finding, downloading and checking a dataset's files.
 
-Files are looked up in an explicit folder, then in ``$READERKIT_DATA``, then
-in the per-user cache (``$XDG_CACHE_HOME/readerkit`` or ``~/.cache/readerkit``).
-Missing files are downloaded into the cache from a list of mirrors, tried in
-turn, checked against their published SHA-256 and written atomically.
+An explicit folder (``data_dir``, and its ``<dataset>`` subfolder) is the only
+place looked in when given. Otherwise files are looked up in ``$READERKIT_DATA``
+(and its ``<dataset>`` subfolder), then in the per-user cache
+(``$XDG_CACHE_HOME/readerkit`` or ``~/.cache/readerkit``), where missing files
+are downloaded from a list of mirrors, tried in turn, checked against their
+published SHA-256 and written atomically. A set of files always comes from one
+folder, so two datasets are never mixed.
 """
 from __future__ import annotations
 
@@ -51,9 +54,9 @@ def search_dirs(dataset: str, data_dir: str | os.PathLike | None = None) -> list
     >>> search_dirs("mnist", "/data/mnist")[0]
     '/data/mnist'
     """
+    if data_dir is not None:  # an explicit folder is the only place looked in
+        return [os.fspath(data_dir), os.path.join(os.fspath(data_dir), dataset)]
     dirs = []
-    if data_dir is not None:
-        dirs.append(os.fspath(data_dir))
     env = os.environ.get("READERKIT_DATA")
     if env:
         dirs += [env, os.path.join(env, dataset)]
@@ -145,33 +148,44 @@ def fetch_all(
     readers.datafiles.MissingDataError: demo files a.gz, b.gz not found; looked in: /nonexistent, ...
     """
     dirs = search_dirs(dataset, data_dir)
-    paths, missing, failures = [], [], []
-    for file in files:
-        found = locate(file, dirs)
-        if found is None and download:
+    # every file from one folder: files from two folders can pair one dataset's images
+    # with another's labels and still train without an error
+    for d in dirs:
+        found = [locate(f, [d]) for f in files]
+        if all(found):
+            return found
+    failures: list[str] = []
+    cache = cache_dir(dataset)
+    # an explicit folder is never silently replaced by other folders or a download
+    if download and data_dir is None:
+        for file in files:
+            if locate(file, [cache]) is not None:
+                continue
             for base in mirrors:
                 url = base.rstrip("/") + "/" + file.name
                 try:
                     callback = progress(file, url) if progress is not None else None
-                    found = _download(url, cache_dir(dataset), file, callback, timeout)
+                    _download(url, cache, file, callback, timeout)
                     break
                 # HTTPException: a mirror that does not speak HTTP (bad status line, broken chunks)
                 except (OSError, ValueError, http.client.HTTPException) as exc:
                     failures.append(f"{url}: {_reason(exc)}")
-        if found is None:
-            missing.append(file.name)
-        paths.append(found)
-    if not missing:
-        return paths
-    if not download:
-        tried = "off (download=False)"
+        found = [locate(f, [cache]) for f in files]
+        if all(found):
+            return found
+    if data_dir is not None:
+        tried = f"not tried for an explicit folder ({data_dir})"
     else:
-        tried = "; ".join(failures) if failures else "no mirrors to try"
+        tried = ("; ".join(failures) if failures else "no mirrors to try") if download else "off (--no-download)"
+    looked = dirs
+    # named against the most complete folder: what it would take to make one folder whole
+    best = max(looked, key=lambda d: sum(locate(f, [d]) is not None for f in files))
+    missing = [f.name for f in files if locate(f, [best]) is None]
     what = f"file {missing[0]}" if len(missing) == 1 else f"files {', '.join(missing)}"
     raise MissingDataError(
-        f"{dataset} {what} not found; looked in: {', '.join(dirs)}. Download: {tried}. "
-        f"Put the {'file' if len(missing) == 1 else 'files'} (gzipped or not) in one of those folders, "
-        f"pass --data-dir DIR, or set READERKIT_DATA=DIR"
+        f"{dataset} {what} not found; looked in: {', '.join(looked)} (all of a dataset's files must be in "
+        f"one folder). Download: {tried}. Put the {'file' if len(missing) == 1 else 'files'} (gzipped or not) "
+        f"in one of those folders, pass --data-dir DIR, or set READERKIT_DATA=DIR"
     )
 
 

@@ -71,6 +71,11 @@ class Mapped(Stage):
     def _planned(self) -> bool:
         return len(self.parents) == 1 and is_planned(self.parents[0])
 
+    def __len__(self) -> int:
+        if len(self.parents) != 1:
+            raise TypeError("map_readers of several readers has no length (it stops at the shortest)")
+        return len(self.parents[0])
+
     def _plan(self, pass_id: int) -> Plan:
         plan = open_plan(self.parents[0], pass_id)
         return Plan(MappedIndexed(self.func, plan.source), plan.chunks)
@@ -168,6 +173,10 @@ class Sliced(Stage):
 
     def _planned(self) -> bool:
         return is_planned(self.parents[0])
+
+    def __len__(self) -> int:
+        rest = max(0, len(self.parents[0]) - self.start)
+        return rest if self.count is None else min(self.count, rest)
 
     def _plan(self, pass_id: int) -> Plan:
         plan = open_plan(self.parents[0], pass_id)
@@ -322,6 +331,9 @@ class WithId(Stage):
 
     def _planned(self) -> bool:
         return is_planned(self.parents[0])
+
+    def __len__(self) -> int:
+        return len(self.parents[0])
 
     def _plan(self, pass_id: int) -> Plan:
         plan = open_plan(self.parents[0], pass_id)

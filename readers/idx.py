@@ -50,7 +50,8 @@ def read_idx(path: str | os.PathLike) -> np.ndarray:
     """Read an IDX file (or a gzipped one) into an array of native byte order.
 
     >>> import tempfile, os
-    >>> path = os.path.join(tempfile.mkdtemp(), "labels.idx1-ubyte")
+    >>> folder = tempfile.TemporaryDirectory()
+    >>> path = os.path.join(folder.name, "labels.idx1-ubyte")
     >>> write_idx(path, np.array([3, 1, 4], dtype=np.uint8))
     >>> read_idx(path).tolist()
     [3, 1, 4]
@@ -98,7 +99,8 @@ def write_idx(path: str | os.PathLike, array: np.ndarray, *, compress: bool = Fa
     """Write an array as an IDX file (gzipped when ``compress``); for tests and exports.
 
     >>> import tempfile, os
-    >>> path = os.path.join(tempfile.mkdtemp(), "x.idx.gz")
+    >>> folder = tempfile.TemporaryDirectory()
+    >>> path = os.path.join(folder.name, "x.idx.gz")
     >>> write_idx(path, np.arange(6, dtype=np.float32).reshape(2, 3), compress=True)
     >>> read_idx(path)
     array([[0., 1., 2.],

@@ -46,13 +46,18 @@ FILES = {
 
 
 def _decoded(path: str) -> np.ndarray:
-    """The IDX file at ``path`` as an array, decoded once and memory-mapped from the cache."""
-    st = os.stat(path)
-    source = hashlib.sha256(os.path.abspath(path).encode()).hexdigest()[:16]
-    version = hashlib.sha256(f"{st.st_size}|{st.st_mtime_ns}".encode()).hexdigest()[:16]
+    """The IDX file at ``path`` as an array, decoded once and memory-mapped from the cache.
+
+    The cache is keyed by the file's content, so the same file read through
+    several folders is decoded and stored once, and a changed file is decoded
+    again.
+    """
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
     folder = cache_dir("decoded")
-    prefix = f"{os.path.basename(path)}.{source}."
-    cached = os.path.join(folder, f"{prefix}{version}.npy")
+    cached = os.path.join(folder, f"{os.path.basename(path)}.{digest.hexdigest()[:24]}.npy")
     if os.path.isfile(cached):
         try:
             return np.load(cached, mmap_mode="r")
@@ -66,10 +71,6 @@ def _decoded(path: str) -> np.ndarray:
         with os.fdopen(fd, "wb") as f:
             np.save(f, array)
         os.replace(tmp, cached)
-        # older decodings of a file that has changed since would only fill the disk
-        for name in os.listdir(folder):
-            if name.startswith(prefix) and name.endswith(".npy") and name != os.path.basename(cached):
-                os.unlink(os.path.join(folder, name))
     except OSError:  # a read-only or full cache only costs the decoding next time
         pass
     finally:
@@ -156,7 +157,8 @@ def train(data_dir: str | os.PathLike | None = None, *, download: bool = True,
 
     >>> import tempfile
     >>> from readers.idx import write_idx
-    >>> d = tempfile.mkdtemp()
+    >>> folder = tempfile.TemporaryDirectory()
+    >>> d = folder.name
     >>> write_idx(f"{d}/train-images-idx3-ubyte", np.full((2, 28, 28), 255, np.uint8))
     >>> write_idx(f"{d}/train-labels-idx1-ubyte.gz", np.array([7, 1], np.uint8), compress=True)
     >>> r = train(d)

@@ -83,6 +83,9 @@ class BufferShuffle(Stage):
     def _planned(self) -> bool:
         return is_planned(self.parents[0])
 
+    def __len__(self) -> int:
+        return len(self.parents[0])
+
     def _plan(self, pass_id: int) -> Plan:
         plan = open_plan(self.parents[0], pass_id)
         if self.buf_size <= 1:

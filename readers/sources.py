@@ -186,7 +186,8 @@ def text_file(path: str | os.PathLike, encoding: str = "utf-8") -> TextFile:
     The file is opened when a pass starts and closed when it ends or stops.
 
     >>> import tempfile, os
-    >>> path = os.path.join(tempfile.mkdtemp(), "lines.txt")
+    >>> folder = tempfile.TemporaryDirectory()
+    >>> path = os.path.join(folder.name, "lines.txt")
     >>> _ = open(path, "w").write("first\\n\\nthird\\r\\n")
     >>> list(text_file(path)())
     ['first', '', 'third']

@@ -41,6 +41,15 @@ def tiny_reader():
     return reader
 
 
+def three_columns():
+    return lambda: iter([(np.zeros(4, np.float32), 0, "extra")])
+
+
+def not_a_creator():
+    """A reader, not a reader creator: calling it gives a generator."""
+    yield np.zeros(4, np.float32), 0
+
+
 def run(*args):
     return CliRunner().invoke(main, list(args))
 
@@ -78,15 +87,15 @@ def test_cli_train_with_a_users_reader_creator():
 
 @pytest.mark.parametrize("args, message", [
     (["train", "--reader", "nosuch"], "Error: unknown reader 'nosuch'; known readers: mnist."),
-    (["train", "--reader", "nosuch_module:make"], "Error: "),
+    (["train", "--reader", "nosuch_module:make"], "Error: cannot import module 'nosuch_module'"),
     (["train", "--model", "nosuch"], "Error: unknown model 'nosuch'"),
+    (["train", "--reader", "tests.test_cli:three_columns"], "Error: reader 'tests.test_cli:three_columns' gives entries that are a tuple of 3 columns"),
+    (["train", "--reader", "tests.test_cli:not_a_creator"], "Error: reader creator 'tests.test_cli:not_a_creator' returned something that must be a zero-argument callable, got a generator object"),
     (["train", "--data-dir", "/nonexistent-readerkit", "--no-download"],
      "Error: mnist files train-images-idx3-ubyte.gz, train-labels-idx1-ubyte.gz not found; looked in: /nonexistent-readerkit"),
 ])
-def test_cli_errors_are_one_line_without_traceback(args, message, tiny_mnist):
-    if "--model" in args:
-        args = args + ["--data-dir", str(tiny_mnist), "--no-download"]
-    result = run(*args)
+def test_cli_errors_are_one_line_without_traceback(args, message):
+    result = run(*args)  # no data folder: a bad model must be named before any data is looked for
     assert result.exit_code == 1
     assert result.output.startswith(message)
     assert len(result.output.strip().splitlines()) == 1 and "Traceback" not in result.output
@@ -135,3 +144,38 @@ def test_main_job_reaches_the_target_accuracy_on_real_mnist(tmp_path):
     assert proc.returncode == 0, proc.stderr
     records = [json.loads(line) for line in log.read_text().splitlines()]
     assert len(records) == 5 and records[-1]["test_accuracy"] >= 0.978, records
+
+
+def test_cli_resume_appends_to_the_json_log_and_refuses_other_settings(tiny_mnist, tmp_path):
+    log, ckpt = tmp_path / "log.jsonl", str(tmp_path / "ckpt")
+    base = ["train", "--data-dir", str(tiny_mnist), "--no-download", "--batch-size", "32", "--checkpoint-dir", ckpt,
+            "--log-json", str(log)]
+    assert run(*base, "--passes", "1").exit_code == 0
+    assert run(*base, "--passes", "2", "--resume").exit_code == 0
+    assert [json.loads(line)["pass"] for line in log.read_text().splitlines()] == [0, 1]
+    other = run(*base, "--passes", "3", "--resume", "--lr", "0.01")
+    assert other.exit_code == 1 and "the checkpoint was made with config=" in other.output
+
+
+def test_cli_resume_says_when_there_is_no_checkpoint(tiny_mnist, tmp_path):
+    result = run("train", "--data-dir", str(tiny_mnist), "--no-download", "--passes", "1", "--batch-size", "64",
+                 "--checkpoint-dir", str(tmp_path / "empty"), "--resume")
+    assert result.exit_code == 0 and "no checkpoint in" in result.stderr
+
+
+def test_cli_data_dir_missing_files_never_mixes_in_other_folders(tiny_mnist, tmp_path, monkeypatch):
+    partial = tmp_path / "partial"
+    partial.mkdir()
+    (partial / "train-images-idx3-ubyte.gz").write_bytes((tiny_mnist / "train-images-idx3-ubyte.gz").read_bytes())
+    monkeypatch.setenv("READERKIT_DATA", str(tiny_mnist))
+    result = run("train", "--data-dir", str(partial), "--no-download", "--passes", "1")
+    assert result.exit_code == 1 and "train-labels-idx1-ubyte.gz not found" in result.output
+
+
+def test_cli_missing_test_split_fails_before_training(tiny_mnist, tmp_path):
+    train_only = tmp_path / "train-only"
+    train_only.mkdir()
+    for name in ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte"):
+        (train_only / name).write_bytes((tiny_mnist / name).read_bytes())
+    result = run("train", "--data-dir", str(train_only), "--no-download", "--passes", "1")
+    assert result.exit_code == 1 and "t10k-images-idx3-ubyte.gz" in result.output and "pass 0" not in result.output

@@ -6,9 +6,11 @@ the data, the seed and whatever else the driver needs to resume.
 """
 from __future__ import annotations
 
+import glob
 import json
 import os
 import tempfile
+import zipfile
 from typing import Any
 
 import numpy as np
@@ -28,7 +30,8 @@ def save_checkpoint(directory: str, model_state: dict[str, Any], meta: dict[str,
     A crash at any moment leaves either the previous checkpoint or the new one.
 
     >>> import tempfile
-    >>> d = tempfile.mkdtemp()
+    >>> folder = tempfile.TemporaryDirectory()
+    >>> d = folder.name
     >>> path = save_checkpoint(d, {"w": np.ones(2, np.float32), "step": 3}, {"pass": 1})
     >>> state, meta = load_checkpoint(d)
     >>> state["w"].tolist(), int(state["step"]), meta
@@ -40,6 +43,9 @@ def save_checkpoint(directory: str, model_state: dict[str, Any], meta: dict[str,
         if value.dtype == object:
             raise TypeError(f"save_checkpoint: model state {key[6:]!r} is not numeric ({type(model_state[key[6:]]).__name__}); state_dict() must hold arrays and numbers")
     arrays["meta"] = np.array(json.dumps(meta))
+    # a save killed before its rename leaves a part file that nothing else would remove
+    for stale in glob.glob(os.path.join(directory, ".checkpoint.*.npz.part")):
+        os.unlink(stale)
     fd, tmp = tempfile.mkstemp(prefix=".checkpoint.", suffix=".npz.part", dir=directory)
     try:
         with os.fdopen(fd, "wb") as f:
@@ -72,6 +78,8 @@ def load_checkpoint(directory: str) -> tuple[dict[str, np.ndarray], dict[str, An
         with np.load(path, allow_pickle=False) as archive:
             meta = json.loads(str(archive["meta"]))
             state = {k[6:]: archive[k] for k in archive.files if k.startswith("model/")}
-    except (OSError, ValueError, KeyError) as exc:
-        raise CheckpointError(f"{path}: not a readable checkpoint ({exc}); delete it to start afresh") from None
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as exc:
+        raise CheckpointError(f"{path}: not a readable checkpoint ({exc or type(exc).__name__}); delete it to start afresh") from None
+    if not isinstance(meta, dict):
+        raise CheckpointError(f"{path}: its meta data is not a JSON object; delete it to start afresh")
     return state, meta

@@ -9,6 +9,7 @@ training entry of the interrupted pass is trained on exactly once.
 from __future__ import annotations
 
 import math
+import operator
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
@@ -18,8 +19,8 @@ import numpy as np
 import batching
 import readers
 from batching.collate import Padded
-from readers.base import as_indexed, check_reader, describe
-from train.checkpoint import load_checkpoint, save_checkpoint
+from readers.base import as_indexed, check_reader
+from train.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from train.events import BeginIteration, BeginPass, EndIteration, EndPass, TestResult
 
 __all__ = ["columns_of", "evaluate", "feeds", "train"]
@@ -47,9 +48,16 @@ def columns_of(mapping: Mapping[str, Any] | Sequence[str]) -> dict[str, Any]:
             raise ValueError(f"mapping lists a name twice: {list(mapping)!r}; give each input one column")
     else:
         raise TypeError(f"mapping must be a dict {{name: column}} or a list of names, got {type(mapping).__name__} {mapping!r}")
-    for name in out:
+    if not out:
+        raise ValueError("mapping is empty; name at least one input, e.g. ['image', 'label']")
+    for name, column in out.items():
         if not isinstance(name, str):
             raise TypeError(f"mapping: input names must be str, got {name!r}")
+        if not isinstance(column, (str, bool)):
+            try:  # numpy integers are column numbers too
+                out[name] = operator.index(column)
+            except TypeError:
+                pass
     return out
 
 
@@ -139,20 +147,50 @@ def evaluate(model: Any, provider: Any, mapping: Mapping[str, Any] | Sequence[st
     totals = _Totals()
     start = time.perf_counter()
     for feed in feeds(iter(_minibatches(provider, batch_size, False, pad_value)()), columns_of(mapping)):
-        totals.add(model.evaluate(feed), _entries_in(feed))
+        totals.add(_metrics(model.evaluate(feed), model), _entries_in(feed))
     totals.sums["seconds"] = time.perf_counter() - start
     return totals.summary()
 
 
-def _resolve_model(model: Any, seed: int) -> Any:
+def _resolve_model(model: Any, seed: int, mapping: dict[str, Any], checkpoints: bool) -> Any:
     if isinstance(model, str):
         from readers.registry import find_model
 
-        return find_model(model)(seed=seed)
-    for method in ("step", "evaluate"):
+        model = find_model(model)(seed=seed)
+    needed = ("step", "evaluate") + (("state_dict", "load_state_dict") if checkpoints else ())
+    for method in needed:
         if not callable(getattr(model, method, None)):
-            raise TypeError(f"model {type(model).__name__} has no {method}(batch) method; a model needs step, evaluate, state_dict and load_state_dict")
+            raise TypeError(f"model {type(model).__name__} has no {method}() method; a model needs step and "
+                            "evaluate, and state_dict and load_state_dict for checkpoints")
+    declared = getattr(model, "inputs", None)
+    if declared is not None:  # a model that declares its inputs: a misspelt name must not be ignored
+        known = set(declared) | set(getattr(model, "optional_inputs", ()))
+        unknown = sorted(set(mapping) - known)
+        if unknown:
+            raise ValueError(f"mapping names {unknown}, which {type(model).__name__} does not take (its inputs: "
+                             f"{sorted(known)}); fix the mapping")
     return model
+
+
+def _metrics(value: Any, model: Any) -> dict[str, Any]:
+    if not isinstance(value, Mapping):
+        raise TypeError(f"{type(model).__name__}.step() returned {type(value).__name__}; it must return a dict of metrics")
+    return value
+
+
+def _check_resume(directory: str, meta: dict[str, Any], run: dict[str, Any]) -> None:
+    """Refuse a checkpoint whose run differs in anything that decides the order of samples."""
+    for key in ("pass", "cursor", "totals", "history", *run):
+        if key not in meta:
+            raise CheckpointError(f"{directory}: the checkpoint does not record {key!r}; delete it to start afresh")
+    for key, value in run.items():
+        if meta[key] != value:
+            raise CheckpointError(
+                f"{directory}: the checkpoint was made with {key}={meta[key]!r}, not {value!r}; resume with the "
+                "same setting, or train into another checkpoint folder")
+    if run["length"] is not None and meta["cursor"] > run["length"]:
+        raise CheckpointError(f"{directory}: the checkpoint is at entry {meta['cursor']} of a pass, past the "
+                              f"provider's {run['length']} entries")
 
 
 def _length(reader: Any) -> int | None:
@@ -189,6 +227,7 @@ def train(
     drop_last: bool = False,
     test_batch_size: int = 1024,
     pad_value: Any = 0,
+    config: Mapping[str, Any] | None = None,
 ) -> list[dict[str, Any]]:
     """Train ``model`` for ``passes`` passes over ``provider``; return one record per pass.
 
@@ -199,7 +238,10 @@ def train(
     step/evaluate/state_dict/load_state_dict, or a registered name ("mlp")
     built with ``seed``. With ``checkpoint_dir`` the model and the position are
     saved after every pass and every ``checkpoint_every`` steps; ``resume``
-    continues from the last checkpoint there.
+    continues from the last checkpoint there, and refuses one made with another
+    batch size, seed, drop_last, provider, length or ``config`` (a JSON-able
+    dict of the caller's own settings, such as the learning rate), since any of
+    them would break "every sample once per pass".
 
     >>> import readers
     >>> from train.models import SoftmaxRegression
@@ -219,25 +261,23 @@ def train(
         checkpoint_every = _positive(checkpoint_every, "checkpoint_every")
     if resume and checkpoint_dir is None:
         raise ValueError("train: resume=True needs checkpoint_dir, the folder to resume from")
-    model = _resolve_model(model, seed)
+    model = _resolve_model(model, seed, columns, checkpoint_dir is not None)
     emit = event_handler or (lambda event: None)
+    length = _length(provider)
+    run = {"batch_size": batch_size, "seed": seed, "drop_last": bool(drop_last), "provider": repr(provider),
+           "length": length, "config": dict(config or {})}
 
     first_pass, cursor, saved_totals, history = 0, 0, None, []
     if resume and (found := load_checkpoint(checkpoint_dir)) is not None:
         state, meta = found
-        if meta.get("batch_size") != batch_size:
-            raise ValueError(
-                f"train: the checkpoint in {checkpoint_dir} was made with batch_size {meta.get('batch_size')}, "
-                f"not {batch_size}; resume with the same batch size"
-            )
+        _check_resume(checkpoint_dir, meta, run)
         model.load_state_dict(state)
         first_pass, cursor = meta["pass"], meta["cursor"]
         saved_totals, history = meta["totals"], meta["history"]
 
     def checkpoint(pass_id: int, cursor: int, totals: dict[str, float] | None) -> None:
         if checkpoint_dir is not None:
-            meta = {"pass": pass_id, "cursor": cursor, "totals": totals, "history": history,
-                    "batch_size": batch_size, "seed": seed, "provider": describe(provider)}
+            meta = {"pass": pass_id, "cursor": cursor, "totals": totals, "history": history, **run}
             save_checkpoint(checkpoint_dir, model.state_dict(), meta)
 
     for pass_id in range(first_pass, passes):
@@ -245,17 +285,16 @@ def train(
         minibatches = _minibatches(reader, batch_size, drop_last, pad_value)
         minibatches.set_pass(pass_id)  # the outermost stage's pass reaches every stage below
         total = None
-        if (length := _length(provider)) is not None:
-            left = length - cursor
-            total = left // batch_size if drop_last else -(-left // batch_size)
+        if length is not None:
+            total = length // batch_size if drop_last else -(-length // batch_size)
         totals = _Totals(saved_totals)
         saved_totals = None
-        emit(BeginPass(pass_id, total))
+        emit(BeginPass(pass_id, total, totals.sums["batches"]))
         tick = time.perf_counter()
         for feed in feeds(iter(minibatches()), columns):
             batch_id = totals.sums["batches"]
             emit(BeginIteration(pass_id, batch_id))
-            metrics = model.step(feed)
+            metrics = _metrics(model.step(feed), model)
             entries = _entries_in(feed)
             totals.add(metrics, entries)
             cursor += entries

@@ -25,9 +25,13 @@ class Event:
 
 @dataclass(frozen=True)
 class BeginPass(Event):
-    """A pass starts; ``batches`` is its number of minibatches when known, else None."""
+    """A pass starts: ``batches`` minibatches in the whole pass when known, else None.
+
+    ``first_batch`` is the batch it starts at: 0, or where a resumed pass goes on.
+    """
 
     batches: int | None = None
+    first_batch: int = 0
 
 
 @dataclass(frozen=True)

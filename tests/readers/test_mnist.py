@@ -29,6 +29,7 @@ def make_images(n: int = 5, seed: int = 0) -> np.ndarray:
 
 def write(folder, name: str, array: np.ndarray) -> Path:
     path = Path(folder) / name
+    path.parent.mkdir(parents=True, exist_ok=True)
     write_idx(path, array, compress=name.endswith(".gz"))
     return path
 
@@ -186,30 +187,106 @@ def test_mnist_decodes_once_then_memory_maps_the_cache(tmp_path, cache, monkeypa
     assert sorted(os.listdir(cache)) == cached
 
 
-@pytest.mark.parametrize("change", ["size", "mtime", "content-and-mtime"])
-def test_mnist_decodes_a_modified_file_again(tmp_path, cache, monkeypatch, change):
+def entries(cache: Path, name: str) -> list[str]:
+    """The decoded copies of the file called ``name`` in the decode cache."""
+    return sorted(n for n in os.listdir(cache) if n.startswith(name + ".") and n.endswith(".npy"))
+
+
+def spy_on_decoding(monkeypatch) -> list[str]:
+    calls = []
+    monkeypatch.setattr(mnist, "read_idx", lambda path: calls.append(os.path.basename(path)) or read_idx(path))
+    return calls
+
+
+@pytest.mark.parametrize("change", ["size", "content"])
+def test_mnist_decodes_a_changed_file_again_and_keeps_the_old_copy(tmp_path, cache, monkeypatch, change):
     image_path, label_path = make_split(tmp_path)
     assert len(mnist.train(tmp_path)) == 5
+    old = entries(cache, label_path.name)
     before = os.stat(label_path)
     if change == "size":
         write(tmp_path, label_path.name, LABELS[:4])
         write(tmp_path, image_path.name, make_images(4))
         expected = LABELS[:4].tolist()
-    else:
-        labels = LABELS[::-1].copy() if change == "content-and-mtime" else LABELS
-        write(tmp_path, label_path.name, labels)
-        expected = labels.tolist()
+    else:  # other bytes, same size, and the same mtime: only the content tells
+        expected = LABELS[::-1].tolist()
+        write(tmp_path, label_path.name, LABELS[::-1].copy())
         assert os.stat(label_path).st_size == before.st_size
-    os.utime(label_path, ns=(before.st_atime_ns, before.st_mtime_ns + 10**9))
+        os.utime(label_path, ns=(before.st_atime_ns, before.st_mtime_ns))
 
-    calls = []
-    monkeypatch.setattr(mnist, "read_idx", lambda path: calls.append(os.path.basename(path)) or read_idx(path))
+    calls = spy_on_decoding(monkeypatch)
     r = mnist.train(tmp_path)
     assert [label for _, label in r()] == expected
     assert label_path.name in calls
-    # the stale decoding of the old file is gone, the new one is kept
-    assert len([n for n in os.listdir(cache) if n.startswith(label_path.name)]) == 1
+    # a new decoding next to the old one, which is not pruned
+    now = entries(cache, label_path.name)
+    assert len(now) == 2 and set(old) < set(now)
     assert not [n for n in os.listdir(cache) if n.endswith(".part")]
+
+
+@pytest.mark.parametrize("change", ["mtime", "rewritten"])
+def test_mnist_same_content_with_a_new_mtime_reuses_the_cache(tmp_path, cache, monkeypatch, change):
+    # regression: the cache was keyed by size and mtime, so touching a file decoded it again
+    images = make_images()
+    paths = make_split(tmp_path, images=images)
+    assert len(mnist.train(tmp_path)) == 5
+    cached = sorted(os.listdir(cache))
+    for path in paths:
+        st = os.stat(path)
+        if change == "rewritten":  # a new file (inode) with the same bytes, as an unpacked archive gives
+            data = path.read_bytes()
+            path.unlink()
+            path.write_bytes(data)
+        os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+
+    monkeypatch.setattr(mnist, "read_idx", refuse_to_decode)
+    r = mnist.train(tmp_path)
+    assert_entry_equal(r[2], expected_entry(images, 2))
+    assert sorted(os.listdir(cache)) == cached
+
+
+def test_mnist_changing_a_file_back_reuses_its_first_decoding(tmp_path, cache, monkeypatch):
+    _, label_path = make_split(tmp_path)
+    original = label_path.read_bytes()
+    assert len(mnist.train(tmp_path)) == 5
+    write(tmp_path, label_path.name, LABELS[::-1].copy())
+    assert [label for _, label in mnist.train(tmp_path)()] == LABELS[::-1].tolist()
+    label_path.write_bytes(original)
+    calls = spy_on_decoding(monkeypatch)
+    assert [label for _, label in mnist.train(tmp_path)()] == LABELS.tolist()
+    assert calls == []
+    assert len(entries(cache, label_path.name)) == 2
+
+
+def test_mnist_same_content_in_two_folders_is_decoded_and_stored_once(tmp_path, cache, monkeypatch):
+    # regression: the cache was keyed by the file's path, so each folder got its own decoded copy
+    images = make_images()
+    first, second = tmp_path / "first", tmp_path / "second"
+    first.mkdir()
+    second.mkdir()
+    for path in make_split(first, images=images):
+        (second / path.name).write_bytes(path.read_bytes())
+    assert_entry_equal(mnist.train(first)[1], expected_entry(images, 1))
+    cached = sorted(os.listdir(cache))
+    assert len(cached) == 2
+
+    monkeypatch.setattr(mnist, "read_idx", refuse_to_decode)
+    r = mnist.train(second)
+    assert r.paths() == (str(second / NAMES["train"][0]), str(second / NAMES["train"][1]))
+    assert_entry_equal(r[1], expected_entry(images, 1))
+    assert sorted(os.listdir(cache)) == cached
+
+
+def test_mnist_different_content_in_two_folders_is_not_confused(tmp_path, cache):
+    first, second = tmp_path / "first", tmp_path / "second"
+    first.mkdir()
+    second.mkdir()
+    make_split(first, images=make_images(seed=1))
+    make_split(second, images=make_images(seed=2), labels=LABELS[::-1].copy())
+    assert [label for _, label in mnist.train(first)()] == LABELS.tolist()
+    assert [label for _, label in mnist.train(second)()] == LABELS[::-1].tolist()
+    np.testing.assert_array_equal(mnist.train(second)[3][0], expected_entry(make_images(seed=2), 3)[0])
+    assert len(os.listdir(cache)) == 4
 
 
 def test_mnist_damaged_cache_entry_is_decoded_again(tmp_path, cache):
@@ -261,10 +338,11 @@ def test_mnist_pickle_does_not_carry_the_arrays(tmp_path, cache):
 
 @pytest.mark.parametrize("present", [(), ("images",)])
 def test_mnist_offline_error_lists_missing_files_and_folders(tmp_path, cache, monkeypatch, present):
-    monkeypatch.setenv("READERKIT_DATA", str(tmp_path / "env"))
+    env = tmp_path / "env"
+    monkeypatch.setenv("READERKIT_DATA", str(env))
     if present:
-        write(tmp_path, NAMES["train"][0], make_images())
-    r = mnist.train(tmp_path, download=False)
+        write(env, NAMES["train"][0], make_images())
+    r = mnist.train(download=False)
     with pytest.raises(MissingDataError) as info:
         len(r)
     message = str(info.value)
@@ -272,10 +350,30 @@ def test_mnist_offline_error_lists_missing_files_and_folders(tmp_path, cache, mo
     assert message.startswith(f"mnist {'file' if present else 'files'} {', '.join(missing)} not found; ")
     if present:
         assert NAMES["train"][0] not in message
-    for folder in (tmp_path, tmp_path / "env", tmp_path / "env" / "mnist", cache_dir("mnist")):
-        assert str(folder) in message
-    assert "download=False" in message
+    assert f"looked in: {env}, {env / 'mnist'}, {cache_dir('mnist')} (" in message
+    assert "all of a dataset's files must be in one folder" in message
+    assert "Download: off (--no-download)" in message
     assert "--data-dir DIR" in message and "READERKIT_DATA=DIR" in message
+
+
+@pytest.mark.parametrize("present", [(), ("images",)])
+@pytest.mark.parametrize("download", [True, False])
+def test_mnist_explicit_folder_error_lists_missing_files_and_its_folders(tmp_path, cache, monkeypatch, present,
+                                                                         download):
+    monkeypatch.setenv("READERKIT_DATA", str(tmp_path / "env"))
+    given = tmp_path / "given"
+    given.mkdir()
+    if present:
+        write(given, NAMES["train"][0], make_images())
+    with pytest.raises(MissingDataError) as info:
+        len(mnist.train(given, download=download))
+    message = str(info.value)
+    missing = NAMES["train"][1:] if present else NAMES["train"]
+    assert message.startswith(f"mnist {'file' if present else 'files'} {', '.join(missing)} not found; "
+                              f"looked in: {given}, {given / 'mnist'} (")
+    assert str(tmp_path / "env") not in message and cache_dir("mnist") not in message
+    assert f"Download: not tried for an explicit folder ({given})" in message
+    assert not os.path.exists(cache_dir("mnist"))
 
 
 @pytest.fixture
@@ -345,3 +443,55 @@ def test_mnist_real_files_match_the_published_checksums(file):
 def test_mnist_reads_fashion_mnist_via_data_dir(split, length, first_label):
     r = SPLITS[split](real("fashion-mnist"), download=False)
     assert len(r) == length and r[0][1] == first_label
+
+
+# -- a split's two files always come from one folder -------------------------------
+
+
+def test_mnist_data_dir_with_only_fashion_images_never_borrows_mnist_labels(tmp_path, cache, monkeypatch,
+                                                                            generated_mirror):
+    # regression: Fashion-MNIST images from --data-dir were paired with MNIST labels from READERKIT_DATA
+    # (and would have been paired with downloaded ones) and trained without an error
+    server, _ = generated_mirror
+    env = tmp_path / "env"
+    make_split(env)  # a complete MNIST-like set
+    monkeypatch.setenv("READERKIT_DATA", str(env))
+    fashion = tmp_path / "fashion"
+    fashion.mkdir()
+    write(fashion, NAMES["train"][0], make_images(seed=7))  # Fashion-MNIST-like images only
+    with pytest.raises(MissingDataError) as info:
+        len(mnist.train(fashion))
+    message = str(info.value)
+    assert message.startswith(f"mnist file {NAMES['train'][1]} not found; looked in: {fashion}, {fashion / 'mnist'} (")
+    assert str(env) not in message
+    assert server.requests == []
+    assert not os.path.exists(cache_dir("mnist"))
+
+
+def test_mnist_partial_readerkit_data_is_passed_over_for_a_complete_cache(tmp_path, cache, monkeypatch,
+                                                                          generated_mirror):
+    # regression: the images in READERKIT_DATA were paired with the labels in the cache
+    server, images = generated_mirror
+    env = tmp_path / "env"
+    write(env, NAMES["train"][0], make_images(seed=7))  # another dataset's images only
+    monkeypatch.setenv("READERKIT_DATA", str(env))
+    make_split(cache_dir("mnist"), images=images)
+    for download in (False, True):
+        r = mnist.train(download=download)
+        assert r.paths() == tuple(os.path.join(cache_dir("mnist"), name) for name in NAMES["train"])
+        for i in range(len(LABELS)):
+            assert_entry_equal(r[i], expected_entry(images, i))
+    assert server.requests == []
+
+
+def test_mnist_partial_readerkit_data_downloads_the_whole_set_into_the_cache(tmp_path, cache, monkeypatch,
+                                                                             generated_mirror):
+    # regression: the images in READERKIT_DATA were kept and only the labels downloaded
+    server, images = generated_mirror
+    env = tmp_path / "env"
+    write(env, NAMES["train"][0], make_images(seed=7))
+    monkeypatch.setenv("READERKIT_DATA", str(env))
+    r = mnist.train()
+    assert r.paths() == tuple(os.path.join(cache_dir("mnist"), name) for name in NAMES["train"])
+    assert_entry_equal(r[0], expected_entry(images, 0))
+    assert sorted(server.requests) == sorted(f"/{m}/{name}" for name in NAMES["train"] for m in ("missing", "ok"))

@@ -1,6 +1,7 @@
 """train(): events, mapping, metrics, checkpoints, and exactly-once resume after SIGKILL."""
 import os
 import pathlib
+import re
 import signal
 import subprocess
 import sys
@@ -9,7 +10,7 @@ import numpy as np
 import pytest
 
 import readers
-from train.checkpoint import load_checkpoint
+from train.checkpoint import CheckpointError, load_checkpoint
 from train.driver import train
 from train.events import BeginIteration, BeginPass, EndIteration, EndPass, TestResult
 from train.models import SoftmaxRegression
@@ -49,9 +50,10 @@ def test_train_learns_and_reports_history():
 
 
 def test_train_accepts_a_dict_mapping_with_reordered_columns():
-    x, y = separable(64)
-    history = train(readers.from_arrays(y, x), {"image": 1, "label": 0}, 16, 1, model=SoftmaxRegression(4, 2))
-    assert history[0]["train_accuracy"] >= 0
+    x, y = separable(256)
+    reordered = train(readers.from_arrays(y, x), {"image": 1, "label": 0}, 16, 3, model=SoftmaxRegression(4, 2, lr=0.05))
+    plain = train(readers.from_arrays(x, y), ["image", "label"], 16, 3, model=SoftmaxRegression(4, 2, lr=0.05))
+    assert reordered == plain or [r["train_loss"] for r in reordered] == [r["train_loss"] for r in plain]
 
 
 @pytest.mark.parametrize("mapping, match", [({"image": 0, "label": 5}, "entries have 2 columns"), ("image", "mapping must be")])
@@ -106,10 +108,73 @@ def test_checkpoint_after_every_pass_and_every_n_steps(tmp_path):
     assert not [p for p in os.listdir(tmp_path) if p.endswith(".part")]
 
 
-def test_resume_with_another_batch_size_is_refused(tmp_path):
+@pytest.mark.parametrize("change, match", [
+    ({"batch_size": 8}, "made with batch_size=16, not 8"),
+    ({"seed": 3}, "made with seed=0, not 3"),
+    ({"drop_last": True}, "made with drop_last=False, not True"),
+    ({"provider": dataset(seed=1)}, "made with provider="),
+    ({"config": {"lr": 0.1}}, "made with config={}, not {'lr': 0.1}"),
+])
+def test_resume_refuses_a_checkpoint_of_another_run(tmp_path, change, match):
+    """A resume under other settings would train some samples twice and others never (review of issue 3)."""
+    train(dataset(), MAPPING, 16, 1, model=RecordingModel(), checkpoint_dir=str(tmp_path), checkpoint_every=3)
+    args = {"provider": dataset(), "batch_size": 16, **change}
+    with pytest.raises(CheckpointError, match=re.escape(match)):
+        train(args.pop("provider"), MAPPING, args.pop("batch_size"), 2, model=RecordingModel(),
+              checkpoint_dir=str(tmp_path), resume=True, **args)
+
+
+@pytest.mark.parametrize("content", [b"", b"PK\x03\x04 not really a zip"])
+def test_corrupt_checkpoint_is_a_checkpoint_error(tmp_path, content):
+    (tmp_path / "checkpoint.npz").write_bytes(content)
+    with pytest.raises(CheckpointError, match="not a readable checkpoint"):
+        train(dataset(), MAPPING, 16, 1, model=RecordingModel(), checkpoint_dir=str(tmp_path), resume=True)
+
+
+def test_stale_part_files_are_swept_by_the_next_save(tmp_path):
+    (tmp_path / ".checkpoint.dead.npz.part").write_bytes(b"half")
     train(dataset(), MAPPING, 16, 1, model=RecordingModel(), checkpoint_dir=str(tmp_path))
-    with pytest.raises(ValueError, match="made with batch_size 16, not 8"):
-        train(dataset(), MAPPING, 8, 2, model=RecordingModel(), checkpoint_dir=str(tmp_path), resume=True)
+    assert sorted(os.listdir(tmp_path)) == ["checkpoint.npz"]
+
+
+def test_resumed_pass_reports_its_total_and_first_batch(tmp_path):
+    code = KILLED_RUN.format(kill_pass=0, kill_batch=9)
+    subprocess.run([sys.executable, "-c", code, str(tmp_path)], cwd=ROOT,
+                   env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=120)
+    events = []
+    train(dataset(), MAPPING, 16, 1, model=RecordingModel(), checkpoint_dir=str(tmp_path), resume=True,
+          event_handler=events.append)
+    begin = events[0]
+    assert (begin.batches, begin.first_batch) == (13, 8)
+    assert [e.batch_id for e in events if isinstance(e, EndIteration)] == list(range(8, 13))
+
+
+@pytest.mark.parametrize("mapping, error, match", [
+    ({}, ValueError, "mapping is empty"),
+    ({"image": 0, "label": 1, "weights": 2}, ValueError, r"mapping names \['weights'\]"),
+])
+def test_mapping_mistakes_are_named(mapping, error, match):
+    with pytest.raises(error, match=match):
+        train(dataset(), mapping, 16, 1, model=SoftmaxRegression(5, 3))
+
+
+def test_mapping_accepts_numpy_integer_columns():
+    x, y = separable(32)
+    history = train(readers.from_arrays(x, y), {"image": np.int64(0), "label": np.int32(1)}, 8, 1,
+                    model=SoftmaxRegression(4, 2))
+    assert history[0]["train_accuracy"] >= 0
+
+
+def test_a_step_that_returns_no_metrics_is_named():
+    class Silent:
+        def step(self, batch):
+            return None
+
+        def evaluate(self, batch):
+            return {}
+
+    with pytest.raises(TypeError, match=r"Silent.step\(\) returned NoneType; it must return a dict"):
+        train(dataset(), MAPPING, 16, 1, model=Silent())
 
 
 KILLED_RUN = """
