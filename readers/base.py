@@ -221,13 +221,7 @@ class Stage:
         >>> list(r()) == first
         True
         """
-        try:
-            k = operator.index(pass_id)
-        except TypeError:
-            k = -1
-        if isinstance(pass_id, bool) or k < 0:
-            raise ValueError(f"pass_id must be a non-negative int, got {pass_id!r}")
-        self._pass = k
+        self._pass = whole(pass_id, "pass_id", "set_pass", floats=False)
 
     def __call__(self) -> Iterator:
         return self._start(self._next_pass())
@@ -368,8 +362,8 @@ class Curried:
         return f"<readerkit decorator {self.func.__module__}.{self.func.__qualname__}>"
 
 
-def whole(value: Any, name: str, where: str, minimum: int = 0) -> int:
-    """``value`` as an int >= ``minimum``; integral floats are accepted, as Paddle does.
+def whole(value: Any, name: str, where: str, minimum: int = 0, *, floats: bool = True) -> int:
+    """``value`` as an int >= ``minimum``; integral floats are accepted (as Paddle does) unless not ``floats``.
 
     >>> whole(32.0, "batch_size", "batch", 1)
     32
@@ -377,10 +371,14 @@ def whole(value: Any, name: str, where: str, minimum: int = 0) -> int:
     Traceback (most recent call last):
     ...
     ValueError: firstn: n must be an int >= 0, got 2.5
+    >>> whole(3.0, "passes", "train", floats=False)
+    Traceback (most recent call last):
+    ...
+    ValueError: train: passes must be an int >= 0, got 3.0
     """
     ok = not isinstance(value, (bool, np.bool_))
     if ok and isinstance(value, (float, np.floating)):
-        ok = float(value).is_integer()
+        ok = floats and float(value).is_integer()
     elif ok:
         try:
             value = operator.index(value)

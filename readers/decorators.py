@@ -37,10 +37,6 @@ __all__ = [
 ]
 
 
-def _check_count(value: Any, name: str, where: str) -> int:
-    return whole(value, name, where)
-
-
 # -- map -----------------------------------------------------------------------
 
 
@@ -207,7 +203,7 @@ def firstn(reader: Any, n: int) -> Stage:
     >>> list(firstn(lambda: [1], 5)())
     [1]
     """
-    return _window("firstn", reader, 0, _check_count(n, "n", "firstn"))
+    return _window("firstn", reader, 0, whole(n, "n", "firstn"))
 
 
 def skip(reader: Any, n: int) -> Stage:
@@ -220,7 +216,7 @@ def skip(reader: Any, n: int) -> Stage:
     >>> len(s), s[0]
     (3, 'b')
     """
-    return _window("skip", reader, _check_count(n, "n", "skip"), None)
+    return _window("skip", reader, whole(n, "n", "skip"), None)
 
 
 # -- filter and repeat ------------------------------------------------------------
@@ -298,7 +294,7 @@ def repeat(reader: Any, times: int | None = None) -> Stage:
     """
     check_reader(reader)
     if times is not None:
-        times = _check_count(times, "times", "repeat")
+        times = whole(times, "times", "repeat")
     return Repeated(reader, times)
 
 

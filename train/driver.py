@@ -14,12 +14,12 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
-import numpy as np
+import numpy as np  # noqa: F401 (the doctests use np)
 
 import batching
 import readers
 from batching.collate import Padded
-from readers.base import as_indexed, check_reader
+from readers.base import check_reader, whole
 from train.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from train.events import BeginIteration, BeginPass, EndIteration, EndPass, TestResult
 
@@ -194,21 +194,11 @@ def _check_resume(directory: str, meta: dict[str, Any], run: dict[str, Any]) -> 
 
 
 def _length(reader: Any) -> int | None:
-    """Entries in a pass when the reader knows (indexed, or a global shuffle of one), else None."""
-    indexed = as_indexed(reader)
-    if indexed is not None:
-        return len(indexed)
+    """Entries in a pass when the reader knows (indexed readers and the stages that keep a length)."""
     try:
         return len(reader)
     except TypeError:
         return None
-
-
-def _positive(value: Any, name: str, allow_zero: bool = False) -> int:
-    low = 0 if allow_zero else 1
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
-        raise ValueError(f"train: {name} must be an int >= {low}, got {value!r}")
-    return int(value)
 
 
 def train(
@@ -255,10 +245,10 @@ def train(
     """
     check_reader(provider)
     columns = columns_of(mapping)
-    batch_size = _positive(batch_size, "batch_size")
-    passes = _positive(passes, "passes", allow_zero=True)
+    batch_size = whole(batch_size, "batch_size", "train", 1, floats=False)
+    passes = whole(passes, "passes", "train", floats=False)
     if checkpoint_every is not None:
-        checkpoint_every = _positive(checkpoint_every, "checkpoint_every")
+        checkpoint_every = whole(checkpoint_every, "checkpoint_every", "train", 1, floats=False)
     if resume and checkpoint_dir is None:
         raise ValueError("train: resume=True needs checkpoint_dir, the folder to resume from")
     model = _resolve_model(model, seed, columns, checkpoint_dir is not None)
