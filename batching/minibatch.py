@@ -14,7 +14,18 @@ from typing import Any
 import numpy as np
 
 from batching.collate import collate, collate_column
-from readers.base import Stage, check_reader, describe, is_planned, iterate, open_plan, rechunk, whole
+from readers.base import (
+    Stage,
+    advance,
+    check_reader,
+    describe,
+    is_native,
+    is_planned,
+    iterate,
+    open_plan,
+    rechunk,
+    whole,
+)
 
 __all__ = ["batch", "collated"]
 
@@ -26,19 +37,35 @@ class Batched(Stage):
         super().__init__(reader)
         self.batch_size, self.drop_last = batch_size, drop_last
 
-    def _index_batches(self, pass_id: int) -> tuple[Any, Iterator[np.ndarray]]:
+    def _native(self) -> bool:
+        return False  # its cursor counts entries, not batches
+
+    def _advance(self, start: int, consumed: int) -> int:
+        cursor = advance(self.parents[0], start, consumed * self.batch_size)
+        parent = self.parents[0]
+        if is_native(parent) and hasattr(parent, "__len__"):  # the last batch may be short
+            try:
+                cursor = min(cursor, len(parent))
+            except TypeError:
+                pass
+        return cursor
+
+    def _index_batches(self, pass_id: int, cursor: int = 0) -> tuple[Any, Iterator[np.ndarray]]:
         """The source and the sample indices of each batch, for a planned parent."""
-        plan = open_plan(self.parents[0], pass_id)
+        plan = open_plan(self.parents[0], pass_id, cursor)
         batches = rechunk(plan.chunks, self.batch_size)
         if self.drop_last:
             batches = (b for b in batches if len(b) == self.batch_size)
         return plan.source, batches
 
     def _stream(self, pass_id: int) -> Iterator[list]:
+        return self._seek(pass_id, 0)
+
+    def _seek(self, pass_id: int, cursor: int) -> Iterator[list]:
         if is_planned(self.parents[0]):
-            source, batches = self._index_batches(pass_id)
+            source, batches = self._index_batches(pass_id, cursor)
             return (list(source.gather(idx)) for idx in batches)
-        return self._from_entries(iterate(self.parents[0], pass_id))
+        return self._from_entries(iterate(self.parents[0], pass_id, cursor))
 
     def _from_entries(self, entries: Iterator) -> Iterator[list]:
         size = self.batch_size
@@ -79,16 +106,20 @@ def batch(reader: Any, batch_size: int, drop_last: bool = False) -> Batched:
 
 class Collated(Stage):
     name = "collated"
+    keeps_positions = True
 
     def __init__(self, reader: Any, pad_value: Any):
         super().__init__(reader)
         self.pad_value = pad_value
 
     def _stream(self, pass_id: int) -> Iterator:
+        return self._seek(pass_id, 0)
+
+    def _seek(self, pass_id: int, cursor: int) -> Iterator:
         parent = self.parents[0]
         if isinstance(parent, Batched) and is_planned(parent.parents[0]):
-            return self._columns(*parent._index_batches(pass_id))
-        return self._entries(iterate(parent, pass_id))
+            return self._columns(*parent._index_batches(pass_id, cursor))
+        return self._entries(iterate(parent, pass_id, cursor))
 
     def _entries(self, batches: Iterator) -> Iterator:
         pad = self.pad_value

@@ -36,9 +36,10 @@ mapping
 >>> [sorted(b) for b in pipeline()]
 [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
 """
-from readers import combine, decorators, shuffling, workers
+from readers import combine, decorators, sharding, shuffling, workers
 from readers.base import Curried, IndexedReader, Reader, Stage
 from readers.combine import ComposeNotAligned
+from readers.sharding import WorkerInfo, worker_context, worker_info
 from readers.sources import from_arrays, from_sequence, np_array, text_file
 from readers.workers import WorkerDiedError
 
@@ -48,6 +49,7 @@ __all__ = [
     "Reader",
     "Stage",
     "WorkerDiedError",
+    "WorkerInfo",
     "buffered",
     "cache",
     "chain",
@@ -58,12 +60,16 @@ __all__ = [
     "from_sequence",
     "map_readers",
     "multiprocess_reader",
+    "node_shuffle",
     "np_array",
     "repeat",
+    "shard",
     "shuffle",
     "skip",
     "text_file",
     "with_index",
+    "worker_context",
+    "worker_info",
     "xmap_readers",
 ]
 
@@ -77,7 +83,9 @@ filter_entries = Curried(decorators.filter_entries)
 firstn = Curried(decorators.firstn)
 map_readers = decorators.map_readers  # map_readers(func) awaits the readers
 multiprocess_reader = Curried(workers.multiprocess_reader)
+node_shuffle = Curried(sharding.node_shuffle)
 repeat = Curried(decorators.repeat)
+shard = Curried(sharding.shard)
 shuffle = Curried(shuffling.shuffle)
 skip = Curried(decorators.skip)
 with_index = decorators.with_index

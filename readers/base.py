@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import itertools
 import operator
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, TypeVar
@@ -24,15 +25,21 @@ __all__ = [
     "IndexedReader",
     "Plan",
     "Reader",
+    "PassIterator",
     "Stage",
+    "advance",
+    "append_column",
     "as_indexed",
     "check_reader",
     "describe",
     "index_chunks",
+    "is_native",
     "is_planned",
     "iterate",
     "open_plan",
     "rechunk",
+    "slice_chunks",
+    "walk",
     "whole",
 ]
 
@@ -120,24 +127,29 @@ def check_reader(reader: Any, role: str = "reader") -> Any:
     return reader
 
 
-def iterate(reader: Reader, pass_id: int | None = None) -> Iterator:
+def iterate(reader: Reader, pass_id: int | None = None, cursor: int = 0) -> Iterator:
     """Start a pass of ``reader`` and return its iterator, checking what it returned.
 
     Stages start their parents' passes with their own ``pass_id``, so a whole
-    pipeline's randomness follows the pass of its outermost stage.
+    pipeline's randomness follows the pass of its outermost stage. A nonzero
+    ``cursor`` starts the pass there (in ``reader``'s position units, see
+    ``advance``); a plain function's pass is read past its first ``cursor`` entries.
 
     >>> list(iterate(lambda: (x * x for x in range(3))))
     [0, 1, 4]
+    >>> list(iterate(lambda: iter("abcd"), cursor=3))
+    ['d']
     >>> iterate(lambda: 42)
     Traceback (most recent call last):
     ...
     TypeError: reader <lambda> returned int, which is not iterable; a reader must return a fresh iterable (a list, or a generator from a generator function)
     """
-    if pass_id is not None and isinstance(reader, Stage):
-        return reader._start(pass_id)
+    if isinstance(reader, Stage) and (pass_id is not None or cursor):
+        return reader._start(reader._pass if pass_id is None else pass_id, cursor)
     result = reader()
     try:
-        return iter(result)
+        it = iter(result)
+        return itertools.islice(it, cursor, None) if cursor else it
     except TypeError:
         raise TypeError(
             f"reader {describe(reader)} returned {type(result).__name__}, which is not "
@@ -156,8 +168,8 @@ def is_planned(reader: Any) -> bool:
     return isinstance(reader, Stage) and reader._planned()
 
 
-def open_plan(reader: Any, pass_id: int) -> Plan | None:
-    """Start pass ``pass_id`` of ``reader`` as an index plan, or return None for a stream.
+def open_plan(reader: Any, pass_id: int, cursor: int = 0) -> Plan | None:
+    """Start pass ``pass_id`` of ``reader`` (at ``cursor``) as an index plan, or return None for a stream.
 
     >>> from readers import from_sequence
     >>> plan = open_plan(from_sequence("abc"), 0)
@@ -167,8 +179,57 @@ def open_plan(reader: Any, pass_id: int) -> Plan | None:
     True
     """
     if isinstance(reader, Stage) and reader._planned():
-        return reader._plan(pass_id)
+        return reader._plan(pass_id, cursor)
     return None
+
+
+def advance(reader: Any, start: int, consumed: int) -> int:
+    """The cursor of a pass of ``reader`` begun at ``start`` once ``consumed`` items were taken.
+
+    A cursor counts entries of the pass in the order a shard-free pipeline
+    gives them: for most stages that is the count of their own entries, a
+    batch counts the entries in its batches, and a shard counts in its input's
+    order, so one cursor means the same on every shard of any shard count.
+
+    >>> from readers import from_sequence
+    >>> import batching
+    >>> advance(from_sequence("abcdef"), 2, 3), advance(batching.batch(from_sequence("abcdef"), 2), 0, 2)
+    (5, 4)
+    """
+    if isinstance(reader, Stage):
+        return reader._advance(start, consumed)
+    return start + consumed
+
+
+def is_native(reader: Any) -> bool:
+    """Whether ``reader``'s cursor is the count of its own entries (see ``advance``).
+
+    >>> from readers import from_sequence, shard
+    >>> is_native(from_sequence("ab")), is_native(shard(from_sequence("ab"), 0, 2))
+    (True, False)
+    """
+    return not isinstance(reader, Stage) or reader._native()
+
+
+def append_column(entry: Any, value: Any) -> tuple:
+    """``entry`` with ``value`` as a new last column; a single value becomes a pair.
+
+    >>> append_column(("x", 1), 0.0), append_column("x", 0.0)
+    (('x', 1, 0.0), ('x', 0.0))
+    """
+    return entry + (value,) if isinstance(entry, tuple) else (entry, value)
+
+
+def walk(reader: Any) -> Iterator:
+    """Every stage of a pipeline, top down and depth first, ending with plain readers.
+
+    >>> from readers import from_sequence, shuffle
+    >>> [describe(s) for s in walk(shuffle(from_sequence("ab"), seed=0))]
+    ['shuffle(buf_size=None (global), seed=0)', 'from_sequence(str of 2)']
+    """
+    yield reader
+    for parent in getattr(reader, "parents", ()) if isinstance(reader, Stage) else ():
+        yield from walk(parent)
 
 
 def as_indexed(reader: Any) -> IndexedReader | None:
@@ -188,6 +249,48 @@ def as_indexed(reader: Any) -> IndexedReader | None:
     if callable(reader) and hasattr(reader, "__len__") and hasattr(reader, "__getitem__"):
         return _UserIndexed(reader)
     return None
+
+
+class PassIterator:
+    """The iterator of one pass of a readerkit reader; ``get_state()`` says where it is.
+
+    >>> from readers import from_sequence
+    >>> it = from_sequence("abc")()
+    >>> next(it), it.get_state()
+    ('a', {'pass': 0, 'cursor': 1, 'seed': None})
+    >>> list(it), it.get_state()
+    (['b', 'c'], {'pass': 1, 'cursor': 0, 'seed': None})
+    """
+
+    __slots__ = ("reader", "pass_id", "start", "consumed", "done", "_it")
+
+    def __init__(self, reader: Stage, pass_id: int, start: int):
+        self.reader, self.pass_id, self.start = reader, pass_id, start
+        self.consumed, self.done = 0, False
+        self._it = reader._start(pass_id, start)
+
+    def __iter__(self) -> PassIterator:
+        return self
+
+    def __next__(self) -> Any:
+        try:
+            value = next(self._it)
+        except StopIteration:
+            self.done = True
+            raise
+        self.consumed += 1
+        return value
+
+    def close(self) -> None:
+        close = getattr(self._it, "close", None)
+        if close is not None:
+            close()
+
+    def get_state(self) -> dict:
+        """Where this pass is, as a small JSON-able dict for ``reader.set_state``."""
+        from readers.state import state_of
+
+        return state_of(self)
 
 
 class Stage:
@@ -222,19 +325,80 @@ class Stage:
         True
         """
         self._pass = whole(pass_id, "pass_id", "set_pass", floats=False)
+        self.__dict__.pop("_resume", None)
+
+    def set_state(self, state: dict) -> None:
+        """Make the next call resume where ``state`` (from ``get_state()`` of a pass) was taken.
+
+        The state is a small plain dict ``{"pass", "cursor", "seed"}``. Its
+        cursor counts entries in the pipeline's order before any shard, so a
+        state saved by one shard layout resumes on another: ranks that saved
+        at the same step with 4 shards can resume with 3, and together they see
+        the rest of the pass exactly once. Streams resume by reading past the
+        cursor; index-addressed pipelines jump there.
+
+        >>> from readers import from_sequence, shuffle
+        >>> r = shuffle(from_sequence(range(6)), seed=0)
+        >>> it = r()
+        >>> head = [next(it), next(it)]
+        >>> state = it.get_state()
+        >>> state
+        {'pass': 0, 'cursor': 2, 'seed': 0}
+        >>> r.set_state(state)
+        >>> head + list(r()) == list(shuffle(from_sequence(range(6)), seed=0)())
+        True
+        """
+        from readers.state import check_state
+
+        self._resume = check_state(self, state)
+        self._pass = self._resume[0]
 
     def __call__(self) -> Iterator:
-        return self._start(self._next_pass())
+        resume = self.__dict__.pop("_resume", None)
+        if resume is None:
+            return PassIterator(self, self._next_pass(), 0)
+        from readers.state import check_layout
 
-    def _start(self, pass_id: int) -> Iterator:
-        """Pass ``pass_id`` of this stage, whatever its own count of calls says."""
+        pass_id, cursor, layout = resume
+        check_layout(self, layout, cursor)
+        self._pass = pass_id + 1
+        return PassIterator(self, pass_id, cursor)
+
+    def _start(self, pass_id: int, cursor: int = 0) -> Iterator:
+        """Pass ``pass_id`` of this stage from ``cursor``, whatever its own count of calls says."""
         if not allocator._state["done"]:
             allocator.ensure_tuned()
+        if cursor:
+            return self._seek(pass_id, cursor)
         return self._iter(pass_id)
 
     def _planned(self) -> bool:
         """Whether passes of this stage are index plans (fixed when it is built)."""
         return False
+
+    # -- positions (see readers.state) ----------------------------------------
+    #: True for stages whose entries are their parent's, one for one and in order (a map):
+    #: their cursor is the parent's, whatever that counts.
+    keeps_positions = False
+
+    def _native(self) -> bool:
+        """Whether this stage's cursor is the count of its own entries (false for batch and shard)."""
+        return not self.keeps_positions or is_native(self.parents[0])
+
+    def _advance(self, start: int, consumed: int) -> int:
+        if self.keeps_positions:
+            return advance(self.parents[0], start, consumed)
+        return start + consumed
+
+    def _seek(self, pass_id: int, cursor: int) -> Iterator:
+        """Pass ``pass_id`` from ``cursor``: stages that can jump override this; the rest read past."""
+        if self._planned():
+            return self._plan(pass_id, cursor).entries()
+        return itertools.islice(self._iter(pass_id), cursor, None)
+
+    def _unresumable(self) -> str | None:
+        """Why a position in this stage's passes cannot be saved, or None when it can."""
+        return None
 
     def _iter(self, pass_id: int) -> Iterator:
         if self._planned():
@@ -244,7 +408,7 @@ class Stage:
     def _stream(self, pass_id: int) -> Iterator:
         raise NotImplementedError(f"{type(self).__name__} defines neither _stream nor _plan")
 
-    def _plan(self, pass_id: int) -> Plan:
+    def _plan(self, pass_id: int, cursor: int = 0) -> Plan:
         raise NotImplementedError(f"{type(self).__name__} is not index-planned")
 
     def __bool__(self) -> bool:
@@ -313,8 +477,8 @@ class IndexedReader(Stage):
     def _planned(self) -> bool:
         return True
 
-    def _plan(self, pass_id: int) -> Plan:
-        return Plan(self, index_chunks(len(self)))
+    def _plan(self, pass_id: int, cursor: int = 0) -> Plan:
+        return Plan(self, index_chunks(len(self), start=cursor))
 
 
 class Derived(IndexedReader):
@@ -389,14 +553,34 @@ def whole(value: Any, name: str, where: str, minimum: int = 0, *, floats: bool =
     return int(value)
 
 
-def index_chunks(n: int, size: int = CHUNK) -> Iterator[np.ndarray]:
-    """Indices 0..n-1 in consecutive int64 chunks of at most ``size``.
+def index_chunks(n: int, size: int = CHUNK, start: int = 0) -> Iterator[np.ndarray]:
+    """Indices start..n-1 in consecutive int64 chunks of at most ``size``.
 
     >>> [c.tolist() for c in index_chunks(5, 2)]
     [[0, 1], [2, 3], [4]]
+    >>> [c.tolist() for c in index_chunks(5, 2, start=3)]
+    [[3, 4]]
     """
-    for start in range(0, n, size):
-        yield np.arange(start, min(start + size, n), dtype=np.int64)
+    for lo in range(start, n, size):
+        yield np.arange(lo, min(lo + size, n), dtype=np.int64)
+
+
+def slice_chunks(chunks: Iterable[np.ndarray], start: int, count: int | None = None) -> Iterator[np.ndarray]:
+    """Positions ``start`` .. ``start + count - 1`` of a stream of index chunks (to the end when None).
+
+    >>> import numpy as np
+    >>> [c.tolist() for c in slice_chunks([np.arange(3), np.arange(3, 6)], 2, 3)]
+    [[2], [3, 4]]
+    """
+    seen = 0
+    for chunk in chunks:
+        lo = max(0, start - seen)
+        seen += len(chunk)
+        hi = len(chunk) if count is None else min(len(chunk), start + count - (seen - len(chunk)))
+        if hi > lo:
+            yield chunk[lo:hi]
+        if count is not None and seen >= start + count:
+            return
 
 
 def rechunk(chunks: Iterable[np.ndarray], size: int) -> Iterator[np.ndarray]:

@@ -17,12 +17,15 @@ from readers.base import (
     IndexedReader,
     Plan,
     Stage,
+    append_column,
     as_indexed,
     check_reader,
     describe,
+    is_native,
     is_planned,
     iterate,
     open_plan,
+    slice_chunks,
     whole,
 )
 
@@ -64,6 +67,10 @@ class Mapped(Stage):
         super().__init__(*readers)
         self.func = func
 
+    @property
+    def keeps_positions(self) -> bool:
+        return len(self.parents) == 1
+
     def _planned(self) -> bool:
         return len(self.parents) == 1 and is_planned(self.parents[0])
 
@@ -72,12 +79,19 @@ class Mapped(Stage):
             raise TypeError("map_readers of several readers has no length (it stops at the shortest)")
         return len(self.parents[0])
 
-    def _plan(self, pass_id: int) -> Plan:
-        plan = open_plan(self.parents[0], pass_id)
+    def _plan(self, pass_id: int, cursor: int = 0) -> Plan:
+        plan = open_plan(self.parents[0], pass_id, cursor)
         return Plan(MappedIndexed(self.func, plan.source), plan.chunks)
 
     def _stream(self, pass_id: int) -> Iterator:
         return map(self.func, *[iterate(r, pass_id) for r in self.parents])
+
+    def _seek(self, pass_id: int, cursor: int) -> Iterator:
+        if self._planned():
+            return self._plan(pass_id, cursor).entries()
+        if not all(map(is_native, self.parents)):
+            return super()._seek(pass_id, cursor)
+        return map(self.func, *[iterate(r, pass_id, cursor) for r in self.parents])
 
     def _options(self) -> str:
         return describe(self.func)
@@ -148,18 +162,6 @@ class Window(IndexedReader):
         return f"n={self.start if self.count is None else self.count}"
 
 
-def _slice_chunks(chunks: Iterator[np.ndarray], start: int, count: int | None) -> Iterator[np.ndarray]:
-    seen = 0
-    for chunk in chunks:
-        lo = max(0, start - seen)
-        seen += len(chunk)
-        hi = len(chunk) if count is None else min(len(chunk), start + count - (seen - len(chunk)))
-        if hi > lo:
-            yield chunk[lo:hi]
-        if count is not None and seen >= start + count:
-            return
-
-
 class Sliced(Stage):
     """firstn / skip over a planned or streamed reader."""
 
@@ -174,13 +176,25 @@ class Sliced(Stage):
         rest = max(0, len(self.parents[0]) - self.start)
         return rest if self.count is None else min(self.count, rest)
 
-    def _plan(self, pass_id: int) -> Plan:
+    def _plan(self, pass_id: int, cursor: int = 0) -> Plan:
+        count = None if self.count is None else max(0, self.count - cursor)
+        if is_native(self.parents[0]):  # jump straight to the parent's position
+            plan = open_plan(self.parents[0], pass_id, self.start + cursor)
+            return Plan(plan.source, slice_chunks(plan.chunks, 0, count))
         plan = open_plan(self.parents[0], pass_id)
-        return Plan(plan.source, _slice_chunks(plan.chunks, self.start, self.count))
+        return Plan(plan.source, slice_chunks(plan.chunks, self.start + cursor, count))
 
     def _stream(self, pass_id: int) -> Iterator:
-        stop = None if self.count is None else self.start + self.count
-        return itertools.islice(iterate(self.parents[0], pass_id), self.start, stop)
+        return self._seek(pass_id, 0)
+
+    def _seek(self, pass_id: int, cursor: int) -> Iterator:
+        if self._planned():
+            return self._plan(pass_id, cursor).entries()
+        count = None if self.count is None else max(0, self.count - cursor)
+        if is_native(self.parents[0]):
+            return itertools.islice(iterate(self.parents[0], pass_id, self.start + cursor), count)
+        stop = None if count is None else self.start + cursor + count
+        return itertools.islice(iterate(self.parents[0], pass_id), self.start + cursor, stop)
 
     def _options(self) -> str:
         return f"n={self.start if self.count is None else self.count}"
@@ -301,18 +315,14 @@ def repeat(reader: Any, times: int | None = None) -> Stage:
 # -- with_index -------------------------------------------------------------------
 
 
-def _with_id(entry: Any, index: int) -> tuple:
-    return entry + (index,) if isinstance(entry, tuple) else (entry, index)
-
-
 class IndexedWithId(Derived):
     name = "with_index"
 
     def _get(self, i: int) -> tuple:
-        return _with_id(self.source._get(i), int(self.source.sample_ids(np.array([i]))[0]))
+        return append_column(self.source._get(i), int(self.source.sample_ids(np.array([i]))[0]))
 
     def gather(self, indices: np.ndarray) -> list:
-        return list(map(_with_id, self.source.gather(indices), self.source.sample_ids(indices).tolist()))
+        return list(map(append_column, self.source.gather(indices), self.source.sample_ids(indices).tolist()))
 
     def gather_columns(self, indices: np.ndarray) -> tuple | None:
         columns = self.source.gather_columns(indices)
@@ -325,18 +335,29 @@ class IndexedWithId(Derived):
 class WithId(Stage):
     name = "with_index"
 
+    @property
+    def keeps_positions(self) -> bool:
+        return self._planned()  # a stream's IDs count its own entries
+
     def _planned(self) -> bool:
         return is_planned(self.parents[0])
 
     def __len__(self) -> int:
         return len(self.parents[0])
 
-    def _plan(self, pass_id: int) -> Plan:
-        plan = open_plan(self.parents[0], pass_id)
+    def _plan(self, pass_id: int, cursor: int = 0) -> Plan:
+        plan = open_plan(self.parents[0], pass_id, cursor)
         return Plan(IndexedWithId(plan.source), plan.chunks)
 
     def _stream(self, pass_id: int) -> Iterator:
-        return map(_with_id, iterate(self.parents[0], pass_id), itertools.count())
+        return map(append_column, iterate(self.parents[0], pass_id), itertools.count())
+
+    def _seek(self, pass_id: int, cursor: int) -> Iterator:
+        if self._planned():
+            return self._plan(pass_id, cursor).entries()
+        if not is_native(self.parents[0]):
+            return super()._seek(pass_id, cursor)
+        return map(append_column, iterate(self.parents[0], pass_id, cursor), itertools.count(cursor))
 
 
 def with_index(reader: Any) -> Stage:
@@ -374,7 +395,9 @@ class Cached(Stage):
     def _stream(self, pass_id: int) -> Iterator:
         if self._entries is not None:
             return iter(self._entries)
-        return self._fill(pass_id)
+        # always the parent's pass 0, whichever pass fills it: every pass of a cache is the
+        # same, so a reader restored at pass k (empty in a new process) matches one that replays
+        return self._fill(0)
 
     def _fill(self, pass_id: int) -> Iterator:
         entries = []

@@ -21,15 +21,17 @@ from readers.base import (
     check_reader,
     describe,
     index_chunks,
+    is_native,
     is_planned,
     iterate,
     open_plan,
     rechunk,
+    slice_chunks,
     whole,
 )
 from readers.permutation import KeyedPermutation
 
-__all__ = ["shuffle"]
+__all__ = ["check_seed", "shuffle"]
 
 #: Sample indices mapped through the permutation at a time: large enough that
 #: numpy's per-call overhead vanishes, small enough to stay O(1) in memory.
@@ -41,6 +43,23 @@ SMALL = 1 << 16
 
 def _rng(seed: int, pass_id: int) -> np.random.Generator:
     return np.random.Generator(np.random.PCG64([seed, pass_id]))
+
+
+def check_seed(seed: Any, where: str) -> int:
+    """A seed as an int >= 0; None draws one from the operating system, once.
+
+    >>> check_seed(7, "shuffle")
+    7
+    >>> check_seed(-1, "shuffle")
+    Traceback (most recent call last):
+    ...
+    ValueError: shuffle: seed must be an int >= 0 or None, got -1
+    """
+    if seed is None:
+        return secrets.randbits(63)
+    if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ValueError(f"{where}: seed must be an int >= 0 or None, got {seed!r}")
+    return int(seed)
 
 
 class GlobalShuffle(Stage):
@@ -58,14 +77,14 @@ class GlobalShuffle(Stage):
     def _planned(self) -> bool:
         return True
 
-    def _plan(self, pass_id: int) -> Plan:
+    def _plan(self, pass_id: int, cursor: int = 0) -> Plan:
         n = len(self.source)
         if n <= SMALL:
             # a Feistel network reaches only some orders of a tiny set (even permutations,
             # for one); an explicit permutation of at most SMALL indices is exactly uniform
-            return Plan(self.source, iter([_rng(self.seed, pass_id).permutation(n)]))
+            return Plan(self.source, iter([_rng(self.seed, pass_id).permutation(n)[cursor:]]))
         perm = KeyedPermutation(n, self.seed, pass_id)
-        return Plan(self.source, map(perm, index_chunks(n, PERMUTE_CHUNK)))
+        return Plan(self.source, map(perm, index_chunks(n, PERMUTE_CHUNK, start=cursor)))
 
     def _options(self) -> str:
         return f"buf_size=None (global), seed={self.seed}"
@@ -80,25 +99,54 @@ class BufferShuffle(Stage):
         super().__init__(reader)
         self.buf_size, self.seed = buf_size, seed
 
+    @property
+    def keeps_positions(self) -> bool:
+        return self.buf_size <= 1
+
     def _planned(self) -> bool:
         return is_planned(self.parents[0])
 
     def __len__(self) -> int:
         return len(self.parents[0])
 
-    def _plan(self, pass_id: int) -> Plan:
-        plan = open_plan(self.parents[0], pass_id)
-        if self.buf_size <= 1:
-            return plan
+    def _where(self, pass_id: int, cursor: int) -> tuple[np.random.Generator, int, int]:
+        """The generator as it stands at ``cursor``'s block, that block's start, and the offset in it."""
         rng = _rng(self.seed, pass_id)
-        blocks = rechunk(plan.chunks, self.buf_size)
-        return Plan(plan.source, (block[rng.permutation(len(block))] for block in blocks))
+        blocks, offset = divmod(cursor, self.buf_size)
+        for _ in range(blocks):  # every block before the cursor's is full; replay their draws
+            rng.permutation(self.buf_size)
+        return rng, cursor - offset, offset
+
+    def _plan(self, pass_id: int, cursor: int = 0) -> Plan:
+        if self.buf_size <= 1 or cursor and not is_native(self.parents[0]):
+            plan = open_plan(self.parents[0], pass_id, cursor if self.buf_size <= 1 else 0)
+            if self.buf_size <= 1:
+                return plan
+            return Plan(plan.source, slice_chunks(self._permuted(plan.chunks, _rng(self.seed, pass_id)), cursor))
+        rng, start, offset = self._where(pass_id, cursor)
+        plan = open_plan(self.parents[0], pass_id, start)
+        return Plan(plan.source, slice_chunks(self._permuted(plan.chunks, rng), offset))
+
+    def _permuted(self, chunks: Iterator[np.ndarray], rng: np.random.Generator) -> Iterator[np.ndarray]:
+        return (block[rng.permutation(len(block))] for block in rechunk(chunks, self.buf_size))
 
     def _stream(self, pass_id: int) -> Iterator:
         source = iterate(self.parents[0], pass_id)
         if self.buf_size <= 1:
             return source
         return itertools.chain.from_iterable(self._blocks(source, _rng(self.seed, pass_id)))
+
+    def _seek(self, pass_id: int, cursor: int) -> Iterator:
+        parent = self.parents[0]
+        if self._planned():
+            return self._plan(pass_id, cursor).entries()
+        if self.buf_size <= 1:
+            return iterate(parent, pass_id, cursor)
+        if not is_native(parent):
+            return super()._seek(pass_id, cursor)
+        rng, start, offset = self._where(pass_id, cursor)
+        blocks = itertools.chain.from_iterable(self._blocks(iterate(parent, pass_id, start), rng))
+        return itertools.islice(blocks, offset, None)
 
     def _blocks(self, source: Iterator, rng: np.random.Generator) -> Iterator[tuple]:
         while block := list(itertools.islice(source, self.buf_size)):
@@ -140,11 +188,7 @@ def shuffle(reader: Any, buf_size: int | None = None, *, seed: int | None = None
         readers.permutation.KeyedPermutation: the keyed bijection behind the global shuffle.
     """
     check_reader(reader)
-    if seed is None:
-        seed = secrets.randbits(63)
-    elif isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-        raise ValueError(f"shuffle: seed must be an int >= 0 or None, got {seed!r}")
-    seed = int(seed)
+    seed = check_seed(seed, "shuffle")
     if buf_size is None:
         indexed = as_indexed(reader)
         if indexed is None:

@@ -85,11 +85,12 @@ class _Slots:
             self._cond.notify_all()
 
 
-def _feed(reader: Reader, pass_id: int, slots: _Slots, sink: queue.SimpleQueue, ends: int) -> None:
+def _feed(reader: Reader, pass_id: int, slots: _Slots, sink: queue.SimpleQueue, ends: int,
+          cursor: int = 0) -> None:
     """Thread body: put ``(seq, entry)`` for pass ``pass_id`` of ``reader`` on ``sink``, one per slot."""
     seq = 0
     try:
-        it = iterate(reader, pass_id)  # here, so that the thread that closes the iterator owns it
+        it = iterate(reader, pass_id, cursor)  # here, so that the thread that closes the iterator owns it
         try:
             while slots.acquire() and (entry := next(it, _END)) is not _END:
                 sink.put((seq, entry))
@@ -180,14 +181,18 @@ def _run_threads(name: str, targets: list[tuple[Callable, tuple]], slots: _Slots
 
 class Buffered(Stage):
     name = "buffered"
+    keeps_positions = True
 
     def __init__(self, reader: Reader, size: int):
         super().__init__(reader)
         self.reader, self.size = reader, size
 
     def _stream(self, pass_id: int) -> Iterator:
+        return self._seek(pass_id, 0)
+
+    def _seek(self, pass_id: int, cursor: int) -> Iterator:
         slots, out = _Slots(self.size if self.size > 0 else None), queue.SimpleQueue()
-        return _run_threads(self.name, [(_feed, (self.reader, pass_id, slots, out, 1))], slots, out, 1, False)
+        return _run_threads(self.name, [(_feed, (self.reader, pass_id, slots, out, 1, cursor))], slots, out, 1, False)
 
     def _options(self) -> str:
         return f"size={self.size}" if self.size > 0 else "unbounded"
@@ -230,10 +235,22 @@ class XmapReaders(Stage):
         self.mapper, self.reader, self.order = mapper, reader, order
         self.process_num, self.buffer_size = process_num, buffer_size
 
+    @property
+    def keeps_positions(self) -> bool:
+        return self.order
+
+    def _unresumable(self) -> str | None:
+        if not self.order:
+            return "xmap_readers(order=False) yields entries as they finish, in no fixed order; give order=True"
+        return None
+
     def _stream(self, pass_id: int) -> Iterator:
+        return self._seek(pass_id, 0)
+
+    def _seek(self, pass_id: int, cursor: int) -> Iterator:
         n, slots = self.process_num, _Slots(self.buffer_size)
         tasks, out = queue.SimpleQueue(), queue.SimpleQueue()
-        targets = [(_feed, (self.reader, pass_id, slots, tasks, n))]
+        targets = [(_feed, (self.reader, pass_id, slots, tasks, n, cursor))]
         targets += [(_map, (self.mapper, tasks, out, slots))] * n
         # on a stop, end markers free the mappers even while the feeder is stuck in the source
         wake = [tasks] * n
@@ -454,6 +471,9 @@ class MultiprocessReader(Stage):
                     "module-level generator function, functools.partial of one, or readers.* "
                     "creators), or pass start_method='fork'") from exc
         return blobs
+
+    def _unresumable(self) -> str | None:
+        return "multiprocess_reader merges its readers in whatever order their entries arrive"
 
     def _stream(self, pass_id: int) -> Iterator:
         for r in self.readers:  # each worker runs this pass of its reader, not its own count

@@ -19,7 +19,8 @@ import numpy as np  # noqa: F401 (the doctests use np)
 import batching
 import readers
 from batching.collate import Padded
-from readers.base import check_reader, whole
+from readers.base import check_reader, walk, whole
+from readers.state import check_resumable, seeds_of
 from train.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from train.events import BeginIteration, BeginPass, EndIteration, EndPass, TestResult
 
@@ -180,7 +181,7 @@ def _metrics(value: Any, model: Any) -> dict[str, Any]:
 
 def _check_resume(directory: str, meta: dict[str, Any], run: dict[str, Any]) -> None:
     """Refuse a checkpoint whose run differs in anything that decides the order of samples."""
-    for key in ("pass", "cursor", "totals", "history", *run):
+    for key in ("pass", "cursor", "reader_state", "totals", "history", *run):
         if key not in meta:
             raise CheckpointError(f"{directory}: the checkpoint does not record {key!r}; delete it to start afresh")
     for key, value in run.items():
@@ -191,6 +192,28 @@ def _check_resume(directory: str, meta: dict[str, Any], run: dict[str, Any]) -> 
     if run["length"] is not None and meta["cursor"] > run["length"]:
         raise CheckpointError(f"{directory}: the checkpoint is at entry {meta['cursor']} of a pass, past the "
                               f"provider's {run['length']} entries")
+
+
+def _has_shard(reader: Any) -> bool:
+    return any(getattr(stage, "shards", False) for stage in walk(reader))
+
+
+def _distribute(provider: Any, columns: dict[str, Any], model: Any, shard: bool,
+                equalize: str | None) -> tuple[Any, dict[str, Any]]:
+    """Shard the provider over the job's workers when there are several and it is not sharded yet."""
+    if not shard or _has_shard(provider) or readers.worker_info().total == 1:
+        return provider, columns
+    provider = readers.shard(provider, equalize=equalize)
+    if equalize != "pad":
+        return provider, columns
+    if "weight" in columns:
+        raise ValueError("train: the mapping already feeds 'weight', and equalize='pad' adds a weight column of "
+                         "its own; shard the provider yourself (readers.shard(...)) or use equalize='drop'")
+    declared = getattr(model, "inputs", None)
+    if declared is not None and "weight" not in (*declared, *getattr(model, "optional_inputs", ())):
+        raise ValueError(f"train: equalize='pad' marks padding with weight 0, but {type(model).__name__} takes "
+                         "no 'weight' input; use equalize='drop' or a model that takes per-entry weights")
+    return provider, {**columns, "weight": -1}  # the pad column is each entry's last
 
 
 def _length(reader: Any) -> int | None:
@@ -218,6 +241,8 @@ def train(
     test_batch_size: int = 1024,
     pad_value: Any = 0,
     config: Mapping[str, Any] | None = None,
+    shard: bool = True,
+    equalize: str | None = "pad",
 ) -> list[dict[str, Any]]:
     """Train ``model`` for ``passes`` passes over ``provider``; return one record per pass.
 
@@ -233,6 +258,21 @@ def train(
     dict of the caller's own settings, such as the learning rate), since any of
     them would break "every sample once per pass".
 
+    Checkpoints hold the reader's state (``{"pass", "cursor", "seed"}``, see
+    ``readers.state``), so a run resumes on another number of processes and
+    still trains every sample of the interrupted pass exactly once.
+
+    Under a launcher with several processes (torchrun, SLURM, MPI: see
+    ``readers.worker_info``) and ``shard`` true, a provider that has no
+    ``readers.shard`` of its own is sharded over the processes. The default
+    ``equalize="pad"`` gives every process ceil(N / processes) entries, the
+    padding marked with weight 0 (fed to the model's ``weight`` input, which
+    the built-in models take): every sample is still trained on exactly once
+    per pass, and every process takes the same number of steps, so a model
+    that averages gradients across processes never waits on one that ran out.
+    ``"drop"`` costs no padding but leaves up to processes - 1 samples out of
+    each pass; ``None`` keeps every sample, unpadded, with uneven step counts.
+
     >>> import readers
     >>> from train.models import SoftmaxRegression
     >>> rng = np.random.default_rng(0)
@@ -244,6 +284,8 @@ def train(
     [['pass', 'samples_per_s', 'seconds'], True]
     """
     check_reader(provider)
+    if equalize not in (None, "pad", "drop"):
+        raise ValueError(f"train: equalize must be None, 'pad' or 'drop', got {equalize!r}")
     columns = columns_of(mapping)
     batch_size = whole(batch_size, "batch_size", "train", 1, floats=False)
     passes = whole(passes, "passes", "train", floats=False)
@@ -253,27 +295,34 @@ def train(
         raise ValueError("train: resume=True needs checkpoint_dir, the folder to resume from")
     model = _resolve_model(model, seed, columns, checkpoint_dir is not None)
     emit = event_handler or (lambda event: None)
-    length = _length(provider)
     run = {"batch_size": batch_size, "seed": seed, "drop_last": bool(drop_last), "provider": repr(provider),
-           "length": length, "config": dict(config or {})}
+           "length": None if _has_shard(provider) else _length(provider), "config": dict(config or {})}
+    reader, columns = _distribute(provider, columns, model, shard, equalize)
+    minibatches = _minibatches(reader, batch_size, drop_last, pad_value)
+    if checkpoint_dir is not None:
+        check_resumable(minibatches)  # before any work, not at the first checkpoint
 
-    first_pass, cursor, saved_totals, history = 0, 0, None, []
+    first_pass, reader_state, saved_totals, history = 0, None, None, []
     if resume and (found := load_checkpoint(checkpoint_dir)) is not None:
         state, meta = found
         _check_resume(checkpoint_dir, meta, run)
         model.load_state_dict(state)
-        first_pass, cursor = meta["pass"], meta["cursor"]
+        first_pass, reader_state = meta["pass"], meta["reader_state"]
         saved_totals, history = meta["totals"], meta["history"]
 
-    def checkpoint(pass_id: int, cursor: int, totals: dict[str, float] | None) -> None:
+    def checkpoint(state: dict[str, Any], totals: dict[str, float] | None) -> None:
         if checkpoint_dir is not None:
-            meta = {"pass": pass_id, "cursor": cursor, "totals": totals, "history": history, **run}
+            meta = {"pass": state["pass"], "cursor": state["cursor"], "reader_state": state, "totals": totals,
+                    "history": history, **run}
             save_checkpoint(checkpoint_dir, model.state_dict(), meta)
 
+    length = _length(reader)
     for pass_id in range(first_pass, passes):
-        reader = readers.skip(provider, cursor) if cursor else provider
-        minibatches = _minibatches(reader, batch_size, drop_last, pad_value)
-        minibatches.set_pass(pass_id)  # the outermost stage's pass reaches every stage below
+        if reader_state is not None and reader_state["pass"] == pass_id:
+            minibatches.set_state(reader_state)  # the pass resumes where the checkpoint was taken
+        else:
+            minibatches.set_pass(pass_id)  # the outermost stage's pass reaches every stage below
+        reader_state = None
         total = None
         if length is not None:
             total = length // batch_size if drop_last else -(-length // batch_size)
@@ -281,19 +330,18 @@ def train(
         saved_totals = None
         emit(BeginPass(pass_id, total, totals.sums["batches"]))
         tick = time.perf_counter()
-        for feed in feeds(iter(minibatches()), columns):
+        batches = minibatches()
+        for feed in feeds(batches, columns):
             batch_id = totals.sums["batches"]
             emit(BeginIteration(pass_id, batch_id))
             metrics = _metrics(model.step(feed), model)
-            entries = _entries_in(feed)
-            totals.add(metrics, entries)
-            cursor += entries
+            totals.add(metrics, _entries_in(feed))
             emit(EndIteration(pass_id, batch_id, metrics))
             if checkpoint_every and (batch_id + 1) % checkpoint_every == 0:
                 now = time.perf_counter()
                 totals.sums["seconds"] += now - tick
                 tick = now
-                checkpoint(pass_id, cursor, totals.sums)
+                checkpoint(batches.get_state(), totals.sums)
         totals.sums["seconds"] += time.perf_counter() - tick
         summary = totals.summary()
         emit(EndPass(pass_id, summary))
@@ -305,6 +353,5 @@ def train(
             emit(TestResult(pass_id, tested))
             record["test_loss"], record["test_accuracy"] = tested["loss"], tested["accuracy"]
         history.append(record)
-        cursor = 0
-        checkpoint(pass_id + 1, 0, None)
+        checkpoint({"pass": pass_id + 1, "cursor": 0, "seed": seeds_of(minibatches)}, None)
     return history

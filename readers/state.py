@@ -1,0 +1,130 @@
+"""Reader state: where a pass is, as a small plain dict, and how to resume there.
+
+A state is ``{"pass": k, "cursor": c, "seed": s}``. The cursor counts the
+entries of pass k taken so far, in the pipeline's order *before* any shard:
+a shard of ``count`` shards that has given m entries since cursor c0 stands at
+c0 + m * count, and a batch of b entries moves the cursor by b. Ranks that
+take the same number of steps therefore all report the same state, and a
+state resumes on any other shard layout: the rest of the pass, from c on, is
+split over the new shards, so every sample of the pass is seen exactly once.
+
+When a stage that keeps its own count (a filter, a buffer shuffle, firstn...)
+sits above a shard, the cursor counts that stage's entries of one shard, so
+the state also records the shard layout, and resuming checks it is the same.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from readers.base import PassIterator, Stage, advance, describe, walk
+
+__all__ = ["check_layout", "check_resumable", "check_state", "fixed_layout", "seeds_of", "state_of"]
+
+KEYS = ("pass", "cursor", "seed", "layout")
+
+
+def seeds_of(reader: Any) -> Any:
+    """The seeds of a pipeline's seeded stages: None, one int, or a list top down.
+
+    >>> from readers import from_sequence, shuffle
+    >>> seeds_of(shuffle(shuffle(from_sequence("ab"), seed=1), 4, seed=2)), seeds_of(from_sequence("ab"))
+    ([2, 1], None)
+    """
+    seeds = [s.seed for s in walk(reader) if isinstance(s, Stage) and isinstance(getattr(s, "seed", None), int)]
+    return None if not seeds else seeds[0] if len(seeds) == 1 else seeds
+
+
+def fixed_layout(reader: Any) -> list[list[int]]:
+    """``[index, count]`` of each shard whose position is counted inside one shard (see module doc).
+
+    >>> from readers import from_sequence, shard, shuffle
+    >>> fixed_layout(shard(shuffle(from_sequence(range(9)), seed=0), 1, 3))
+    []
+    >>> fixed_layout(shuffle(shard(from_sequence(range(9)), 1, 3), 4, seed=0))
+    [[1, 3]]
+    """
+    stage = reader
+    pending = [reader]
+    found: list[list[int]] = []
+    while pending:
+        stage = pending.pop()
+        if not isinstance(stage, Stage):
+            continue
+        if stage._native():
+            found += [list(s._resolved()) for s in walk(stage) if getattr(s, "shards", False)]
+        else:
+            pending.extend(reversed(stage.parents))
+    return found
+
+
+def check_resumable(reader: Any) -> None:
+    """Raise ValueError when a position in ``reader``'s passes cannot be saved (worker merges in arrival order).
+
+    >>> from readers import from_sequence, multiprocess_reader
+    >>> check_resumable(from_sequence("ab"))
+    >>> check_resumable(multiprocess_reader([from_sequence("ab")]))
+    Traceback (most recent call last):
+    ...
+    ValueError: cannot save or restore a position of multiprocess_reader(1 reader, use_pipe=True): multiprocess_reader merges its readers in whatever order their entries arrive
+    """
+    for stage in walk(reader):
+        reason = stage._unresumable() if isinstance(stage, Stage) else None
+        if reason:
+            raise ValueError(f"cannot save or restore a position of {describe(reader)}: {reason}")
+
+
+def state_of(it: PassIterator) -> dict:
+    """The state of a pass iterator (``PassIterator.get_state``)."""
+    reader = it.reader
+    check_resumable(reader)
+    if it.done:
+        return {"pass": it.pass_id + 1, "cursor": 0, "seed": seeds_of(reader)}
+    state = {"pass": it.pass_id, "cursor": int(advance(reader, it.start, it.consumed)), "seed": seeds_of(reader)}
+    layout = fixed_layout(reader)
+    if layout:
+        state["layout"] = layout
+    return state
+
+
+def _count(state: dict, key: str) -> int:
+    value = state.get(key)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"reader state: {key!r} must be an int >= 0, got {value!r}; pass the dict get_state() returned")
+    return value
+
+
+def check_state(reader: Any, state: Any) -> tuple[int, int, list | None]:
+    """Check ``state`` against ``reader``; return (pass, cursor, layout).
+
+    >>> from readers import from_sequence, shuffle
+    >>> check_state(shuffle(from_sequence("abc"), seed=0), {"pass": 1, "cursor": 2, "seed": 0})
+    (1, 2, None)
+    >>> check_state(shuffle(from_sequence("abc"), seed=0), {"pass": 1, "cursor": 2, "seed": 5})
+    Traceback (most recent call last):
+    ...
+    ValueError: reader state was saved with seed 5, but this pipeline's seed is 0; resume with the same seed, or start the pass afresh
+    """
+    if not isinstance(state, dict):
+        raise TypeError(f"reader state must be the dict get_state() returned, got {type(state).__name__} {state!r}")
+    unknown = sorted(set(state) - set(KEYS))
+    if unknown or "pass" not in state or "cursor" not in state:
+        raise ValueError(f"reader state has keys {sorted(state)}; expected {list(KEYS[:3])} (and 'layout'), "
+                         "as get_state() returns them")
+    check_resumable(reader)
+    seeds = seeds_of(reader)
+    if state.get("seed") != seeds:
+        raise ValueError(f"reader state was saved with seed {state.get('seed')!r}, but this pipeline's seed is "
+                         f"{seeds!r}; resume with the same seed, or start the pass afresh")
+    return _count(state, "pass"), _count(state, "cursor"), state.get("layout")
+
+
+def check_layout(reader: Any, layout: list | None, cursor: int) -> None:
+    """Refuse to resume a shard-local position under another shard layout (checked as the pass starts)."""
+    if not cursor:
+        return
+    now = fixed_layout(reader)
+    if (layout or []) != now:
+        raise ValueError(
+            f"reader state was saved with shards {layout or []} (as [index, count]) and this process has "
+            f"{now}; {describe(reader)} counts its position inside one shard, so it resumes only on the same "
+            "layout. For elastic resume, put shard() after every shuffle, filter and skip of the pipeline")
