@@ -89,7 +89,8 @@ class Mapped(Stage):
     def _seek(self, pass_id: int, cursor: int) -> Iterator:
         if self._planned():
             return self._plan(pass_id, cursor).entries()
-        if not all(map(is_native, self.parents)):
+        # one parent: the cursor is in its units (keeps_positions), whatever they count
+        if len(self.parents) > 1 and not all(map(is_native, self.parents)):
             return super()._seek(pass_id, cursor)
         return map(self.func, *[iterate(r, pass_id, cursor) for r in self.parents])
 

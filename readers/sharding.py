@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import re
 import sys
 import threading
 from collections.abc import Callable, Iterator
@@ -111,42 +112,48 @@ def _env_int(env: Any, name: str, default: int | None = None) -> int | None:
                          "(readerkit reads the job layout from the launcher's variables)") from None
 
 
-def _slurm_tasks_per_node(env: Any, node: int) -> int | None:
+def _slurm_tasks_per_node(env: Any) -> list[int] | None:
+    """SLURM's tasks on each node, from ``SLURM_TASKS_PER_NODE``: "2(x3),1" is [2, 2, 2, 1]."""
     raw = env.get("SLURM_TASKS_PER_NODE") or env.get("SLURM_NTASKS_PER_NODE")
     if not raw:
         return None
     counts: list[int] = []
-    try:  # "2(x3),1": three nodes with 2 tasks, then one with 1
-        for part in raw.split(","):
-            value, _, times = part.partition("(x")
-            counts += [int(value)] * (int(times.rstrip(")")) if times else 1)
-    except ValueError:
-        raise ValueError(f"environment variable SLURM_TASKS_PER_NODE={raw!r} is not in SLURM's "
-                         "'2(x3),1' form; fix or unset it") from None
-    return counts[min(node, len(counts) - 1)]
+    for part in raw.split(","):
+        found = re.fullmatch(r"\s*(\d+)(?:\(x(\d+)\))?\s*", part)
+        if found is None:
+            raise ValueError(f"environment variable SLURM_TASKS_PER_NODE={raw!r} is not in SLURM's "
+                             "'2(x3),1' form; fix or unset it")
+        counts += [int(found[1])] * int(found[2] or 1)
+    return counts
 
 
-def _launcher(env: Any) -> tuple[str, int, int, int, int, int | None]:
-    """(launcher, rank, world size, local rank, local world size, node rank or None)."""
+def _launcher(env: Any) -> tuple[str, int, int, int, int, int | None, int | None]:
+    """(launcher, rank, world size, local rank, local world size, node rank or None, nodes or None)."""
     if "RANK" in env or "WORLD_SIZE" in env:
         rank, world = _env_int(env, "RANK", 0), _env_int(env, "WORLD_SIZE", 1)
         return ("torchrun", rank, world, _env_int(env, "LOCAL_RANK", rank),
-                _env_int(env, "LOCAL_WORLD_SIZE", world), _env_int(env, "GROUP_RANK"))
+                _env_int(env, "LOCAL_WORLD_SIZE", world), _env_int(env, "GROUP_RANK"), None)
     if "SLURM_PROCID" in env:
         rank = _env_int(env, "SLURM_PROCID")
         world = _env_int(env, "SLURM_NTASKS", _env_int(env, "SLURM_NPROCS", 1))
         node = _env_int(env, "SLURM_NODEID", 0)
-        local_world = _slurm_tasks_per_node(env, node) or world // max(1, _env_int(env, "SLURM_NNODES", 1))
-        return "slurm", rank, world, _env_int(env, "SLURM_LOCALID", 0), max(1, local_world), node
+        nodes = _env_int(env, "SLURM_NNODES")
+        per_node = _slurm_tasks_per_node(env)
+        if per_node:  # nodes may hold different numbers of tasks: world // local world is no count of nodes
+            nodes = len(per_node)
+            local_world = per_node[min(node, len(per_node) - 1)]
+        else:
+            local_world = world // max(1, nodes or 1)
+        return "slurm", rank, world, _env_int(env, "SLURM_LOCALID", 0), max(1, local_world), node, nodes
     if "OMPI_COMM_WORLD_RANK" in env:
         rank = _env_int(env, "OMPI_COMM_WORLD_RANK")
         return ("mpi", rank, _env_int(env, "OMPI_COMM_WORLD_SIZE", 1), _env_int(env, "OMPI_COMM_WORLD_LOCAL_RANK", 0),
-                _env_int(env, "OMPI_COMM_WORLD_LOCAL_SIZE", 1), None)
+                _env_int(env, "OMPI_COMM_WORLD_LOCAL_SIZE", 1), None, None)
     if "PMI_RANK" in env:  # MPICH and Intel MPI
         rank = _env_int(env, "PMI_RANK")
         return ("mpi", rank, _env_int(env, "PMI_SIZE", 1), _env_int(env, "MPI_LOCALRANKID", 0),
-                _env_int(env, "MPI_LOCALNRANKS", 1), None)
-    return "none", 0, 1, 0, 1, None
+                _env_int(env, "MPI_LOCALNRANKS", 1), None, None)
+    return "none", 0, 1, 0, 1, None, None
 
 
 def worker_info() -> WorkerInfo:
@@ -175,7 +182,7 @@ def worker_info() -> WorkerInfo:
     ...
     ValueError: torchrun environment says rank 4 of world size 4; a rank must be below the world size (check RANK and WORLD_SIZE)
     """
-    launcher, rank, world, local_rank, local_world, node = _launcher(os.environ)
+    launcher, rank, world, local_rank, local_world, node, nodes = _launcher(os.environ)
     names = {"torchrun": ("RANK", "WORLD_SIZE"), "slurm": ("SLURM_PROCID", "SLURM_NTASKS")}.get(
         launcher, ("the MPI rank", "size"))
     if world < 1 or not 0 <= rank < world:
@@ -184,7 +191,7 @@ def worker_info() -> WorkerInfo:
     if local_world < 1 or not 0 <= local_rank < local_world:
         raise ValueError(f"{launcher} environment says local rank {local_rank} of {local_world} processes on "
                          "this node; the local rank must be below the local world size")
-    num_nodes = max(1, -(-world // local_world))
+    num_nodes = nodes or max(1, -(-world // local_world))
     if node is None:
         node = rank // local_world
     if not 0 <= node < num_nodes:
@@ -268,25 +275,31 @@ def _stride_entries(entries: Iterator, k: int, count: int, equalize: str | None,
     ``pad_entry`` reads that entry for a pass resumed past it (None: it is the first one read).
     """
     pad = equalize == "pad"
-    first, given, have_first = None, 0, False
+    given, first = 0, []  # first: the entry pads copy, once known
+
+    def padding() -> tuple:
+        if not first:
+            first.append(pad_entry())
+        return append_column(first[0], 0.0)
+
     while target is None or given < target:
         group = [e for _, e in zip(range(count), entries)]
         if not group:
             break
-        if not have_first:
-            first, have_first = group[0] if pad_entry is None else pad_entry(), True
+        if pad_entry is None and not first:
+            first.append(group[0])
         if k < len(group) and (len(group) == count or equalize != "drop" or target is not None):
             yield append_column(group[k], 1.0) if pad else group[k]
         elif pad and target is None:
-            yield append_column(first, 0.0)
+            yield padding()
         else:
             continue
         given += 1
         if len(group) < count:
             break
-    while pad and have_first and target is not None and given < target:
+    while pad and target is not None and given < target and (first or pad_entry is not None):
         given += 1
-        yield append_column(first, 0.0)
+        yield padding()
 
 
 def _first_index(reader: Any, pass_id: int) -> int:
@@ -330,6 +343,10 @@ class Shard(Stage):
             return info.local_rank * wpp + info.worker_id, info.local_world_size * wpp
         return info.global_id, info.total
 
+    def _layout(self) -> list:
+        """This shard as a state's layout records it (see ``readers.state.fixed_layout``)."""
+        return list(self._resolved())
+
     def _target(self, cursor: int) -> int | None:
         """For a node's workers: equal counts over the whole job, not just this node."""
         if self.span is None or self.equalize is None:
@@ -357,7 +374,9 @@ class Shard(Stage):
     def _advance(self, start: int, consumed: int) -> int:
         parent = self.parents[0]
         cursor = advance(parent, start, consumed * self._resolved()[1])
-        if isinstance(parent, Stage) and parent._native() and hasattr(parent, "__len__"):
+        # not for a node's block: blocks differ in size, and the pads still due on this node
+        # (``_target``) follow from the steps taken, which a clamped cursor no longer tells
+        if self.span is None and isinstance(parent, Stage) and parent._native() and hasattr(parent, "__len__"):
             try:
                 cursor = min(cursor, len(parent))
             except TypeError:
@@ -449,6 +468,11 @@ class _NodeBlock(IndexedReader):
     def _resolved(self) -> tuple[int, int]:
         info = worker_info()
         return info.node_rank, info.num_nodes
+
+    def _layout(self) -> list:
+        # every node's ranks take the same steps through a block of their own, so a position
+        # counts alike on each node: it depends on the number of nodes, not on which node
+        return [None, self._resolved()[1]]
 
     def _bounds(self) -> tuple[int, int]:
         node, nodes = self._resolved()

@@ -37,6 +37,8 @@ def seeds_of(reader: Any) -> Any:
 def fixed_layout(reader: Any) -> list[list[int]]:
     """``[index, count]`` of each shard whose position is counted inside one shard (see module doc).
 
+    A node_shuffle's block is ``[None, nodes]``: a position in it counts alike on every node.
+
     >>> from readers import from_sequence, shard, shuffle
     >>> fixed_layout(shard(shuffle(from_sequence(range(9)), seed=0), 1, 3))
     []
@@ -51,7 +53,7 @@ def fixed_layout(reader: Any) -> list[list[int]]:
         if not isinstance(stage, Stage):
             continue
         if stage._native():
-            found += [list(s._resolved()) for s in walk(stage) if getattr(s, "shards", False)]
+            found += [s._layout() for s in walk(stage) if getattr(s, "shards", False)]
         else:
             pending.extend(reversed(stage.parents))
     return found
