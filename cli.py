@@ -82,9 +82,9 @@ def _first_entry(reader: Any) -> Any:
 class _Progress:
     """The CLI's event handler: a progress bar per pass and one summary line per pass."""
 
-    def __init__(self, log_json: Any):
+    def __init__(self, log_json: Any, who: str = ""):
         self.bar: Any = None
-        self.log_json = log_json
+        self.log_json, self.who = log_json, who
         self.pending: dict[str, Any] = {}
 
     def __call__(self, event: Any) -> None:
@@ -115,7 +115,7 @@ class _Progress:
         if not p:
             return
         test = "n/a" if p["test_accuracy"] is None or math.isnan(p["test_accuracy"]) else f"{100 * p['test_accuracy']:.2f}%"
-        click.echo(f"pass {p['pass']}: loss {p['train_loss']:.4f}  train accuracy {100 * p['train_accuracy']:.2f}%  "
+        click.echo(f"{self.who}pass {p['pass']}: loss {p['train_loss']:.4f}  train accuracy {100 * p['train_accuracy']:.2f}%  "
                    f"test accuracy {test}  {p['samples_per_s']:,.0f} samples/s")
         if self.log_json is not None:  # NaN is not JSON: an undefined figure is null
             clean = {k: None if isinstance(v, float) and math.isnan(v) else v for k, v in p.items()}
@@ -141,11 +141,13 @@ def main() -> None:
 @click.option("--lr-decay", default=0.6, show_default=True, type=click.FloatRange(min=0, min_open=True, max=1),
               help="The learning rate of pass k is lr * lr_decay**k.")
 @click.option("--seed", default=0, show_default=True, type=click.IntRange(min=0), help="Seeds the shuffle and the model's initialisation.")
-@click.option("--checkpoint-dir", type=click.Path(file_okay=False), default=None, help="Save the model and data position here after every pass and every --checkpoint-every steps.")
+@click.option("--checkpoint-dir", type=click.Path(file_okay=False), default=None, help="Save the model and data position here after every pass and every --checkpoint-every steps "
+                   "(in a rank<r> subfolder per process under a launcher with several).")
 @click.option("--checkpoint-every", default=200, show_default=True, type=click.IntRange(min=1), help="Steps between checkpoints within a pass.")
 @click.option("--resume", is_flag=True, help="Continue from the last checkpoint in --checkpoint-dir (same settings required).")
 @click.option("--log-json", type=click.Path(dir_okay=False), default=None,
-              help="Write one JSON object per pass to this file (appended to with --resume).")
+              help="Write one JSON object per pass to this file (appended to with --resume); under a launcher "
+                   "with several processes, rank r writes FILE with .rank<r> before its extension.")
 @_fail_cleanly
 def train(reader_name: str, data_dir: str | None, download: bool, model_name: str, classes: int, batch_size: int,
           passes: int, lr: float, lr_decay: float, seed: int, checkpoint_dir: str | None, checkpoint_every: int,
@@ -153,7 +155,7 @@ def train(reader_name: str, data_dir: str | None, download: bool, model_name: st
     """Train a model on a reader, with a progress bar and test accuracy per pass."""
     import readers
     from readers.registry import find_model
-    from train.checkpoint import load_checkpoint
+    from train.checkpoint import load_for_rank
     from train.driver import train as run
 
     if resume and checkpoint_dir is None:
@@ -168,17 +170,24 @@ def train(reader_name: str, data_dir: str | None, download: bool, model_name: st
         provider = readers.shuffle(train_reader, seed=seed)
     except ValueError:  # a stream: shuffle in a buffer
         provider = readers.shuffle(train_reader, 10000, seed=seed)
+    info = readers.worker_info()
     if checkpoint_dir is not None:
         os.makedirs(checkpoint_dir, exist_ok=True)  # an unusable folder fails now, not at the first checkpoint
         if resume:
-            found = load_checkpoint(checkpoint_dir)
+            found = load_for_rank(checkpoint_dir, info.rank, info.world_size)
             if found is None:
                 click.echo(f"no checkpoint in {checkpoint_dir}: starting from pass 0", err=True)
             elif found[1].get("pass", 0) >= passes:
                 click.echo(f"the checkpoint in {checkpoint_dir} already covers {found[1]['pass']} passes; "
                            f"nothing to train for --passes {passes}", err=True)
+    who = ""
+    if info.world_size > 1:  # each process trains its own model on its shard: say whose figures these are
+        who = f"rank {info.rank}/{info.world_size}: "
+        if log_json:
+            stem, ext = os.path.splitext(log_json)
+            log_json = f"{stem}.rank{info.rank}{ext}"
     log = open(log_json, "a" if resume else "w", encoding="utf-8") if log_json else None
-    handler = _Progress(log)
+    handler = _Progress(log, who)
 
     def on_event(event: Any) -> None:
         if type(event).__name__ == "BeginPass" and hasattr(model, "lr"):

@@ -251,8 +251,18 @@ def as_indexed(reader: Any) -> IndexedReader | None:
     return None
 
 
+def _end_of(flag: list) -> Iterator:
+    """Chained after a pass's entries: runs once, when they run out, and yields nothing."""
+    flag.append(True)  # a list, not the PassIterator: a cycle would delay closing an abandoned pass
+    return
+    yield
+
+
 class PassIterator:
     """The iterator of one pass of a readerkit reader; ``get_state()`` says where it is.
+
+    It counts what it hands out at C speed (``zip`` with ``itertools.count``),
+    so a ``for`` loop over it costs no Python call per entry.
 
     >>> from readers import from_sequence
     >>> it = from_sequence("abc")()
@@ -262,35 +272,50 @@ class PassIterator:
     (['b', 'c'], {'pass': 1, 'cursor': 0, 'seed': None})
     """
 
-    __slots__ = ("reader", "pass_id", "start", "consumed", "done", "_it")
+    __slots__ = ("reader", "pass_id", "start", "_ended", "_raw", "_counter", "_fast")
 
     def __init__(self, reader: Stage, pass_id: int, start: int):
-        self.reader, self.pass_id, self.start = reader, pass_id, start
-        self.consumed, self.done = 0, False
-        self._it = reader._start(pass_id, start)
+        self.reader, self.pass_id, self.start, self._ended = reader, pass_id, start, []
+        self._raw = reader._start(pass_id, start)
+        self._counter = itertools.count()
+        # zip takes the entry first, so the counter moves only for entries handed out
+        self._fast = map(_first, zip(itertools.chain(self._raw, _end_of(self._ended)), self._counter))
 
-    def __iter__(self) -> PassIterator:
-        return self
+    @property
+    def done(self) -> bool:
+        """Whether the pass has run out."""
+        return bool(self._ended)
+
+    @property
+    def consumed(self) -> int:
+        """Entries handed out so far in this pass."""
+        return int(repr(self._counter)[6:-1])  # "count(n)": the next value is the number taken
+
+    def __iter__(self) -> Iterator:
+        return self._fast
 
     def __next__(self) -> Any:
-        try:
-            value = next(self._it)
-        except StopIteration:
-            self.done = True
-            raise
-        self.consumed += 1
-        return value
+        return next(self._fast)
 
     def close(self) -> None:
-        close = getattr(self._it, "close", None)
+        close = getattr(self._raw, "close", None)
         if close is not None:
             close()
 
     def get_state(self) -> dict:
-        """Where this pass is, as a small JSON-able dict for ``reader.set_state``."""
+        """Where this pass is, as a small JSON-able dict for ``reader.set_state``.
+
+        >>> from readers import from_sequence
+        >>> it = from_sequence(range(5))()
+        >>> [next(it) for _ in range(2)] and it.get_state()
+        {'pass': 0, 'cursor': 2, 'seed': None}
+        """
         from readers.state import state_of
 
         return state_of(self)
+
+
+_first = operator.itemgetter(0)
 
 
 class Stage:
@@ -368,9 +393,11 @@ class Stage:
         """Pass ``pass_id`` of this stage from ``cursor``, whatever its own count of calls says."""
         if not allocator._state["done"]:
             allocator.ensure_tuned()
-        if cursor:
-            return self._seek(pass_id, cursor)
-        return self._iter(pass_id)
+        if not cursor:
+            return self._iter(pass_id)
+        if self._planned():
+            return self._plan(pass_id, cursor).entries()
+        return self._seek(pass_id, cursor)
 
     def _planned(self) -> bool:
         """Whether passes of this stage are index plans (fixed when it is built)."""
@@ -391,9 +418,10 @@ class Stage:
         return start + consumed
 
     def _seek(self, pass_id: int, cursor: int) -> Iterator:
-        """Pass ``pass_id`` from ``cursor``: stages that can jump override this; the rest read past."""
-        if self._planned():
-            return self._plan(pass_id, cursor).entries()
+        """A streamed pass ``pass_id`` from ``cursor``: stages that can jump override this; the rest read past.
+
+        (A planned pass starts at its cursor through ``_plan`` instead.)
+        """
         return itertools.islice(self._iter(pass_id), cursor, None)
 
     def _unresumable(self) -> str | None:

@@ -87,8 +87,6 @@ class Mapped(Stage):
         return map(self.func, *[iterate(r, pass_id) for r in self.parents])
 
     def _seek(self, pass_id: int, cursor: int) -> Iterator:
-        if self._planned():
-            return self._plan(pass_id, cursor).entries()
         # one parent: the cursor is in its units (keeps_positions), whatever they count
         if len(self.parents) > 1 and not all(map(is_native, self.parents)):
             return super()._seek(pass_id, cursor)
@@ -189,8 +187,6 @@ class Sliced(Stage):
         return self._seek(pass_id, 0)
 
     def _seek(self, pass_id: int, cursor: int) -> Iterator:
-        if self._planned():
-            return self._plan(pass_id, cursor).entries()
         count = None if self.count is None else max(0, self.count - cursor)
         if is_native(self.parents[0]):
             return itertools.islice(iterate(self.parents[0], pass_id, self.start + cursor), count)
@@ -354,8 +350,6 @@ class WithId(Stage):
         return map(append_column, iterate(self.parents[0], pass_id), itertools.count())
 
     def _seek(self, pass_id: int, cursor: int) -> Iterator:
-        if self._planned():
-            return self._plan(pass_id, cursor).entries()
         if not is_native(self.parents[0]):
             return super()._seek(pass_id, cursor)
         return map(append_column, iterate(self.parents[0], pass_id, cursor), itertools.count(cursor))

@@ -397,8 +397,6 @@ class Shard(Stage):
         return self._seek(pass_id, 0)
 
     def _seek(self, pass_id: int, cursor: int) -> Iterator:
-        if self._planned():
-            return self._plan(pass_id, cursor).entries()
         k, count = self._resolved()
         entries = iterate(self.parents[0], pass_id, cursor)
         pad_entry = None

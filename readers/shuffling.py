@@ -138,8 +138,6 @@ class BufferShuffle(Stage):
 
     def _seek(self, pass_id: int, cursor: int) -> Iterator:
         parent = self.parents[0]
-        if self._planned():
-            return self._plan(pass_id, cursor).entries()
         if self.buf_size <= 1:
             return iterate(parent, pass_id, cursor)
         if not is_native(parent):

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["CheckpointError", "load_checkpoint", "save_checkpoint"]
+__all__ = ["CheckpointError", "load_checkpoint", "load_for_rank", "rank_folder", "save_checkpoint"]
 
 FILE = "checkpoint.npz"
 
@@ -63,6 +63,36 @@ def save_checkpoint(directory: str, model_state: dict[str, Any], meta: dict[str,
     finally:
         os.close(dir_fd)
     return final
+
+
+def rank_folder(directory: str, rank: int, world_size: int) -> str:
+    """Where this process saves its checkpoints: ``directory``, or ``directory/rank<r>`` for one of several.
+
+    >>> rank_folder("ck", 0, 1), rank_folder("ck", 2, 3)
+    ('ck', 'ck/rank2')
+    """
+    return directory if world_size == 1 else os.path.join(directory, f"rank{rank}")
+
+
+def load_for_rank(directory: str, rank: int, world_size: int) -> tuple[dict[str, np.ndarray], dict[str, Any]] | None:
+    """The checkpoint rank ``rank`` of ``world_size`` resumes from, or None.
+
+    Its own (see ``rank_folder``) when there is one. A process new to the job
+    (the job grew, or ran as one process before) takes the earliest in the
+    data of the other ranks' checkpoints: ranks save the same position at the
+    same steps, and the earliest is the one the job resumes from even if
+    another rank has already saved again since the restart.
+
+    >>> load_for_rank("/nonexistent", 0, 2) is None
+    True
+    """
+    own = load_checkpoint(rank_folder(directory, rank, world_size))
+    if own is not None:
+        return own
+    others = [os.path.join(directory, name) for name in sorted(os.listdir(directory))
+              if name.startswith("rank") and name[4:].isdigit()] if os.path.isdir(directory) else []
+    found = [c for c in map(load_checkpoint, [directory, *others]) if c is not None]
+    return min(found, key=lambda c: (c[1].get("pass", 0), c[1].get("cursor", 0)), default=None)
 
 
 def load_checkpoint(directory: str) -> tuple[dict[str, np.ndarray], dict[str, Any]] | None:

@@ -21,7 +21,7 @@ import readers
 from batching.collate import Padded
 from readers.base import check_reader, walk, whole
 from readers.state import check_resumable, seeds_of
-from train.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from train.checkpoint import CheckpointError, load_for_rank, rank_folder, save_checkpoint
 from train.events import BeginIteration, BeginPass, EndIteration, EndPass, TestResult
 
 __all__ = ["columns_of", "evaluate", "feeds", "train"]
@@ -303,7 +303,11 @@ def train(
         check_resumable(minibatches)  # before any work, not at the first checkpoint
 
     first_pass, reader_state, saved_totals, history = 0, None, None, []
-    if resume and (found := load_checkpoint(checkpoint_dir)) is not None:
+    if checkpoint_dir is not None:
+        info = readers.worker_info()
+        found = load_for_rank(checkpoint_dir, info.rank, info.world_size) if resume else None
+        checkpoint_dir = rank_folder(checkpoint_dir, info.rank, info.world_size)
+    if resume and found is not None:
         state, meta = found
         _check_resume(checkpoint_dir, meta, run)
         model.load_state_dict(state)
