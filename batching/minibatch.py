@@ -19,12 +19,12 @@ from readers.base import (
     advance,
     check_reader,
     describe,
-    is_native,
     is_planned,
     iterate,
     open_plan,
     rechunk,
     whole,
+    within,
 )
 
 __all__ = ["batch", "collated"]
@@ -41,14 +41,8 @@ class Batched(Stage):
         return False  # its cursor counts entries, not batches
 
     def _advance(self, start: int, consumed: int) -> int:
-        cursor = advance(self.parents[0], start, consumed * self.batch_size)
-        parent = self.parents[0]
-        if is_native(parent) and hasattr(parent, "__len__"):  # the last batch may be short
-            try:
-                cursor = min(cursor, len(parent))
-            except TypeError:
-                pass
-        return cursor
+        # the last batch may be short
+        return within(self.parents[0], advance(self.parents[0], start, consumed * self.batch_size))
 
     def _index_batches(self, pass_id: int, cursor: int = 0) -> tuple[Any, Iterator[np.ndarray]]:
         """The source and the sample indices of each batch, for a planned parent."""

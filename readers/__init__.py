@@ -40,7 +40,7 @@ from readers import combine, decorators, sharding, shuffling, workers
 from readers.base import Curried, IndexedReader, Reader, Stage
 from readers.combine import ComposeNotAligned
 from readers.interop import torch_dataset
-from readers.sharding import WorkerInfo, worker_context, worker_info
+from readers.launch import WorkerInfo, worker_context, worker_info
 from readers.sources import from_arrays, from_sequence, np_array, text_file
 from readers.workers import WorkerDiedError
 

@@ -41,6 +41,7 @@ __all__ = [
     "slice_chunks",
     "walk",
     "whole",
+    "within",
 ]
 
 T = TypeVar("T")
@@ -211,13 +212,35 @@ def is_native(reader: Any) -> bool:
     return not isinstance(reader, Stage) or reader._native()
 
 
-def append_column(entry: Any, value: Any) -> tuple:
-    """``entry`` with ``value`` as a new last column; a single value becomes a pair.
+def append_column(entry: Any, value: Any, key: str = "weight") -> Any:
+    """``entry`` with ``value`` as a new last column; a single value becomes a pair, a dict gains ``key``.
 
-    >>> append_column(("x", 1), 0.0), append_column("x", 0.0)
-    (('x', 1, 0.0), ('x', 0.0))
+    >>> append_column(("x", 1), 0.0), append_column("x", 0.0), append_column({"x": 1}, 0.0)
+    (('x', 1, 0.0), ('x', 0.0), {'x': 1, 'weight': 0.0})
     """
-    return entry + (value,) if isinstance(entry, tuple) else (entry, value)
+    if isinstance(entry, tuple):
+        return entry + (value,)
+    if isinstance(entry, dict):
+        if key in entry:
+            raise ValueError(f"entries already have a {key!r} key, so a new {key!r} column would overwrite it; "
+                             f"rename that key (entry keys: {sorted(entry)})")
+        return {**entry, key: value}
+    return (entry, value)
+
+
+def within(reader: Any, cursor: int) -> int:
+    """``cursor`` no further than the end of ``reader``'s pass, when its cursor counts its entries and it has a length.
+
+    >>> from readers import from_sequence
+    >>> within(from_sequence("abc"), 5), within(lambda: iter("abc"), 5)
+    (3, 5)
+    """
+    if isinstance(reader, Stage) and reader._native():
+        try:
+            return min(cursor, len(reader))
+        except TypeError:  # a stream: it has no length
+            pass
+    return cursor
 
 
 def walk(reader: Any) -> Iterator:

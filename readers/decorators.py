@@ -312,14 +312,18 @@ def repeat(reader: Any, times: int | None = None) -> Stage:
 # -- with_index -------------------------------------------------------------------
 
 
+#: a dict entry gains the key "index"; a tuple, a last column
+_add_id = functools.partial(append_column, key="index")
+
+
 class IndexedWithId(Derived):
     name = "with_index"
 
     def _get(self, i: int) -> tuple:
-        return append_column(self.source._get(i), int(self.source.sample_ids(np.array([i]))[0]))
+        return _add_id(self.source._get(i), int(self.source.sample_ids(np.array([i]))[0]))
 
     def gather(self, indices: np.ndarray) -> list:
-        return list(map(append_column, self.source.gather(indices), self.source.sample_ids(indices).tolist()))
+        return list(map(_add_id, self.source.gather(indices), self.source.sample_ids(indices).tolist()))
 
     def gather_columns(self, indices: np.ndarray) -> tuple | None:
         columns = self.source.gather_columns(indices)
@@ -347,12 +351,12 @@ class WithId(Stage):
         return Plan(IndexedWithId(plan.source), plan.chunks)
 
     def _stream(self, pass_id: int) -> Iterator:
-        return map(append_column, iterate(self.parents[0], pass_id), itertools.count())
+        return map(_add_id, iterate(self.parents[0], pass_id), itertools.count())
 
     def _seek(self, pass_id: int, cursor: int) -> Iterator:
         if not is_native(self.parents[0]):
             return super()._seek(pass_id, cursor)
-        return map(append_column, iterate(self.parents[0], pass_id, cursor), itertools.count(cursor))
+        return map(_add_id, iterate(self.parents[0], pass_id, cursor), itertools.count(cursor))
 
 
 def with_index(reader: Any) -> Stage:

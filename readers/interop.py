@@ -8,9 +8,11 @@ rebuilt there like an instance of any module-level class.
 """
 from __future__ import annotations
 
+import sys
+import warnings
 from typing import Any
 
-from readers.base import Stage, check_reader, describe, iterate, walk, whole
+from readers.base import Stage, check_reader, describe, iterate, whole
 
 __all__ = ["torch_dataset"]
 
@@ -24,28 +26,22 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def _is_sharded(reader: Any) -> bool:
-    """Whether some stage of ``reader``'s pipeline splits it by worker (a stage with ``shards = True``).
-
-    >>> from readers import from_sequence, shuffle
-    >>> _is_sharded(shuffle(from_sequence(range(4)), seed=0))
-    False
-    """
-    return any(getattr(stage, "shards", False) is True for stage in walk(reader))
-
-
 def _check_sharded(reader: Any) -> None:
     """Refuse a pipeline that every one of several workers would read whole."""
-    from readers.sharding import worker_info
+    from readers.launch import worker_info
+    from readers.sharding import follows_workers, is_sharded
 
     info = worker_info()
-    if info.total <= 1 or _is_sharded(reader):
+    if info.total <= 1:
+        return
+    # an explicit shard is the same in every worker of a process: only one that follows them splits them
+    if follows_workers(reader) if info.workers_per_process > 1 else is_sharded(reader, info.total):
         return
     workers = info.total // info.world_size
     raise ValueError(
         f"torch_dataset: this job has {info.total} data workers ({workers} per process x {info.world_size} "
-        f"process{'es' if info.world_size > 1 else ''}) and the pipeline {describe(reader)!r} has no shard stage, so "
-        f"every sample would be seen {info.total} times per epoch; add readers.shard(...) as its last "
+        f"process{'es' if info.world_size > 1 else ''}) and the pipeline {describe(reader)!r} is not split "
+        f"{info.total} ways (no shard stage that follows the workers), so samples would be seen several times per epoch; add readers.shard(...) as its last "
         "stage (after a seeded shuffle), e.g. readers.shard(pipeline, equalize='pad'), or pass "
         "sharded_elsewhere=True if the reader already splits its data by worker"
     )
@@ -63,6 +59,7 @@ class _ReaderDatasetBase:
         self.reader = reader
         self.sharded_elsewhere = sharded_elsewhere
         self.epoch: int | None = None
+        self._iterated = False
 
     def set_epoch(self, epoch: int) -> None:
         """Make the next pass pass ``epoch`` (call it before each epoch, as with DistributedSampler)."""
@@ -75,12 +72,23 @@ class _ReaderDatasetBase:
         # here, not only in torch_dataset: a DataLoader worker learns its worker count only now
         if not self.sharded_elsewhere:
             _check_sharded(self.reader)
+        if self.epoch is not None and self._iterated and _in_torch_worker():
+            # a persistent worker iterates its own copy again: set_epoch on the main copy never reached it
+            warnings.warn("torch_dataset: set_epoch() does not reach persistent DataLoader workers, which keep "
+                          "their own copy; they run the passes after the first one in turn. Use "
+                          "persistent_workers=False with set_epoch, or no set_epoch", RuntimeWarning, stacklevel=2)
+        self._iterated = True
         return iterate(self.reader)
 
     def __repr__(self) -> str:
         lines = self.reader._lines() if isinstance(self.reader, Stage) else [describe(self.reader)]
         head = "torch_dataset(" + ("sharded_elsewhere=True" if self.sharded_elsewhere else "") + ")"
         return "\n".join([head, "└─ " + lines[0], *("   " + line for line in lines[1:])])
+
+
+def _in_torch_worker() -> bool:
+    data = sys.modules.get("torch.utils.data")
+    return data is not None and data.get_worker_info() is not None
 
 
 def _dataset_class() -> type:
@@ -141,7 +149,8 @@ def torch_dataset(reader: Any, *, sharded_elsewhere: bool = False) -> Any:
     >>> torch_dataset(readers.from_arrays(np.arange(10)))
     Traceback (most recent call last):
     ...
-    ValueError: torch_dataset: this job has 2 data workers (1 per process x 2 processes) and the pipeline 'from_arrays(10 rows: int64)' has no shard stage, so every sample would be seen 2 times per epoch; add readers.shard(...) as its last stage (after a seeded shuffle), e.g. readers.shard(pipeline, equalize='pad'), or pass sharded_elsewhere=True if the reader already splits its data by worker
+    ValueError: torch_dataset: this job has 2 data workers (1 per process x 2 processes) and the pipeline 'from_arrays(10 rows: int64)' is not split 2 ways (no shard stage that follows the workers), so samples would be seen several times per epoch; add readers.shard(...) as its last stage (after a seeded shuffle), e.g. readers.shard(pipeline, equalize='pad'), or pass sharded_elsewhere=True if the reader already splits its data by worker
+    >>> del os.environ["RANK"], os.environ["WORLD_SIZE"]
     
     See Also:
         readers.shard, readers.worker_info

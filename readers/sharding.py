@@ -1,4 +1,4 @@
-"""Sharding by global worker: worker_info, shard, node_shuffle.
+"""Sharding by global worker: shard and node_shuffle (the worker comes from ``readers.launch``).
 
 A job is ``world_size`` processes (ranks), each with ``workers`` local workers
 (readerkit's own worker processes or threads, or a PyTorch DataLoader's); the
@@ -10,14 +10,9 @@ collective operation waits forever on a worker that ran out of data.
 """
 from __future__ import annotations
 
-import contextlib
 import functools
-import os
-import re
-import sys
-import threading
 from collections.abc import Callable, Iterator
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 
@@ -35,171 +30,72 @@ from readers.base import (
     iterate,
     open_plan,
     rechunk,
+    walk,
     whole,
+    within,
 )
+from readers.launch import worker_info
 from readers.shuffling import GlobalShuffle, check_seed
 
-__all__ = ["WorkerInfo", "node_shuffle", "shard", "worker_context", "worker_info"]
+__all__ = ["check_equalize", "follows_workers", "is_sharded", "node_shuffle", "shard"]
 
 EQUALIZE = (None, "pad", "drop")
 
 
-class WorkerInfo(NamedTuple):
-    """Who this worker is in the job (see ``worker_info``)."""
+def check_equalize(equalize: Any, where: str) -> str | None:
+    """``equalize`` when it is None, "pad" or "drop"; else a ValueError naming ``where``.
 
-    rank: int
-    world_size: int
-    worker_id: int
-    workers_per_process: int
-    global_id: int
-    total: int
-    node_rank: int
-    num_nodes: int
-    local_rank: int
-    local_world_size: int
-    launcher: str
-
-
-_context = threading.local()
-
-
-@contextlib.contextmanager
-def worker_context(worker_id: int, workers: int) -> Iterator[None]:
-    """Within this block (in this thread), ``worker_info()`` says local worker ``worker_id`` of ``workers``.
-
-    readerkit's own parallel workers run their replica of a pipeline inside
-    it; a custom worker pool can do the same, so ``shard()`` splits by its workers.
-
-    >>> with worker_context(1, 2):
-    ...     worker_info().worker_id, worker_info().workers_per_process
-    (1, 2)
-    >>> worker_info().workers_per_process
-    1
-    """
-    workers = whole(workers, "workers", "worker_context", 1, floats=False)
-    worker_id = whole(worker_id, "worker_id", "worker_context", floats=False)
-    if worker_id >= workers:
-        raise ValueError(f"worker_context: worker_id {worker_id} is not below workers={workers}")
-    saved = getattr(_context, "value", None)
-    _context.value = (worker_id, workers)
-    try:
-        yield
-    finally:
-        _context.value = saved
-
-
-def _local_worker() -> tuple[int, int]:
-    value = getattr(_context, "value", None)
-    if value is not None:
-        return value
-    # torch tells a DataLoader worker who it is; never import torch just to ask
-    data = sys.modules.get("torch.utils.data")
-    get = getattr(data, "get_worker_info", None)
-    info = get() if get is not None else None
-    if info is not None:
-        return int(info.id), int(info.num_workers)
-    return 0, 1
-
-
-def _env_int(env: Any, name: str, default: int | None = None) -> int | None:
-    raw = env.get(name)
-    if raw is None or raw == "":
-        return default
-    try:
-        return int(raw.strip())
-    except ValueError:
-        raise ValueError(f"environment variable {name}={raw!r} is not an int; fix or unset it "
-                         "(readerkit reads the job layout from the launcher's variables)") from None
-
-
-def _slurm_tasks_per_node(env: Any) -> list[int] | None:
-    """SLURM's tasks on each node, from ``SLURM_TASKS_PER_NODE``: "2(x3),1" is [2, 2, 2, 1]."""
-    raw = env.get("SLURM_TASKS_PER_NODE") or env.get("SLURM_NTASKS_PER_NODE")
-    if not raw:
-        return None
-    counts: list[int] = []
-    for part in raw.split(","):
-        found = re.fullmatch(r"\s*(\d+)(?:\(x(\d+)\))?\s*", part)
-        if found is None:
-            raise ValueError(f"environment variable SLURM_TASKS_PER_NODE={raw!r} is not in SLURM's "
-                             "'2(x3),1' form; fix or unset it")
-        counts += [int(found[1])] * int(found[2] or 1)
-    return counts
-
-
-def _launcher(env: Any) -> tuple[str, int, int, int, int, int | None, int | None]:
-    """(launcher, rank, world size, local rank, local world size, node rank or None, nodes or None)."""
-    if "RANK" in env or "WORLD_SIZE" in env:
-        rank, world = _env_int(env, "RANK", 0), _env_int(env, "WORLD_SIZE", 1)
-        return ("torchrun", rank, world, _env_int(env, "LOCAL_RANK", rank),
-                _env_int(env, "LOCAL_WORLD_SIZE", world), _env_int(env, "GROUP_RANK"), None)
-    if "SLURM_PROCID" in env:
-        rank = _env_int(env, "SLURM_PROCID")
-        world = _env_int(env, "SLURM_NTASKS", _env_int(env, "SLURM_NPROCS", 1))
-        node = _env_int(env, "SLURM_NODEID", 0)
-        nodes = _env_int(env, "SLURM_NNODES")
-        per_node = _slurm_tasks_per_node(env)
-        if per_node:  # nodes may hold different numbers of tasks: world // local world is no count of nodes
-            nodes = len(per_node)
-            local_world = per_node[min(node, len(per_node) - 1)]
-        else:
-            local_world = world // max(1, nodes or 1)
-        return "slurm", rank, world, _env_int(env, "SLURM_LOCALID", 0), max(1, local_world), node, nodes
-    if "OMPI_COMM_WORLD_RANK" in env:
-        rank = _env_int(env, "OMPI_COMM_WORLD_RANK")
-        return ("mpi", rank, _env_int(env, "OMPI_COMM_WORLD_SIZE", 1), _env_int(env, "OMPI_COMM_WORLD_LOCAL_RANK", 0),
-                _env_int(env, "OMPI_COMM_WORLD_LOCAL_SIZE", 1), None, None)
-    if "PMI_RANK" in env:  # MPICH and Intel MPI
-        rank = _env_int(env, "PMI_RANK")
-        return ("mpi", rank, _env_int(env, "PMI_SIZE", 1), _env_int(env, "MPI_LOCALRANKID", 0),
-                _env_int(env, "MPI_LOCALNRANKS", 1), None, None)
-    return "none", 0, 1, 0, 1, None, None
-
-
-def worker_info() -> WorkerInfo:
-    """This worker's place in the job: rank, world size, local worker, global id, node.
-
-    Rank and world size come from the launcher's environment: torchrun's
-    ``RANK``/``WORLD_SIZE``/``LOCAL_RANK``/``LOCAL_WORLD_SIZE``/``GROUP_RANK``,
-    then SLURM's ``SLURM_PROCID``/``SLURM_NTASKS``/``SLURM_LOCALID``/``SLURM_NODEID``,
-    then Open MPI's ``OMPI_COMM_WORLD_*`` (or MPICH's ``PMI_RANK``/``PMI_SIZE``);
-    without any, rank 0 of 1. The local worker is set by readerkit's workers
-    (``worker_context``) or, inside a PyTorch DataLoader worker, read from
-    ``torch.utils.data.get_worker_info()`` (torch is never imported for it).
-    Under SLURM, start the ranks with ``srun``: a batch script itself is rank 0.
-
-    >>> import os
-    >>> os.environ.update(RANK="3", WORLD_SIZE="4", LOCAL_RANK="1", LOCAL_WORLD_SIZE="2", GROUP_RANK="1")
-    >>> info = worker_info()
-    >>> info.rank, info.world_size, info.node_rank, info.num_nodes, info.local_rank, info.global_id
-    (3, 4, 1, 2, 1, 3)
-    >>> with worker_context(1, 2):
-    ...     worker_info().global_id, worker_info().total
-    (7, 8)
-    >>> os.environ["RANK"] = "4"
-    >>> worker_info()
+    >>> check_equalize("pad", "shard")
+    'pad'
+    >>> check_equalize("even", "shard")
     Traceback (most recent call last):
     ...
-    ValueError: torchrun environment says rank 4 of world size 4; a rank must be below the world size (check RANK and WORLD_SIZE)
+    ValueError: shard: equalize must be None, 'pad' or 'drop', got 'even'
     """
-    launcher, rank, world, local_rank, local_world, node, nodes = _launcher(os.environ)
-    names = {"torchrun": ("RANK", "WORLD_SIZE"), "slurm": ("SLURM_PROCID", "SLURM_NTASKS")}.get(
-        launcher, ("the MPI rank", "size"))
-    if world < 1 or not 0 <= rank < world:
-        raise ValueError(f"{launcher} environment says rank {rank} of world size {world}; a rank must be below "
-                         f"the world size (check {names[0]} and {names[1]})")
-    if local_world < 1 or not 0 <= local_rank < local_world:
-        raise ValueError(f"{launcher} environment says local rank {local_rank} of {local_world} processes on "
-                         "this node; the local rank must be below the local world size")
-    num_nodes = nodes or max(1, -(-world // local_world))
-    if node is None:
-        node = rank // local_world
-    if not 0 <= node < num_nodes:
-        raise ValueError(f"{launcher} environment says node {node} of {num_nodes} (world size {world} over "
-                         f"{local_world} processes per node); check the node rank variable")
-    worker, workers = _local_worker()
-    return WorkerInfo(rank, world, worker, workers, worker + workers * rank, workers * world,
-                      node, num_nodes, local_rank, local_world, launcher)
+    if equalize not in EQUALIZE:
+        raise ValueError(f"{where}: equalize must be None, 'pad' or 'drop', got {equalize!r}")
+    return equalize
+
+
+def is_sharded(reader: Any, total: int | None = None) -> bool:
+    """Whether a shard stage splits ``reader``'s passes; with ``total``, whether it splits them that many ways.
+
+    A shard that follows the workers (index and count from ``worker_info``)
+    splits any number of ways; explicit shards, the product of their counts.
+
+    >>> from readers import from_sequence
+    >>> is_sharded(from_sequence("ab")), is_sharded(shard(from_sequence("ab")), 8)
+    (False, True)
+    >>> is_sharded(shard(from_sequence("ab"), 0, 2), 2), is_sharded(shard(from_sequence("ab"), 0, 2), 4)
+    (True, False)
+    """
+    split = 1
+    for stage in walk(reader):
+        if getattr(stage, "shards", False):
+            if total is None or getattr(stage, "count", None) is None:
+                return True
+            split *= stage.count
+    return total is not None and split >= total
+
+
+def follows_workers(reader: Any) -> bool:
+    """Whether a shard stage of ``reader`` takes its index from the worker it runs in.
+
+    >>> from readers import from_sequence
+    >>> follows_workers(shard(from_sequence("ab"))), follows_workers(shard(from_sequence("ab"), 0, 2))
+    (True, False)
+    """
+    return any(getattr(s, "shards", False) and getattr(s, "count", None) is None for s in walk(reader))
+
+
+def _check_seeds(shard: Any) -> None:
+    """Ranks split one order only if they drew it alike: refuse a seed each process drew for itself."""
+    for stage in walk(shard.parents[0]):
+        if getattr(stage, "seed_drawn", False):
+            raise ValueError(
+                f"{describe(stage)} drew its seed from the operating system, so each of this job's processes "
+                f"shuffles differently and {describe(shard)} would give some samples twice and others never; "
+                "give the shuffle a seed, e.g. shuffle(reader, seed=0)")
 
 
 # -- shard ---------------------------------------------------------------------------
@@ -335,9 +231,11 @@ class Shard(Stage):
         self.index, self.count, self.equalize, self.scope, self.span = index, count, equalize, scope, span
 
     def _resolved(self) -> tuple[int, int]:
+        info = worker_info()
+        if info.world_size > 1:
+            _check_seeds(self)
         if self.count is not None:
             return self.index, self.count
-        info = worker_info()
         if self.scope == "local":
             wpp = info.workers_per_process
             return info.local_rank * wpp + info.worker_id, info.local_world_size * wpp
@@ -352,6 +250,12 @@ class Shard(Stage):
         if self.span is None or self.equalize is None:
             return None
         n, nodes = len(self.span.source), self.span._resolved()[1]
+        info = worker_info()
+        if info.world_size != nodes * info.local_world_size:
+            raise ValueError(f"node_shuffle(equalize={self.equalize!r}) needs the same number of processes on every "
+                             f"node to give every rank equal steps, and this job has {info.world_size} processes "
+                             f"over {nodes} nodes ({info.local_world_size} on this one); give every node as many, "
+                             "or use equalize=None")
         total = nodes * self._resolved()[1]
         rest = max(0, n - nodes * cursor)
         return -(-rest // total) if self.equalize == "pad" else rest // total
@@ -376,12 +280,7 @@ class Shard(Stage):
         cursor = advance(parent, start, consumed * self._resolved()[1])
         # not for a node's block: blocks differ in size, and the pads still due on this node
         # (``_target``) follow from the steps taken, which a clamped cursor no longer tells
-        if self.span is None and isinstance(parent, Stage) and parent._native() and hasattr(parent, "__len__"):
-            try:
-                cursor = min(cursor, len(parent))
-            except TypeError:
-                pass
-        return cursor
+        return cursor if self.span is not None else within(parent, cursor)
 
     def _plan(self, pass_id: int, cursor: int = 0) -> Plan:
         k, count = self._resolved()
@@ -440,8 +339,7 @@ def shard(reader: Any, index: int | None = None, count: int | None = None, *,
     True
     """
     check_reader(reader)
-    if equalize not in EQUALIZE:
-        raise ValueError(f"shard: equalize must be None, 'pad' or 'drop', got {equalize!r}")
+    check_equalize(equalize, "shard")
     if (index is None) != (count is None):
         raise ValueError(f"shard: give both index and count, or neither (for this global worker); got "
                          f"index={index!r}, count={count!r}")
@@ -497,7 +395,7 @@ class _NodeBlock(IndexedReader):
         return "this node's block"
 
 
-def node_shuffle(reader: Any, seed: int | None = None, *, equalize: str | None = None) -> Shard:
+def node_shuffle(reader: Any, seed: int, *, equalize: str | None = None) -> Shard:
     """A cache-friendly shuffle: each node keeps one fixed block of samples and shuffles inside it.
 
     With ``node_rank`` and ``num_nodes`` from ``worker_info()``, node n keeps
@@ -520,13 +418,17 @@ def node_shuffle(reader: Any, seed: int | None = None, *, equalize: str | None =
     >>> first, second = list(r()), list(r())
     >>> sorted(first), sorted(second) == sorted(first), first != second
     ([5, 6, 7, 8, 9], True, True)
+    >>> for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"):
+    ...     del os.environ[name]
     """
     check_reader(reader)
     indexed = as_indexed(reader)
     if indexed is None:
         raise ValueError(f"node_shuffle needs an indexed reader (len and [i]), and {describe(reader)!r} is not "
                          "one; for a stream, use shard() and shuffle(buf_size=...) after it")
-    if equalize not in EQUALIZE:
-        raise ValueError(f"node_shuffle: equalize must be None, 'pad' or 'drop', got {equalize!r}")
+    check_equalize(equalize, "node_shuffle")
+    if seed is None:
+        raise ValueError("node_shuffle needs a seed, the same in every process: the ranks of a node split "
+                         "one shuffled order, e.g. node_shuffle(reader, seed=0)")
     block = _NodeBlock(indexed)
     return Shard(GlobalShuffle(block, check_seed(seed, "node_shuffle")), None, None, equalize, "local", block)

@@ -186,6 +186,7 @@ def shuffle(reader: Any, buf_size: int | None = None, *, seed: int | None = None
         readers.permutation.KeyedPermutation: the keyed bijection behind the global shuffle.
     """
     check_reader(reader)
+    drawn = seed is None
     seed = check_seed(seed, "shuffle")
     if buf_size is None:
         indexed = as_indexed(reader)
@@ -195,5 +196,8 @@ def shuffle(reader: Any, buf_size: int | None = None, *, seed: int | None = None
                 f"[i], and {describe(reader)!r} is not one; give a buffer size, e.g. "
                 "shuffle(reader, buf_size=10000)"
             )
-        return GlobalShuffle(indexed, seed)
-    return BufferShuffle(reader, whole(buf_size, "buf_size", "shuffle"), seed)
+        stage = GlobalShuffle(indexed, seed)
+    else:
+        stage = BufferShuffle(reader, whole(buf_size, "buf_size", "shuffle"), seed)
+    stage.seed_drawn = drawn  # a seed each process draws for itself cannot be sharded across processes
+    return stage

@@ -3,7 +3,8 @@
 A state is ``{"pass": k, "cursor": c, "seed": s}``. The cursor counts the
 entries of pass k taken so far, in the pipeline's order *before* any shard:
 a shard of ``count`` shards that has given m entries since cursor c0 stands at
-c0 + m * count, and a batch of b entries moves the cursor by b. Ranks that
+c0 + m * count, and a batch of b entries counts as the b entries in it (so
+b * count above a shard). Ranks that
 take the same number of steps therefore all report the same state, and a
 state resumes on any other shard layout: the rest of the pass, from c on, is
 split over the new shards, so every sample of the pass is seen exactly once.
@@ -18,7 +19,7 @@ from typing import Any
 
 from readers.base import PassIterator, Stage, advance, describe, walk
 
-__all__ = ["check_layout", "check_resumable", "check_state", "fixed_layout", "seeds_of", "state_of"]
+__all__ = ["check_layout", "check_resumable", "check_state", "fixed_layout", "seeds_of", "start_of", "state_of"]
 
 KEYS = ("pass", "cursor", "seed", "layout")
 
@@ -45,7 +46,6 @@ def fixed_layout(reader: Any) -> list[list[int]]:
     >>> fixed_layout(shuffle(shard(from_sequence(range(9)), 1, 3), 4, seed=0))
     [[1, 3]]
     """
-    stage = reader
     pending = [reader]
     found: list[list[int]] = []
     while pending:
@@ -75,12 +75,29 @@ def check_resumable(reader: Any) -> None:
             raise ValueError(f"cannot save or restore a position of {describe(reader)}: {reason}")
 
 
+def start_of(reader: Any, pass_id: int) -> dict:
+    """The state at the start of pass ``pass_id``, before any entry.
+
+    >>> from readers import from_sequence, shuffle
+    >>> start_of(shuffle(from_sequence("ab"), seed=3), 2)
+    {'pass': 2, 'cursor': 0, 'seed': 3}
+    """
+    return {"pass": pass_id, "cursor": 0, "seed": seeds_of(reader)}
+
+
 def state_of(it: PassIterator) -> dict:
-    """The state of a pass iterator (``PassIterator.get_state``)."""
+    """The state of a pass iterator (``PassIterator.get_state``).
+
+    >>> from readers import from_sequence
+    >>> it = from_sequence("abc")()
+    >>> _ = next(it)
+    >>> state_of(it)
+    {'pass': 0, 'cursor': 1, 'seed': None}
+    """
     reader = it.reader
     check_resumable(reader)
     if it.done:
-        return {"pass": it.pass_id + 1, "cursor": 0, "seed": seeds_of(reader)}
+        return start_of(reader, it.pass_id + 1)
     state = {"pass": it.pass_id, "cursor": int(advance(reader, it.start, it.consumed)), "seed": seeds_of(reader)}
     layout = fixed_layout(reader)
     if layout:
@@ -109,7 +126,7 @@ def check_state(reader: Any, state: Any) -> tuple[int, int, list | None]:
     if not isinstance(state, dict):
         raise TypeError(f"reader state must be the dict get_state() returned, got {type(state).__name__} {state!r}")
     unknown = sorted(set(state) - set(KEYS))
-    if unknown or "pass" not in state or "cursor" not in state:
+    if unknown or not {"pass", "cursor", "seed"} <= set(state):
         raise ValueError(f"reader state has keys {sorted(state)}; expected {list(KEYS[:3])} (and 'layout'), "
                          "as get_state() returns them")
     check_resumable(reader)
@@ -117,14 +134,45 @@ def check_state(reader: Any, state: Any) -> tuple[int, int, list | None]:
     if state.get("seed") != seeds:
         raise ValueError(f"reader state was saved with seed {state.get('seed')!r}, but this pipeline's seed is "
                          f"{seeds!r}; resume with the same seed, or start the pass afresh")
-    return _count(state, "pass"), _count(state, "cursor"), state.get("layout")
+    cursor = _count(state, "cursor")
+    end = _end(reader)
+    # a node_shuffle counts alike on every node, and nodes' blocks differ in size: no one end applies
+    if end is not None and cursor > end and not any(i is None for i, _ in fixed_layout(reader)):
+        raise ValueError(f"reader state is at entry {cursor} of a pass, past the end of {describe(reader)}'s "
+                         f"{end} entries; it was saved from other data")
+    return _count(state, "pass"), cursor, state.get("layout")
+
+
+def _end(reader: Any) -> int | None:
+    """The last cursor of a pass, when the pipeline's position-counting stage has a length."""
+    stage = reader
+    while isinstance(stage, Stage) and not stage._native():
+        stage = stage.parents[0]
+    try:
+        return len(stage)
+    except TypeError:
+        return None
 
 
 def check_layout(reader: Any, layout: list | None, cursor: int) -> None:
-    """Refuse to resume a shard-local position under another shard layout (checked as the pass starts)."""
+    """Refuse to resume a shard-local position under another shard layout (checked as the pass starts).
+
+    >>> from readers import from_sequence, shard, shuffle
+    >>> r = shuffle(shard(from_sequence(range(9)), 1, 3), 4, seed=0)
+    >>> check_layout(r, [[1, 3]], 2)
+    >>> check_layout(r, [[1, 2]], 2)
+    Traceback (most recent call last):
+    ...
+    ValueError: reader state was saved with shards [[1, 2]] (as [index, count]) and this process has [[1, 3]]; shuffle(buf_size=4, seed=0) counts its position inside one shard, so it resumes only on the same layout. For elastic resume, put shard() after every shuffle, filter and skip of the pipeline
+    """
     if not cursor:
         return
     now = fixed_layout(reader)
+    nodes = [count for index, count in layout or [] if index is None]
+    if nodes and [c for i, c in now if i is None] != nodes:
+        raise ValueError(f"reader state was saved by a node_shuffle over {nodes[0]} nodes, and this job has "
+                         f"{next((c for i, c in now if i is None), 'no')} nodes; a node_shuffle position resumes only "
+                         "on the same number of nodes (start the pass afresh with set_pass)")
     if (layout or []) != now:
         raise ValueError(
             f"reader state was saved with shards {layout or []} (as [index, count]) and this process has "

@@ -20,6 +20,7 @@ from multiprocessing.connection import wait
 from typing import Any, NamedTuple
 
 from readers.base import Reader, Stage, check_reader, describe, iterate
+from readers.launch import carry_context, worker_context
 
 __all__ = ["WorkerDiedError", "buffered", "multiprocess_reader", "xmap_readers"]
 
@@ -157,7 +158,8 @@ def _run_threads(name: str, targets: list[tuple[Callable, tuple]], slots: _Slots
     """
     # Daemon only so that an iterator kept alive until exit cannot hold up the interpreter;
     # every pass joins its threads below.
-    threads = [threading.Thread(target=f, args=a, name=f"readerkit-{name}-{k}", daemon=True)
+    # the threads work for the consumer's worker: shard() in the source must see its worker context
+    threads = [threading.Thread(target=carry_context(f), args=a, name=f"readerkit-{name}-{k}", daemon=True)
                for k, (f, a) in enumerate(targets)]
     try:
         for t in threads:
@@ -338,8 +340,13 @@ def _load(reader: Reader | bytes, index: int) -> Reader:
             "importable module (not __main__ or a test file)") from exc
 
 
-def _process_main(index: int, reader: Reader | bytes, chan: Any, use_pipe: bool, stop: Any) -> None:
-    """Process body: send a pass of ``reader`` as pickled ``(index, tag, payload)`` messages."""
+def _process_main(index: int, reader: Reader | bytes, chan: Any, use_pipe: bool, stop: Any,
+                  workers: int = 1) -> None:
+    """Process body: send a pass of ``reader`` as pickled ``(index, tag, payload)`` messages.
+
+    It runs as local worker ``index`` of ``workers`` (``readers.worker_info``), so
+    a ``shard()`` in the reader takes this worker's share.
+    """
 
     # Pickling here, not in mp.Queue's feeder thread, makes a bad entry fail in the open.
     def send(tag: int, payload: Any) -> None:
@@ -347,14 +354,15 @@ def _process_main(index: int, reader: Reader | bytes, chan: Any, use_pipe: bool,
         chan.send_bytes(data) if use_pipe else chan.put(data)
 
     try:
-        it = iterate(_load(reader, index))
-        try:
-            for entry in it:
-                if stop.is_set():
-                    return
-                send(_ENTRY, entry)
-        finally:
-            _close(it)
+        with worker_context(index, workers):
+            it = iterate(_load(reader, index))
+            try:
+                for entry in it:
+                    if stop.is_set():
+                        return
+                    send(_ENTRY, entry)
+            finally:
+                _close(it)
         send(_DONE, None)
     except BaseException as exc:
         try:
@@ -487,7 +495,7 @@ class MultiprocessReader(Stage):
         try:
             for i, source in enumerate(sources):
                 recv, chan = ctx.Pipe(duplex=False) if q is None else (None, q)
-                p = ctx.Process(target=_process_main, args=(i, source, chan, q is None, stop),
+                p = ctx.Process(target=_process_main, args=(i, source, chan, q is None, stop, len(sources)),
                                 name=f"readerkit-{self.name}-{i}", daemon=True)
                 try:
                     p.start()

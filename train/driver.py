@@ -19,8 +19,9 @@ import numpy as np  # noqa: F401 (the doctests use np)
 import batching
 import readers
 from batching.collate import Padded
-from readers.base import check_reader, walk, whole
-from readers.state import check_resumable, seeds_of
+from readers.base import check_reader, whole
+from readers.sharding import check_equalize, is_sharded
+from readers.state import check_resumable, start_of
 from train.checkpoint import CheckpointError, load_for_rank, rank_folder, save_checkpoint
 from train.events import BeginIteration, BeginPass, EndIteration, EndPass, TestResult
 
@@ -71,6 +72,8 @@ def _pick(columns: Any, column: Any, name: str) -> Any:
             )
         return columns[column]
     if isinstance(columns, dict):
+        if column == -1 and column not in columns:  # the last column, as for tuples: where a pad weight goes
+            return columns[next(reversed(columns))]
         if column not in columns:
             raise ValueError(f"mapping sends column {column!r} to input {name!r}, but entries have keys {sorted(columns)}; fix the mapping")
         return columns[column]
@@ -194,14 +197,10 @@ def _check_resume(directory: str, meta: dict[str, Any], run: dict[str, Any]) -> 
                               f"provider's {run['length']} entries")
 
 
-def _has_shard(reader: Any) -> bool:
-    return any(getattr(stage, "shards", False) for stage in walk(reader))
-
-
 def _distribute(provider: Any, columns: dict[str, Any], model: Any, shard: bool,
                 equalize: str | None) -> tuple[Any, dict[str, Any]]:
     """Shard the provider over the job's workers when there are several and it is not sharded yet."""
-    if not shard or _has_shard(provider) or readers.worker_info().total == 1:
+    if not shard or is_sharded(provider) or readers.worker_info().total == 1:
         return provider, columns
     provider = readers.shard(provider, equalize=equalize)
     if equalize != "pad":
@@ -284,8 +283,7 @@ def train(
     [['pass', 'samples_per_s', 'seconds'], True]
     """
     check_reader(provider)
-    if equalize not in (None, "pad", "drop"):
-        raise ValueError(f"train: equalize must be None, 'pad' or 'drop', got {equalize!r}")
+    check_equalize(equalize, "train")
     columns = columns_of(mapping)
     batch_size = whole(batch_size, "batch_size", "train", 1, floats=False)
     passes = whole(passes, "passes", "train", floats=False)
@@ -296,7 +294,7 @@ def train(
     model = _resolve_model(model, seed, columns, checkpoint_dir is not None)
     emit = event_handler or (lambda event: None)
     run = {"batch_size": batch_size, "seed": seed, "drop_last": bool(drop_last), "provider": repr(provider),
-           "length": None if _has_shard(provider) else _length(provider), "config": dict(config or {})}
+           "length": None if is_sharded(provider) else _length(provider), "config": dict(config or {})}
     reader, columns = _distribute(provider, columns, model, shard, equalize)
     minibatches = _minibatches(reader, batch_size, drop_last, pad_value)
     if checkpoint_dir is not None:
@@ -309,6 +307,8 @@ def train(
         checkpoint_dir = rank_folder(checkpoint_dir, info.rank, info.world_size)
     if resume and found is not None:
         state, meta = found
+        if "reader_state" not in meta and "cursor" in meta:  # a checkpoint from before reader states: same position
+            meta["reader_state"] = {**start_of(minibatches, meta.get("pass", 0)), "cursor": meta["cursor"]}
         _check_resume(checkpoint_dir, meta, run)
         model.load_state_dict(state)
         first_pass, reader_state = meta["pass"], meta["reader_state"]
@@ -357,5 +357,5 @@ def train(
             emit(TestResult(pass_id, tested))
             record["test_loss"], record["test_accuracy"] = tested["loss"], tested["accuracy"]
         history.append(record)
-        checkpoint({"pass": pass_id + 1, "cursor": 0, "seed": seeds_of(minibatches)}, None)
+        checkpoint(start_of(minibatches, pass_id + 1), None)
     return history

@@ -77,6 +77,22 @@ def test_torch_dataset_without_set_epoch_advances_the_pass_in_each_worker(worker
     assert [i for i, _ in seen(fresh)] == first
 
 
+def test_torch_dataset_warns_that_set_epoch_misses_persistent_workers(monkeypatch):
+    """Review of issue 4: set_epoch(0), (0), (5), (5) ran passes 0, 1, 2, 3 in persistent workers, silently.
+
+    A persistent worker is a copy iterated again inside a DataLoader worker; the
+    warning is raised there, where pytest cannot catch it, so this plays the worker.
+    """
+    from readers import interop
+
+    monkeypatch.setattr(interop, "_in_torch_worker", lambda: True)
+    dataset = torch_dataset(readers.shard(readers.shuffle(readers.from_arrays(np.arange(N)), seed=0)))
+    dataset.set_epoch(0)
+    list(dataset)
+    with pytest.warns(RuntimeWarning, match=r"set_epoch\(\) does not reach persistent DataLoader workers"):
+        iter(dataset)
+
+
 def first_error(loader):
     """The exception the loader's first batch raises, or None."""
     it = iter(loader)
@@ -96,8 +112,15 @@ def test_torch_dataset_without_a_shard_stage_refuses_several_workers():
     error = first_error(loader)
     assert isinstance(error, ValueError)
     assert ("torch_dataset: this job has 2 data workers (2 per process x 1 process) and the pipeline "
-            "'shuffle(buf_size=None (global), seed=0)' has no shard stage, so every sample would be seen "
-            "2 times per epoch; add readers.shard(...)") in str(error)
+            "'shuffle(buf_size=None (global), seed=0)' is not split 2 ways (no shard stage that follows the "
+            "workers), so samples would be seen several times per epoch; add readers.shard(...)") in str(error)
+
+
+def test_torch_dataset_refuses_an_explicit_shard_too_coarse_for_the_workers():
+    """Review of issue 4: shard(r, 0, 2) passed the guard, and both DataLoader workers read shard 0 whole."""
+    pipeline = readers.shard(readers.shuffle(readers.from_arrays(np.arange(N)), seed=0), 0, 2)
+    error = first_error(DataLoader(torch_dataset(pipeline), batch_size=8, num_workers=2))
+    assert isinstance(error, ValueError) and "is not split 2 ways" in str(error)
 
 
 def test_torch_dataset_without_a_shard_stage_refuses_a_world_size_above_one(monkeypatch):

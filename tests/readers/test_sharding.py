@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 import batching
 import readers
 from readers.base import IndexedReader
-from readers.sharding import worker_context, worker_info
+from readers.launch import worker_context, worker_info
 
 LAUNCHER_PREFIXES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE",
                      "SLURM_", "OMPI_", "PMI_", "MPI_LOCAL")
@@ -356,7 +356,7 @@ def test_node_shuffle_state_of_rank_0_resumes_every_node_and_other_local_sizes(n
         r = make()
         r.set_state(states[0])
         if states[0]["cursor"]:
-            with pytest.raises(ValueError, match=r"saved with shards \[\[None, 2\]\].*has \[\[None, 3\]\]"):
+            with pytest.raises(ValueError, match=r"saved by a node_shuffle over 2 nodes, and this job has 3 nodes"):
                 next(iter(r()))
     finally:
         os.environ.clear()
@@ -420,11 +420,12 @@ def test_worker_info_torchrun_without_local_variables_is_one_node(monkeypatch):
 
 @pytest.mark.parametrize("env, expected", [
     # rank, world, local rank, local world, node, nodes
-    (dict(SLURM_PROCID=4, SLURM_NTASKS=6, SLURM_LOCALID=0, SLURM_NODEID=2, SLURM_TASKS_PER_NODE="2(x3)"),
+    (dict(SLURM_PROCID=4, SLURM_STEP_NUM_TASKS=6, SLURM_LOCALID=0, SLURM_NODEID=2, SLURM_TASKS_PER_NODE="2(x3)"),
      (4, 6, 0, 2, 2, 3)),
-    (dict(SLURM_PROCID=3, SLURM_NTASKS=8, SLURM_LOCALID=3, SLURM_NODEID=0, SLURM_NNODES=2), (3, 8, 3, 4, 0, 2)),
-    (dict(SLURM_PROCID=1, SLURM_NPROCS=2), (1, 2, 0, 2, 0, 1)),
-    (dict(SLURM_PROCID=0, SLURM_NTASKS=5, SLURM_LOCALID=0, SLURM_NODEID=2, SLURM_TASKS_PER_NODE="2(x2),1"),
+    (dict(SLURM_PROCID=3, SLURM_STEP_NUM_TASKS=8, SLURM_LOCALID=3, SLURM_NODEID=0, SLURM_NNODES=2), (3, 8, 3, 4, 0, 2)),
+    (dict(SLURM_PROCID=1, SLURM_STEP_NUM_TASKS=2), (1, 2, 0, 2, 0, 1)),
+    (dict(SLURM_PROCID=1, SLURM_STEP_NUM_TASKS=4, SLURM_NTASKS_PER_NODE=2, SLURM_NODEID=0), (1, 4, 0, 2, 0, 2)),
+    (dict(SLURM_PROCID=0, SLURM_STEP_NUM_TASKS=5, SLURM_LOCALID=0, SLURM_NODEID=2, SLURM_TASKS_PER_NODE="2(x2),1"),
      (0, 5, 0, 1, 2, 3)),
 ])
 def test_worker_info_reads_slurm(monkeypatch, env, expected):
@@ -452,7 +453,7 @@ def test_worker_info_reads_mpi(monkeypatch, env, expected):
 def test_worker_info_prefers_torchrun_then_slurm_then_mpi(monkeypatch):
     set_env(monkeypatch, OMPI_COMM_WORLD_RANK=1, OMPI_COMM_WORLD_SIZE=2)
     assert worker_info().launcher == "mpi"
-    set_env(monkeypatch, SLURM_PROCID=2, SLURM_NTASKS=3)
+    set_env(monkeypatch, SLURM_PROCID=2, SLURM_STEP_NUM_TASKS=3)
     assert worker_info()[:2] == (2, 3)
     set_env(monkeypatch, RANK=0, WORLD_SIZE=1)
     assert worker_info().launcher == "torchrun"
@@ -462,8 +463,8 @@ def test_worker_info_prefers_torchrun_then_slurm_then_mpi(monkeypatch):
     (dict(RANK="one", WORLD_SIZE=2), r"environment variable RANK='one' is not an int; fix or unset it"),
     (dict(RANK=0, WORLD_SIZE="2.0"), r"environment variable WORLD_SIZE='2.0' is not an int"),
     (dict(RANK=0, WORLD_SIZE=2, LOCAL_RANK="x"), r"environment variable LOCAL_RANK='x'"),
-    (dict(SLURM_PROCID="a", SLURM_NTASKS=2), r"environment variable SLURM_PROCID='a'"),
-    (dict(SLURM_PROCID=0, SLURM_NTASKS=2, SLURM_TASKS_PER_NODE="2(x"),
+    (dict(SLURM_PROCID="a", SLURM_STEP_NUM_TASKS=2), r"environment variable SLURM_PROCID='a'"),
+    (dict(SLURM_PROCID=0, SLURM_STEP_NUM_TASKS=2, SLURM_TASKS_PER_NODE="2(x"),
      r"SLURM_TASKS_PER_NODE='2\(x' is not in SLURM's '2\(x3\),1' form"),
     (dict(OMPI_COMM_WORLD_RANK=0, OMPI_COMM_WORLD_SIZE="many"), r"environment variable OMPI_COMM_WORLD_SIZE='many'"),
     (dict(PMI_RANK="?", PMI_SIZE=2), r"environment variable PMI_RANK='\?'"),
@@ -478,7 +479,7 @@ def test_worker_info_names_a_bad_variable(monkeypatch, env, message):
     (dict(RANK=4, WORLD_SIZE=4), r"torchrun environment says rank 4 of world size 4.*check RANK and WORLD_SIZE"),
     (dict(RANK=-1, WORLD_SIZE=4), r"rank -1 of world size 4"),
     (dict(RANK=0, WORLD_SIZE=0), r"rank 0 of world size 0"),
-    (dict(SLURM_PROCID=2, SLURM_NTASKS=2), r"slurm environment says rank 2 of world size 2.*SLURM_PROCID"),
+    (dict(SLURM_PROCID=2, SLURM_STEP_NUM_TASKS=2), r"slurm environment says rank 2 of world size 2.*SLURM_PROCID"),
     (dict(OMPI_COMM_WORLD_RANK=3, OMPI_COMM_WORLD_SIZE=3), r"mpi environment says rank 3 of world size 3"),
     (dict(RANK=0, WORLD_SIZE=4, LOCAL_RANK=2, LOCAL_WORLD_SIZE=2), r"local rank 2 of 2 processes"),
     (dict(RANK=0, WORLD_SIZE=4, LOCAL_RANK=0, LOCAL_WORLD_SIZE=2, GROUP_RANK=2), r"node 2 of 2"),
@@ -486,6 +487,20 @@ def test_worker_info_names_a_bad_variable(monkeypatch, env, message):
 def test_worker_info_rejects_a_rank_outside_the_world(monkeypatch, env, message):
     set_env(monkeypatch, **env)
     with pytest.raises(ValueError, match=message):
+        worker_info()
+
+
+def test_worker_info_a_slurm_batch_script_without_srun_is_one_process(monkeypatch):
+    """Review of issue 4: an sbatch script is SLURM_PROCID=0 of SLURM_NTASKS, and would read 1/n of the data."""
+    set_env(monkeypatch, SLURM_PROCID=0, SLURM_NTASKS=4, SLURM_NODEID=0)
+    assert worker_info()[:2] == (0, 1)
+
+
+@pytest.mark.parametrize("env", [dict(WORLD_SIZE=4), dict(RANK=1)])
+def test_worker_info_refuses_half_a_torchrun_layout(monkeypatch, env):
+    """Review of issue 4: WORLD_SIZE without RANK made every process rank 0, reading shard 0 four times."""
+    set_env(monkeypatch, **env)
+    with pytest.raises(ValueError, match="set both or neither"):
         worker_info()
 
 
@@ -556,3 +571,45 @@ def test_worker_info_counts_each_global_worker_once():
         os.environ.clear()
         os.environ.update(saved)
     assert sorted(ids) == list(range(6)) and set(ids.values()) == {1}
+
+
+# -- readerkit's own workers set the worker (review of issue 4) ------------------------------
+
+
+def test_multiprocess_reader_workers_take_their_own_shard():
+    """Each process of multiprocess_reader is local worker i of n: shard() splits them without extra code."""
+    r = readers.shard(readers.from_sequence(range(10)))
+    assert sorted(readers.multiprocess_reader([r, r])()) == list(range(10))
+
+
+@pytest.mark.parametrize("make", [lambda r: readers.buffered(r, 2),
+                                  lambda r: readers.xmap_readers(abs, r, 2, 4, order=True)])
+def test_helper_threads_keep_the_consumers_worker(make):
+    """buffered/xmap threads read the source for the worker that consumes them (the context was lost)."""
+    with worker_context(1, 2):
+        assert list(make(readers.shard(readers.from_sequence(range(6))))()) == [1, 3, 5]
+
+
+def test_shard_refuses_a_drawn_seed_across_processes(monkeypatch):
+    """Review of issue 4: shard(shuffle(r)) gave each rank its own order: samples twice and never."""
+    set_env(monkeypatch, RANK=1, WORLD_SIZE=2)
+    r = readers.shard(readers.shuffle(readers.from_sequence(range(10))))
+    with pytest.raises(ValueError, match=r"drew its seed from the operating system.*give the shuffle a seed"):
+        list(r())
+    assert sorted(readers.shard(readers.shuffle(readers.from_sequence(range(10)), seed=0))()) != []
+
+
+def test_node_shuffle_needs_a_seed():
+    with pytest.raises(TypeError):
+        readers.node_shuffle(readers.from_sequence(range(4)))
+    with pytest.raises(ValueError, match="node_shuffle needs a seed"):
+        readers.node_shuffle(readers.from_sequence(range(4)), None)
+
+
+def test_node_shuffle_equalize_refuses_nodes_of_different_sizes(monkeypatch):
+    """Review of issue 4: SLURM nodes with 2 and 1 tasks gave ranks 3, 3 and 5 entries: a collective hangs."""
+    set_env(monkeypatch, SLURM_PROCID=2, SLURM_STEP_NUM_TASKS=3, SLURM_LOCALID=0, SLURM_NODEID=1,
+            SLURM_STEP_TASKS_PER_NODE="2,1")
+    r = readers.node_shuffle(readers.from_sequence(range(10)), 0, equalize="pad")
+    with pytest.raises(ValueError, match="needs the same number of processes on every node"):
+        list(r())

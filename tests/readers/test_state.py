@@ -286,7 +286,7 @@ def _state_of_shuffle():
     ({"pass": 0, "seed": 3}, ValueError, r"has keys \['pass', 'seed'\]"),
     ({"pass": 0, "cursor": 1, "seed": 3, "epoch": 2}, ValueError, r"has keys \['cursor', 'epoch', 'pass', 'seed'\]"),
     ({"pass": 0, "cursor": 1, "seed": 4}, ValueError, r"saved with seed 4, but this pipeline's seed is 3"),
-    ({"pass": 0, "cursor": 1}, ValueError, r"saved with seed None, but this pipeline's seed is 3"),
+    ({"pass": 0, "cursor": 1}, ValueError, r"has keys \['cursor', 'pass'\]; expected \['pass', 'cursor', 'seed'\]"),
     ({"pass": 0, "cursor": -1, "seed": 3}, ValueError, r"'cursor' must be an int >= 0, got -1"),
     ({"pass": -2, "cursor": 0, "seed": 3}, ValueError, r"'pass' must be an int >= 0, got -2"),
     ({"pass": 0, "cursor": 1.5, "seed": 3}, ValueError, r"'cursor' must be an int >= 0, got 1.5"),
@@ -328,13 +328,20 @@ def test_set_state_applies_to_the_next_call_only():
     assert list(r2()) == passes[1]
 
 
-def test_state_cursor_past_the_end_gives_an_empty_rest_of_pass():
+def test_state_cursor_at_the_end_gives_an_empty_rest_of_pass():
     r = readers.shuffle(words(), seed=3)
-    r.set_state({"pass": 0, "cursor": 50, "seed": 3})
+    r.set_state({"pass": 0, "cursor": len(r), "seed": 3})
     assert list(r()) == []
     again = readers.shuffle(words(), seed=3)
     again.set_pass(1)
     assert list(r()) == list(again())
+
+
+def test_state_cursor_past_the_end_is_refused():
+    """Review of issue 4: a state from other (longer) data resumed silently as an empty pass."""
+    r = readers.shuffle(words(), seed=3)
+    with pytest.raises(ValueError, match=r"reader state is at entry 50 of a pass, past the end of .* 11 entries"):
+        r.set_state({"pass": 0, "cursor": 50, "seed": 3})
 
 
 def test_plain_function_state_via_stage_above_counts_entries():

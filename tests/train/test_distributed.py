@@ -146,3 +146,14 @@ def test_train_resumes_on_another_world_size_exactly_once(tmp_path, before, afte
         model, _ = run_rank(rank, after, checkpoint_dir=folder, resume=True, batch_size=8)
         done_after += model.seen[known[rank]:][model.weights[known[rank]:] == 1.0].tolist()
     assert sorted(done_before + done_after) == list(range(N))
+
+
+def test_train_pads_dict_entries_with_a_weight_key():
+    """Review of issue 4: dict entries trained on one process but failed as (dict, weight) pairs on two."""
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(size=(11, 3)).astype(np.float32), rng.integers(0, 2, 11)
+    data = readers.from_sequence([{"image": a, "label": int(b)} for a, b in zip(x, y)])
+    for rank in range(2):
+        as_rank(rank, 2)
+        history = train(data, {"image": "image", "label": "label"}, 4, 1, model=SoftmaxRegression(3, 2))
+        assert history[0]["pass"] == 0
