@@ -17,7 +17,6 @@ from typing import Any
 import numpy as np
 
 from readers.base import (
-    CHUNK,
     IndexedReader,
     Plan,
     Stage,
@@ -35,6 +34,7 @@ from readers.base import (
     within,
 )
 from readers.launch import worker_info
+from readers.plans import CHUNK
 from readers.shuffling import GlobalShuffle, check_seed
 
 __all__ = ["check_equalize", "follows_workers", "is_sharded", "node_shuffle", "shard"]
