@@ -40,8 +40,9 @@ def _check_sharded(reader: Any) -> None:
     workers = info.total // info.world_size
     raise ValueError(
         f"torch_dataset: this job has {info.total} data workers ({workers} per process x {info.world_size} "
-        f"process{'es' if info.world_size > 1 else ''}) and the pipeline {describe(reader)!r} is not split "
-        f"{info.total} ways (no shard stage that follows the workers), so samples would be seen several times per epoch; add readers.shard(...) as its last "
+        f"process{'es' if info.world_size > 1 else ''}) and the pipeline {describe(reader)!r} does not split "
+        f"its passes among these {info.total} workers (it needs a shard stage that follows the workers), so samples "
+        "would be seen several times per epoch; add readers.shard(...) as its last "
         "stage (after a seeded shuffle), e.g. readers.shard(pipeline, equalize='pad'), or pass "
         "sharded_elsewhere=True if the reader already splits its data by worker"
     )
@@ -149,7 +150,7 @@ def torch_dataset(reader: Any, *, sharded_elsewhere: bool = False) -> Any:
     >>> torch_dataset(readers.from_arrays(np.arange(10)))
     Traceback (most recent call last):
     ...
-    ValueError: torch_dataset: this job has 2 data workers (1 per process x 2 processes) and the pipeline 'from_arrays(10 rows: int64)' is not split 2 ways (no shard stage that follows the workers), so samples would be seen several times per epoch; add readers.shard(...) as its last stage (after a seeded shuffle), e.g. readers.shard(pipeline, equalize='pad'), or pass sharded_elsewhere=True if the reader already splits its data by worker
+    ValueError: torch_dataset: this job has 2 data workers (1 per process x 2 processes) and the pipeline 'from_arrays(10 rows: int64)' does not split its passes among these 2 workers (it needs a shard stage that follows the workers), so samples would be seen several times per epoch; add readers.shard(...) as its last stage (after a seeded shuffle), e.g. readers.shard(pipeline, equalize='pad'), or pass sharded_elsewhere=True if the reader already splits its data by worker
     >>> del os.environ["RANK"], os.environ["WORLD_SIZE"]
     
     See Also:

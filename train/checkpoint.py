@@ -10,6 +10,7 @@ import glob
 import json
 import os
 import tempfile
+import warnings
 import zipfile
 from typing import Any
 
@@ -81,18 +82,28 @@ def load_for_rank(directory: str, rank: int, world_size: int) -> tuple[dict[str,
     (the job grew, or ran as one process before) takes the earliest in the
     data of the other ranks' checkpoints: ranks save the same position at the
     same steps, and the earliest is the one the job resumes from even if
-    another rank has already saved again since the restart.
+    another rank has already saved again since the restart. The processes
+    have no channel to agree on a position, so checkpoints of different
+    positions (a rank that saved once more before a crash, or the folder of a
+    rank no longer in the job) draw a RuntimeWarning naming them.
 
     >>> load_for_rank("/nonexistent", 0, 2) is None
     True
     """
     own = load_checkpoint(rank_folder(directory, rank, world_size))
-    if own is not None:
-        return own
     others = [os.path.join(directory, name) for name in sorted(os.listdir(directory))
               if name.startswith("rank") and name[4:].isdigit()] if os.path.isdir(directory) else []
-    found = [c for c in map(load_checkpoint, [directory, *others]) if c is not None]
-    return min(found, key=lambda c: (c[1].get("pass", 0), c[1].get("cursor", 0)), default=None)
+    found = {d: c for d in [directory, *others] if (c := load_checkpoint(d)) is not None}
+    positions = {d: (c[1].get("pass", 0), c[1].get("cursor", 0)) for d, c in found.items()}
+    if len(set(positions.values())) > 1:
+        # the processes share no channel to agree on one position: say so rather than resume unevenly
+        shown = ", ".join(f"{os.path.basename(d) or d}: pass {p}, entry {c}" for d, (p, c) in positions.items())
+        warnings.warn(f"{directory}: the ranks' checkpoints are at different positions ({shown}); a resume "
+                      "from them repeats or skips samples. Restart all ranks together from checkpoints of one "
+                      "step (delete the folders of ranks that are no longer in the job)", RuntimeWarning, stacklevel=2)
+    if own is not None:
+        return own
+    return min(found.values(), key=lambda c: (c[1].get("pass", 0), c[1].get("cursor", 0)), default=None)
 
 
 def load_checkpoint(directory: str) -> tuple[dict[str, np.ndarray], dict[str, Any]] | None:

@@ -112,15 +112,16 @@ def test_torch_dataset_without_a_shard_stage_refuses_several_workers():
     error = first_error(loader)
     assert isinstance(error, ValueError)
     assert ("torch_dataset: this job has 2 data workers (2 per process x 1 process) and the pipeline "
-            "'shuffle(buf_size=None (global), seed=0)' is not split 2 ways (no shard stage that follows the "
-            "workers), so samples would be seen several times per epoch; add readers.shard(...)") in str(error)
+            "'shuffle(buf_size=None (global), seed=0)' does not split its passes among these 2 workers (it needs a "
+            "shard stage that follows the workers), so samples would be seen several times per epoch; add "
+            "readers.shard(...)") in str(error)
 
 
 def test_torch_dataset_refuses_an_explicit_shard_too_coarse_for_the_workers():
     """Review of issue 4: shard(r, 0, 2) passed the guard, and both DataLoader workers read shard 0 whole."""
     pipeline = readers.shard(readers.shuffle(readers.from_arrays(np.arange(N)), seed=0), 0, 2)
     error = first_error(DataLoader(torch_dataset(pipeline), batch_size=8, num_workers=2))
-    assert isinstance(error, ValueError) and "is not split 2 ways" in str(error)
+    assert isinstance(error, ValueError) and "does not split its passes among these 2 workers" in str(error)
 
 
 def test_torch_dataset_without_a_shard_stage_refuses_a_world_size_above_one(monkeypatch):

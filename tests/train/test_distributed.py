@@ -120,6 +120,8 @@ def crash_after(step):
     return handler
 
 
+# the ranks run one after another here, so those resumed first have saved again before the rest start
+@pytest.mark.filterwarnings("ignore:.*checkpoints are at different positions:RuntimeWarning")
 @pytest.mark.parametrize("before, after", [(4, 3), (3, 4), (2, 1)])
 def test_train_resumes_on_another_world_size_exactly_once(tmp_path, before, after):
     """Ranks checkpoint at step 4, the job dies, and a job of another size finishes the pass."""
@@ -157,3 +159,16 @@ def test_train_pads_dict_entries_with_a_weight_key():
         as_rank(rank, 2)
         history = train(data, {"image": "image", "label": "label"}, 4, 1, model=SoftmaxRegression(3, 2))
         assert history[0]["pass"] == 0
+
+
+def test_resume_warns_when_rank_checkpoints_disagree(tmp_path):
+    """Verification of issue 4: a stale folder from an earlier, larger job resumed a rank behind the others."""
+    folder = str(tmp_path)
+    for rank in range(3):
+        with pytest.raises(_Crash):
+            run_rank(rank, 3, checkpoint_dir=folder, checkpoint_every=2, then=crash_after(2 + 2 * (rank == 2)),
+                     batch_size=8)
+    as_rank(0, 3)
+    from train.checkpoint import load_for_rank
+    with pytest.warns(RuntimeWarning, match=r"checkpoints are at different positions \(rank0: pass 0, entry 48"):
+        load_for_rank(folder, 0, 3)
