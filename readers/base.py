@@ -32,6 +32,7 @@ __all__ = [
     "append_column",
     "as_indexed",
     "check_reader",
+    "close_iterator",
     "describe",
     "index_chunks",
     "is_native",
@@ -206,6 +207,22 @@ def append_column(entry: Any, value: Any, key: str = "weight") -> Any:
     return (entry, value)
 
 
+def close_iterator(it: Any) -> None:
+    """Close ``it`` when it can be closed (a generator, a pass iterator); plain iterators need nothing.
+
+    >>> def numbers():
+    ...     yield 1
+    ...     yield 2
+    >>> g = numbers(); next(g); close_iterator(g); list(g)
+    1
+    []
+    >>> close_iterator(iter([1]))
+    """
+    close = getattr(it, "close", None)
+    if close is not None:
+        close()
+
+
 def within(reader: Any, cursor: int) -> int:
     """``cursor`` no further than the end of ``reader``'s pass, when its cursor counts its entries and it has a length.
 
@@ -299,9 +316,7 @@ class PassIterator:
         return next(self._fast)
 
     def close(self) -> None:
-        close = getattr(self._raw, "close", None)
-        if close is not None:
-            close()
+        close_iterator(self._raw)
 
     def get_state(self) -> dict:
         """Where this pass is, as a small JSON-able dict for ``reader.set_state``.

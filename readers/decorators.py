@@ -175,8 +175,12 @@ class Sliced(Stage):
         rest = max(0, len(self.parents[0]) - self.start)
         return rest if self.count is None else min(self.count, rest)
 
+    def _left(self, cursor: int) -> int | None:
+        """How many entries the window still gives from ``cursor`` on (None: to the end)."""
+        return None if self.count is None else max(0, self.count - cursor)
+
     def _plan(self, pass_id: int, cursor: int = 0) -> Plan:
-        count = None if self.count is None else max(0, self.count - cursor)
+        count = self._left(cursor)
         if is_native(self.parents[0]):  # jump straight to the parent's position
             plan = open_plan(self.parents[0], pass_id, self.start + cursor)
             return Plan(plan.source, slice_chunks(plan.chunks, 0, count))
@@ -187,7 +191,7 @@ class Sliced(Stage):
         return self._seek(pass_id, 0)
 
     def _seek(self, pass_id: int, cursor: int) -> Iterator:
-        count = None if self.count is None else max(0, self.count - cursor)
+        count = self._left(cursor)
         if is_native(self.parents[0]):
             return itertools.islice(iterate(self.parents[0], pass_id, self.start + cursor), count)
         stop = None if count is None else self.start + cursor + count

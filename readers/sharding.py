@@ -24,6 +24,7 @@ from readers.base import (
     append_column,
     as_indexed,
     check_reader,
+    close_iterator,
     describe,
     is_planned,
     iterate,
@@ -213,9 +214,7 @@ def _first_entry(reader: Any, pass_id: int) -> Any:
         for entry in it:
             return entry
     finally:
-        close = getattr(it, "close", None)
-        if close is not None:
-            close()
+        close_iterator(it)
     raise ValueError(f"shard: pass {pass_id} of {describe(reader)} is empty, so it has no entry to pad with")
 
 

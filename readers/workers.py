@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator, Sequence
 from multiprocessing.connection import wait
 from typing import Any, NamedTuple
 
-from readers.base import Reader, Stage, check_reader, describe, iterate
+from readers.base import Reader, Stage, check_reader, close_iterator, describe, iterate
 from readers.launch import carry_context, worker_context
 
 __all__ = ["WorkerDiedError", "buffered", "multiprocess_reader", "xmap_readers"]
@@ -38,12 +38,6 @@ def _count(value: Any, name: str, minimum: int | None = None, hint: str = "") ->
     if minimum is not None and n < minimum:
         raise ValueError(f"{name} must be at least {minimum}, got {n!r}; {hint}")
     return n
-
-
-def _close(it: Any) -> None:
-    close = getattr(it, "close", None)
-    if close is not None:
-        close()
 
 
 # -- threads ------------------------------------------------------------------------------
@@ -97,7 +91,7 @@ def _feed(reader: Reader, pass_id: int, slots: _Slots, sink: queue.SimpleQueue, 
                 sink.put((seq, entry))
                 seq += 1
         finally:
-            _close(it)
+            close_iterator(it)
     except BaseException as exc:
         sink.put((seq, _Failure(exc)))
     finally:
@@ -362,7 +356,7 @@ def _process_main(index: int, reader: Reader | bytes, chan: Any, use_pipe: bool,
                         return
                     send(_ENTRY, entry)
             finally:
-                _close(it)
+                close_iterator(it)
         send(_DONE, None)
     except BaseException as exc:
         try:
