@@ -41,6 +41,11 @@ import readers
 import readers.mnist
 
 
+def say(line: str) -> None:
+    """Print ``line`` in one write: the ranks share one output, and a line must not be split by another's."""
+    print(line + "\n", end="", flush=True)
+
+
 def generated(samples: int, seed: int = 0):
     """MNIST-like data: 10 random 784-pixel prototypes, each sample a noisy copy of one, in 0..1."""
     rng = np.random.default_rng(seed)
@@ -96,8 +101,8 @@ def main():
             real += int(weights.sum())
             pads += int((weights == 0).sum())
             total_loss += float((losses.detach() * weights).sum())
-        print(f"rank {rank}/{world}: epoch {epoch}: {steps} steps, {real} samples (+{pads} padding), "
-              f"mean loss {total_loss / max(real, 1):.3f}", flush=True)
+        say(f"rank {rank}/{world}: epoch {epoch}: {steps} steps, {real} samples (+{pads} padding), "
+            f"mean loss {total_loss / max(real, 1):.3f}")
 
     # accuracy on the training data: each rank scores its shard, the counts are summed
     correct = torch.zeros(2, dtype=torch.float64)
@@ -108,8 +113,7 @@ def main():
     if distributed:
         dist.all_reduce(correct)
     if rank == 0:
-        print(f"accuracy on the training data: {float(correct[0] / correct[1]):.2%} of {int(correct[1])} samples",
-              flush=True)
+        say(f"accuracy on the training data: {float(correct[0] / correct[1]):.2%} of {int(correct[1])} samples")
     if distributed:
         dist.destroy_process_group()
 
