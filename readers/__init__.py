@@ -63,6 +63,7 @@ __all__ = [
     "multiprocess_reader",
     "node_shuffle",
     "np_array",
+    "prefetch",
     "repeat",
     "shard",
     "shuffle",
@@ -86,6 +87,7 @@ firstn = Curried(decorators.firstn)
 map_readers = decorators.map_readers  # map_readers(func) awaits the readers
 multiprocess_reader = Curried(workers.multiprocess_reader)
 node_shuffle = Curried(sharding.node_shuffle)
+prefetch = Curried(workers.prefetch)
 repeat = Curried(decorators.repeat)
 shard = Curried(sharding.shard)
 shuffle = Curried(shuffling.shuffle)

@@ -71,6 +71,14 @@ class Mapped(Stage):
     def keeps_positions(self) -> bool:
         return len(self.parents) == 1
 
+    @property
+    def per_entry(self) -> str | None:
+        """"map": entry i is made from entry i of the one parent alone, so a shard may split below it."""
+        return "map" if len(self.parents) == 1 else None
+
+    def _with_parent(self, parent: Any) -> Mapped:
+        return Mapped(self.func, (parent,))
+
     def _planned(self) -> bool:
         return len(self.parents) == 1 and is_planned(self.parents[0])
 

@@ -11,6 +11,7 @@ collective operation waits forever on a worker that ran out of data.
 from __future__ import annotations
 
 import functools
+import itertools
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -296,7 +297,17 @@ class Shard(Stage):
 
     def _seek(self, pass_id: int, cursor: int) -> Iterator:
         k, count = self._resolved()
-        entries = iterate(self.parents[0], pass_id, cursor)
+        parent = self.parents[0]
+        below = getattr(parent, "per_entry", None)
+        if self.span is None and count > 1 and (below == "same" or below == "map" and self.equalize != "pad"):
+            # Split below a stage that takes entries one by one (a map, a prefetch), so that it
+            # works only on this shard's entries. Not below a map when padding: the map would
+            # see the weight column.
+            inner = Shard(parent.parents[0], k, count, self.equalize)
+            return iterate(parent._with_parent(inner), pass_id, cursor)
+        entries = iterate(parent, pass_id, cursor)
+        if self.equalize is None and self.span is None:
+            return itertools.islice(entries, k, None, count)  # each entry as soon as it is read
         pad_entry = None
         if cursor and self.equalize == "pad":
             pad_entry = functools.partial(_first_entry, self.parents[0], pass_id)

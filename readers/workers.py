@@ -1,33 +1,31 @@
-"""Background threads and processes: buffered, xmap_readers, multiprocess_reader.
+"""Prefetch and parallel workers: prefetch, buffered, xmap_readers, multiprocess_reader.
 
-Each pass starts its own threads or processes and stops and joins them however
-it ends: exhausted, failed, or abandoned (break, ``close()``, garbage
-collection). A worker's exception reaches the consumer with its type and message.
+All four stand on one machinery (``readers.pool``): each pass starts its own
+threads or processes and stops and joins them however it ends (exhausted,
+failed, abandoned by break, ``close()`` or garbage collection, or Ctrl-C). A
+worker's exception reaches the consumer with its type, message and traceback;
+a process worker that dies is named with its signal or exit code, and can be
+restarted from its last delivered entry. Arrays cross from process workers
+through shared memory (``readers.shm``).
 """
 from __future__ import annotations
 
+import copy
+import math
 import multiprocessing
 import operator
-import pickle
-import queue
-import signal
-import threading
-import time
-import traceback
-import warnings
 from collections.abc import Callable, Iterator, Sequence
-from multiprocessing.connection import wait
-from typing import Any, NamedTuple
+from typing import Any
 
-from readers.base import Reader, Stage, check_reader, close_iterator, describe, iterate
-from readers.launch import carry_context, worker_context
+from readers.base import Reader, Stage, check_reader, describe
+from readers.decorators import Mapped
+from readers.launch import _local_worker
+from readers.pool import Pool, WorkerDiedError
+from readers.sharding import Shard, follows_workers
 
-__all__ = ["WorkerDiedError", "buffered", "multiprocess_reader", "xmap_readers"]
+__all__ = ["Prefetch", "WorkerDiedError", "buffered", "multiprocess_reader", "prefetch", "xmap_readers"]
 
-_END = object()  # a thread's last message on a queue: nothing more comes from it
-_ENTRY, _DONE, _FAILED = 0, 1, 2  # process message tags; entries are payloads, never compared
-_GRACE = 1.0  # seconds a stopped worker process gets to exit before it is terminated
-_LIVENESS = 0.5  # seconds between liveness checks of worker processes sharing a queue
+MODES = ("thread", "process")
 
 
 def _count(value: Any, name: str, minimum: int | None = None, hint: str = "") -> int:
@@ -40,155 +38,189 @@ def _count(value: Any, name: str, minimum: int | None = None, hint: str = "") ->
     return n
 
 
-# -- threads ------------------------------------------------------------------------------
-# Threads talk through unbounded queues; "slots" bound what is in them instead. A feeder
-# takes a slot before it pulls an entry from the source and the consumer gives it back
-# as it yields the entry, so no thread blocks on a full queue and a stop only has to
-# close the slots.
+def _check_options(where: str, mode: str, start_method: str | None, restarts: Any) -> int:
+    if mode not in MODES:
+        raise ValueError(f"{where} mode must be 'thread' or 'process', got {mode!r}")
+    methods = multiprocessing.get_all_start_methods()
+    if start_method is not None and start_method not in methods:
+        raise ValueError(f"{where} start_method must be one of {methods} or None, got {start_method!r}")
+    restarts = _count(restarts, f"{where} restarts", 0, "it is how often a dead worker process may restart")
+    if restarts and mode != "process":
+        raise ValueError(f"{where} restarts={restarts} needs mode='process': threads cannot be killed alone")
+    return restarts
 
 
-class _Failure(NamedTuple):
-    """An exception from a worker thread, travelling to the consumer as a value."""
-
-    exc: BaseException
-
-
-class _Slots:
-    """A counting semaphore (``None``: unlimited) that wakes every waiter when closed."""
-
-    def __init__(self, limit: int | None):
-        self._free, self._cond, self.closed = limit, threading.Condition(), False
-
-    def acquire(self) -> bool:
-        """Take a slot, waiting for one; False once closed."""
-        with self._cond:
-            while not self.closed and self._free == 0:
-                self._cond.wait()
-            if not self.closed and self._free is not None:
-                self._free -= 1
-            return not self.closed
-
-    def release(self) -> None:
-        if self._free is not None:
-            with self._cond:
-                self._free += 1
-                self._cond.notify()
-
-    def close(self) -> None:
-        with self._cond:
-            self.closed = True
-            self._cond.notify_all()
-
-
-def _feed(reader: Reader, pass_id: int, slots: _Slots, sink: queue.SimpleQueue, ends: int,
-          cursor: int = 0) -> None:
-    """Thread body: put ``(seq, entry)`` for pass ``pass_id`` of ``reader`` on ``sink``, one per slot."""
-    seq = 0
-    try:
-        it = iterate(reader, pass_id, cursor)  # here, so that the thread that closes the iterator owns it
-        try:
-            while slots.acquire() and (entry := next(it, _END)) is not _END:
-                sink.put((seq, entry))
-                seq += 1
-        finally:
-            close_iterator(it)
-    except BaseException as exc:
-        sink.put((seq, _Failure(exc)))
-    finally:
-        for _ in range(ends):
-            sink.put(_END)
-
-
-def _map(mapper: Callable, tasks: queue.SimpleQueue, out: queue.SimpleQueue, slots: _Slots) -> None:
-    """Thread body: map tasks onto ``out`` until the feeder's end marker."""
-    try:
-        while (task := tasks.get()) is not _END:
-            if slots.closed:
-                continue  # the pass is over: skip the work, but drain to the end marker
-            seq, entry = task
-            if type(entry) is not _Failure:
-                try:
-                    entry = mapper(entry)
-                except BaseException as exc:
-                    entry = _Failure(exc)
-            out.put((seq, entry))
-    finally:
-        out.put(_END)
-
-
-def _unwrap(value: Any, slots: _Slots) -> Any:
-    if type(value) is _Failure:
-        raise value.exc
-    slots.release()
-    return value
-
-
-def _deliver(out: queue.SimpleQueue, slots: _Slots, ends: int, ordered: bool) -> Iterator:
-    """Yield values from ``out`` until ``ends`` end markers, in sequence order if ``ordered``."""
-    pending: dict[int, Any] = {}  # the reorder buffer; the slots bound its size
-    want = 0
-    while ends:
-        msg = out.get()
-        if msg is _END:
-            ends -= 1
-        elif not ordered:
-            yield _unwrap(msg[1], slots)
-        else:
-            pending[msg[0]] = msg[1]
-            while want in pending:
-                yield _unwrap(pending.pop(want), slots)
-                want += 1
-
-
-def _run_threads(name: str, targets: list[tuple[Callable, tuple]], slots: _Slots,
-                 out: queue.SimpleQueue, ends: int, ordered: bool,
-                 wake: Sequence[queue.SimpleQueue] = ()) -> Iterator:
-    """One pass: start the threads, deliver their output, and stop them however it ends.
-
-    The feeder (the first thread) may be blocked inside the source, where no
-    thread can be interrupted: it gets ``_GRACE`` seconds, then is left to
-    finish its ``next()`` and exit on its own (the closed slots stop it), with
-    a ResourceWarning, rather than hanging the consumer.
+def _contexts(n: int) -> list[tuple[int, int]]:
+    """Worker contexts for n workers of this consumer: they split its share, so worker w of n in
+    local worker o of m is local worker o + m * w of m * n (its entries are the consumer's w-th of n).
     """
-    # Daemon only so that an iterator kept alive until exit cannot hold up the interpreter;
-    # every pass joins its threads below.
-    # the threads work for the consumer's worker: shard() in the source must see its worker context
-    threads = [threading.Thread(target=carry_context(f), args=a, name=f"readerkit-{name}-{k}", daemon=True)
-               for k, (f, a) in enumerate(targets)]
-    try:
-        for t in threads:
-            t.start()
-        yield from _deliver(out, slots, ends, ordered)
-    finally:
-        slots.close()  # which stops the feeder, whose end markers stop the mappers
-        for q in wake:
-            q.put(_END)
-        for t in threads[1:]:
-            if t.ident is not None:
-                t.join()
-        feeder = threads[0]
-        if feeder.ident is not None:
-            feeder.join(_GRACE)
-            if feeder.is_alive():
-                warnings.warn(ResourceWarning(
-                    f"readerkit {name}: the source did not return within {_GRACE} s of the pass "
-                    "ending; its thread will exit when the source's next() returns"))
+    o, m = _local_worker()
+    return [(o + m * w, m * n) for w in range(n)]
 
 
-class Buffered(Stage):
-    name = "buffered"
-    keeps_positions = True
+class Prefetch(Stage):
+    """``workers`` replicas of a reader in threads or processes, merged (see ``prefetch``)."""
 
-    def __init__(self, reader: Reader, size: int):
+    name = "prefetch"
+
+    def __init__(self, reader: Reader, workers: int, mode: str, buffer_size: int | None, ordered: bool,
+                 start_method: str | None, restarts: int):
         super().__init__(reader)
-        self.reader, self.size = reader, size
+        self.reader, self.workers, self.mode, self.buffer_size = reader, workers, mode, buffer_size
+        self.ordered, self.start_method, self.restarts = ordered, start_method, restarts
+        self._last: list = []  # the latest pass's PassStats, shared with copies (see _with_parent)
 
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_last": []}
+
+    # -- how the work is split ------------------------------------------------
+    def _job(self) -> Reader:
+        """What every worker runs: ``self.reader`` (a worker split is the job's own shard's business)."""
+        return self.reader
+
+    def _splits(self) -> bool:
+        """Whether this stage splits the pass by stride itself: unless a shard in it follows the workers."""
+        return not follows_workers(self._job())
+
+    def _jobs(self) -> tuple[list, list]:
+        n, job = self.workers, self._job()
+        jobs = [Shard(job, w, n, None) if self._splits() and n > 1 else job for w in range(n)]
+        return jobs, _contexts(n)
+
+    # -- positions ----------------------------------------------------------
+    @property
+    def keeps_positions(self) -> bool:
+        return self.ordered and self._splits()
+
+    @property
+    def per_entry(self) -> str | None:
+        """"same": entries come out as they went in, so a shard above may split below it."""
+        return "same" if self.keeps_positions else None
+
+    def _with_parent(self, parent: Any) -> Prefetch:
+        new = copy.copy(self)  # shares _last, so stats() still reports the passes
+        new.parents, new.reader = (parent,), parent
+        return new
+
+    def _unresumable(self) -> str | None:
+        if not self.ordered:
+            return f"{self.name}(ordered=False) yields entries as they are ready, in no fixed order; give ordered=True"
+        if not self._splits():
+            return (f"{self.name} runs a shard() that follows its workers, so entries come in the workers' "
+                    "round-robin order, which no position of the source describes; drop that shard() "
+                    "and let the workers split the pass")
+        return None
+
+    def __len__(self) -> int:
+        return len(self.reader)
+
+    # -- passes -------------------------------------------------------------
     def _stream(self, pass_id: int) -> Iterator:
         return self._seek(pass_id, 0)
 
     def _seek(self, pass_id: int, cursor: int) -> Iterator:
-        slots, out = _Slots(self.size if self.size > 0 else None), queue.SimpleQueue()
-        return _run_threads(self.name, [(_feed, (self.reader, pass_id, slots, out, 1, cursor))], slots, out, 1, False)
+        jobs, contexts = self._jobs()
+        limit = self.buffer_size
+        pool = Pool(self.name, jobs, contexts, processes=self.mode == "process", ordered=self.ordered,
+                    limit=limit, start_method=self.start_method, restarts=self.restarts,
+                    labels=[f"{describe(self._job())}, {w + 1} of {len(jobs)}" for w in range(len(jobs))])
+        self._last[:] = [pool.stats]
+        return pool.run(pass_id, [cursor] * len(jobs))
+
+    def stats(self) -> dict | None:
+        """Figures of the latest pass (the running one, or the last to end); None before any.
+
+        Keys: ``mode``, ``workers``, ``entries`` (handed out), ``seconds``,
+        ``entries_per_s``; ``input_wait``: the share of the workers' time spent
+        waiting on the reader they run; ``output_wait``: the share spent
+        blocked because the consumer had not taken what they made (the queue was
+        full); ``consumer_wait``: the share of the pass the consumer spent
+        waiting for entries; ``queue_fill``: how full the queues were, on
+        average, as the consumer took from them (0 to 1); ``shm_bytes``:
+        array bytes that crossed through shared memory; ``restarts``.
+
+        >>> from readers import from_sequence
+        >>> r = prefetch(from_sequence(range(100)), 2)
+        >>> r.stats() is None
+        True
+        >>> len(list(r()))
+        100
+        >>> s = r.stats()
+        >>> s["entries"], s["workers"], s["mode"]
+        (100, 2, 'thread')
+        """
+        return self._last[0].summary() if self._last else None
+
+    def _options(self) -> str:
+        opts = f"{self.workers} {self.mode}{'es' if self.mode == 'process' else 's'}"
+        opts += f", buffer_size={self.buffer_size}" if self.buffer_size is not None else ", unbounded"
+        opts += "" if self.ordered else ", ordered=False"
+        opts += "" if self.start_method is None else f", start_method={self.start_method!r}"
+        return opts + (f", restarts={self.restarts}" if self.restarts else "")
+
+
+def prefetch(reader: Reader, workers: int = 1, *, mode: str = "thread", buffer_size: int | None = 64,
+             ordered: bool = True, start_method: str | None = None, restarts: int = 0) -> Prefetch:
+    """Run ``reader`` ahead of the consumer in ``workers`` threads or processes, each with a share of the pass.
+
+    Worker w of n runs ``reader`` inside its worker context (``worker_info()``
+    says local worker w of n), and keeps entries w, w + n, w + 2n, ... of the
+    pass: an index-addressed pipeline reads only those samples, a stream is
+    read by every worker and every n-th entry kept (a ``map_readers`` on a
+    stream is split below, so its work is divided too). With ``ordered=True``
+    (the default) the workers' entries are merged round-robin, which gives
+    exactly the entries and order of ``reader`` alone, so positions save and
+    resume as usual; ``ordered=False`` yields them as they are ready.
+    If ``reader`` has its own ``shard()`` that follows the workers, that shard
+    splits the pass instead (by global worker id) and the merge is round-robin.
+
+    ``mode="thread"`` suits work that releases the GIL (I/O, numpy, decoding)
+    and lambdas; ``mode="process"`` runs Python-heavy work in parallel. Process
+    workers start with ``start_method`` (None: fork when this process has no
+    other threads, else spawn; spawned workers need readers built from
+    module-level functions); their numpy arrays arrive through shared memory,
+    not pickles. Each worker makes at most ``buffer_size`` entries ahead of
+    the consumer (None: no bound). A worker's exception ends the pass with its
+    type, message and traceback; a process worker that dies raises
+    ``WorkerDiedError`` naming it and its signal, unless ``restarts`` allows
+    starting it again from its last delivered entry (nothing lost or doubled).
+    ``stats()`` reports the latest pass's throughput and waits.
+
+    >>> from readers import from_sequence, map_readers
+    >>> r = prefetch(map_readers(lambda x: x * x, from_sequence(range(8))), 2)
+    >>> list(r())
+    [0, 1, 4, 9, 16, 25, 36, 49]
+    >>> r
+    prefetch(2 threads, buffer_size=64)
+    └─ map_readers(<lambda>)
+       └─ from_sequence(range of 8)
+    >>> sorted(prefetch(from_sequence("abc"), 3, ordered=False)())
+    ['a', 'b', 'c']
+
+    See Also:
+        buffered, xmap_readers, multiprocess_reader, shard
+    """
+    check_reader(reader)
+    workers = _count(workers, "prefetch workers", 1, "it is the number of worker threads or processes")
+    if buffer_size is not None:
+        buffer_size = _count(buffer_size, "prefetch buffer_size", 1,
+                             "it bounds the entries each worker makes ahead; None for no bound")
+    restarts = _check_options("prefetch", mode, start_method, restarts)
+    return Prefetch(reader, workers, mode, buffer_size, bool(ordered), start_method, restarts)
+
+
+class Buffered(Prefetch):
+    name = "buffered"
+
+    def __init__(self, reader: Reader, size: int):
+        super().__init__(reader, 1, "thread", size if size > 0 else None, True, None, 0)
+        self.size = size
+
+    def _jobs(self) -> tuple[list, list]:
+        return [self.reader], _contexts(1)  # the thread works for its consumer's worker
+
+    def _splits(self) -> bool:
+        return True
 
     def _options(self) -> str:
         return f"size={self.size}" if self.size > 0 else "unbounded"
@@ -216,56 +248,58 @@ def buffered(reader: Reader, size: int) -> Buffered:
     ValueError: bad row 2
 
     See Also:
-        xmap_readers, multiprocess_reader
+        prefetch, xmap_readers, multiprocess_reader
     """
     check_reader(reader)
     return Buffered(reader, _count(size, "buffered size"))
 
 
-class XmapReaders(Stage):
+class XmapReaders(Prefetch):
     name = "xmap_readers"
 
-    def __init__(self, mapper: Callable, reader: Reader, process_num: int, buffer_size: int,
-                 order: bool):
-        super().__init__(reader)
-        self.mapper, self.reader, self.order = mapper, reader, order
-        self.process_num, self.buffer_size = process_num, buffer_size
+    def __init__(self, mapper: Callable, reader: Reader, process_num: int, buffer_size: int, order: bool,
+                 mode: str, start_method: str | None, restarts: int):
+        super().__init__(reader, process_num, mode, math.ceil(buffer_size / process_num), order,
+                         start_method, restarts)
+        self.mapper, self.process_num, self.total_buffer = mapper, process_num, buffer_size
 
     @property
-    def keeps_positions(self) -> bool:
-        return self.order
+    def order(self) -> bool:
+        return self.ordered
+
+    def _job(self) -> Reader:
+        return Mapped(self.mapper, (self.reader,))
+
+    @property
+    def per_entry(self) -> str | None:
+        return "map" if self.keeps_positions else None
 
     def _unresumable(self) -> str | None:
-        if not self.order:
+        if not self.ordered:
             return "xmap_readers(order=False) yields entries as they finish, in no fixed order; give order=True"
-        return None
-
-    def _stream(self, pass_id: int) -> Iterator:
-        return self._seek(pass_id, 0)
-
-    def _seek(self, pass_id: int, cursor: int) -> Iterator:
-        n, slots = self.process_num, _Slots(self.buffer_size)
-        tasks, out = queue.SimpleQueue(), queue.SimpleQueue()
-        targets = [(_feed, (self.reader, pass_id, slots, tasks, n, cursor))]
-        targets += [(_map, (self.mapper, tasks, out, slots))] * n
-        # on a stop, end markers free the mappers even while the feeder is stuck in the source
-        wake = [tasks] * n
-        return _run_threads(self.name, targets, slots, out, n, self.order, wake)
+        return super()._unresumable()
 
     def _options(self) -> str:
-        return (f"{describe(self.mapper)}, process_num={self.process_num}, "
-                f"buffer_size={self.buffer_size}, order={self.order}")
+        opts = (f"{describe(self.mapper)}, process_num={self.process_num}, "
+                f"buffer_size={self.total_buffer}, order={self.ordered}")
+        opts += "" if self.mode == "thread" else f", mode={self.mode!r}"
+        opts += "" if self.start_method is None else f", start_method={self.start_method!r}"
+        return opts + (f", restarts={self.restarts}" if self.restarts else "")
 
 
 def xmap_readers(mapper: Callable, reader: Reader, process_num: int, buffer_size: int,
-                 order: bool = False) -> XmapReaders:
-    """Apply ``mapper`` to ``reader``'s entries in ``process_num`` worker threads.
+                 order: bool = False, *, mode: str = "thread", start_method: str | None = None,
+                 restarts: int = 0) -> XmapReaders:
+    """Apply ``mapper`` to ``reader``'s entries in ``process_num`` workers (threads unless ``mode="process"``).
 
-    Threads, despite Paddle's name, so lambdas work; they pay off for mappers
-    that release the GIL (I/O, decoding, numpy). At most ``buffer_size``
-    entries are in flight (read from the source, not yet yielded). ``order=True``
-    yields results in input order, otherwise in completion order. An exception
-    in the mapper or the source ends the pass with that exception.
+    Threads by default, despite Paddle's name, so lambdas work; they pay off
+    for mappers that release the GIL (I/O, decoding, numpy). ``mode="process"``
+    runs pure-Python mappers in parallel (see ``prefetch`` for start methods,
+    shared-memory arrays and restarts). Worker w maps entries w, w + n, ... of
+    the pass; a stream is read by every worker. At most about ``buffer_size``
+    entries are ready ahead of the consumer. ``order=True`` yields results in
+    input order, otherwise as they are ready. An exception in the mapper or
+    the source ends the pass with that exception.
 
     >>> from readers import from_sequence
     >>> r = xmap_readers(lambda x: x * 10, from_sequence(range(5)), 2, 4, order=True)
@@ -279,257 +313,66 @@ def xmap_readers(mapper: Callable, reader: Reader, process_num: int, buffer_size
     ValueError: xmap_readers buffer_size must be at least 1, got 0; it bounds the entries in flight, e.g. give 2 * process_num
 
     See Also:
-        buffered, multiprocess_reader
+        prefetch, buffered, multiprocess_reader
     """
     if not callable(mapper):
         raise TypeError(f"xmap_readers mapper must be callable, got {type(mapper).__name__} {mapper!r}")
     check_reader(reader)
-    process_num = _count(process_num, "xmap_readers process_num", 1, "it is the number of threads")
+    process_num = _count(process_num, "xmap_readers process_num", 1, "it is the number of workers")
     buffer_size = _count(buffer_size, "xmap_readers buffer_size", 1,
                          "it bounds the entries in flight, e.g. give 2 * process_num")
-    return XmapReaders(mapper, reader, process_num, buffer_size, bool(order))
+    restarts = _check_options("xmap_readers", mode, start_method, restarts)
+    return XmapReaders(mapper, reader, process_num, buffer_size, bool(order), mode, start_method, restarts)
 
 
-# -- processes ----------------------------------------------------------------------------
-
-
-class WorkerDiedError(RuntimeError):
-    """A multiprocess_reader worker process ended without finishing or reporting an error."""
-
-
-class _RemoteTraceback(Exception):
-    """The cause of a re-raised worker exception: the worker's traceback, as text."""
-
-
-def _pack_error(exc: BaseException) -> tuple[bytes | None, str, str]:
-    try:
-        blob: bytes | None = pickle.dumps(exc)
-        pickle.loads(blob)  # some exceptions pickle but cannot be rebuilt
-    except Exception:
-        blob = None
-    return blob, f"{type(exc).__name__}: {exc}", "".join(traceback.format_exception(exc))
-
-
-def _unpack_error(payload: tuple, where: str) -> BaseException:
-    blob, summary, text = payload
-    try:
-        exc = pickle.loads(blob) if blob is not None else None
-    except Exception:
-        exc = None
-    if not isinstance(exc, BaseException):
-        exc = RuntimeError(f"{summary} (raised in {where}; the exception could not be pickled)")
-    exc.__cause__ = _RemoteTraceback(f'\n"""\nTraceback in {where}:\n{text}"""')
-    return exc
-
-
-def _load(reader: Reader | bytes, index: int) -> Reader:
-    if not isinstance(reader, bytes):  # a forked worker inherits the reader itself
-        return reader
-    try:
-        return pickle.loads(reader)
-    except Exception as exc:
-        raise TypeError(
-            f"multiprocess_reader worker {index} could not load its reader ({exc!r}); unless "
-            "forked, a worker imports it, so build it from module-level functions of an "
-            "importable module (not __main__ or a test file)") from exc
-
-
-def _process_main(index: int, reader: Reader | bytes, chan: Any, use_pipe: bool, stop: Any,
-                  workers: int = 1) -> None:
-    """Process body: send a pass of ``reader`` as pickled ``(index, tag, payload)`` messages.
-
-    It runs as local worker ``index`` of ``workers`` (``readers.worker_info``), so
-    a ``shard()`` in the reader takes this worker's share.
-    """
-
-    # Pickling here, not in mp.Queue's feeder thread, makes a bad entry fail in the open.
-    def send(tag: int, payload: Any) -> None:
-        data = pickle.dumps((index, tag, payload), pickle.HIGHEST_PROTOCOL)
-        chan.send_bytes(data) if use_pipe else chan.put(data)
-
-    try:
-        with worker_context(index, workers):
-            it = iterate(_load(reader, index))
-            try:
-                for entry in it:
-                    if stop.is_set():
-                        return
-                    send(_ENTRY, entry)
-            finally:
-                close_iterator(it)
-        send(_DONE, None)
-    except BaseException as exc:
-        try:
-            send(_FAILED, _pack_error(exc))
-        except BaseException:
-            pass  # the consumer has gone: nobody is left to tell
-
-
-def _died(index: int, proc: Any, name: str) -> WorkerDiedError:
-    proc.join(_GRACE)
-    code = proc.exitcode
-    if code is None:
-        how = "closed its pipe"
-    elif code >= 0:
-        how = f"exited with code {code}"
-    else:
-        how = f"was killed by {signal.Signals(-code).name if -code in signal.valid_signals() else -code}"
-    return WorkerDiedError(
-        f"multiprocess_reader worker {index} ({name}) {how} before finishing its reader, "
-        "without reporting an error; if the system killed it, check its memory use")
-
-
-def _pipe_messages(conns: list, procs: list, names: list[str]) -> Iterator[tuple]:
-    """Messages from one pipe per worker until each is done; raise if one dies first."""
-    owner = {c: i for i, c in enumerate(conns)} | {p.sentinel: i for i, p in enumerate(procs)}
-    running = set(range(len(conns)))
-    while running:
-        for ready in wait([conns[i] for i in running] + [procs[i].sentinel for i in running]):
-            i = owner[ready]
-            if i not in running:
-                continue
-            if ready is conns[i]:
-                try:
-                    msg = pickle.loads(conns[i].recv_bytes())
-                except EOFError:
-                    raise _died(i, procs[i], names[i]) from None
-                if msg[1] == _DONE:
-                    running.discard(i)
-                yield msg
-            elif not conns[i].poll():  # it exited, and nothing it sent is left unread
-                raise _died(i, procs[i], names[i])
-
-
-def _queue_messages(q: Any, procs: list, names: list[str]) -> Iterator[tuple]:
-    """Messages from one shared queue until each worker is done; raise if one dies first."""
-    running = set(range(len(procs)))
-    while running:
-        try:
-            msg = pickle.loads(q.get(timeout=_LIVENESS))
-        except queue.Empty:
-            # Exit is checked before emptiness: a worker flushes its queue before it exits.
-            dead = [i for i in sorted(running) if procs[i].exitcode is not None]
-            if dead and q.empty():
-                raise _died(dead[0], procs[dead[0]], names[dead[0]]) from None
-            continue
-        if msg[1] == _DONE:
-            running.discard(msg[0])
-        yield msg
-
-
-def _stop_processes(procs: list, conns: list, q: Any) -> None:
-    """Give stopped workers a grace period to exit, then terminate, then kill; join all.
-
-    Meanwhile what they send is read and dropped: a worker blocked on a full pipe
-    or queue then gets to its stop check and closes its reader.
-    """
-    deadline, conns = time.monotonic() + _GRACE, set(conns)
-    alive = [p for p in procs if p.is_alive()]
-    while alive and (left := deadline - time.monotonic()) > 0:
-        if q is not None:
-            try:
-                while True:
-                    q.get_nowait()
-            except queue.Empty:
-                left = min(left, 0.05)  # no waitable handle on the queue: look again soon
-        for ready in wait([*conns, *(p.sentinel for p in alive)], left):
-            if ready in conns:
-                try:
-                    ready.recv_bytes()
-                except EOFError:
-                    conns.discard(ready)
-        alive = [p for p in alive if p.is_alive()]
-    for p in alive:
-        p.terminate()
-    for p in alive:
-        p.join(_GRACE)
-        if p.exitcode is None:
-            p.kill()
-    for p in procs:
-        p.join()
-        p.close()
-
-
-class MultiprocessReader(Stage):
+class MultiprocessReader(Prefetch):
     name = "multiprocess_reader"
 
-    def __init__(self, readers: tuple, use_pipe: bool, queue_size: int, start_method: str | None):
-        super().__init__(*readers)
-        self.readers, self.use_pipe, self.queue_size = readers, use_pipe, queue_size
-        self.start_method = start_method
+    def __init__(self, readers: tuple, use_pipe: bool, queue_size: int, start_method: str | None,
+                 restarts: int):
+        limit = max(1, math.ceil(queue_size / len(readers))) if queue_size > 0 else None
+        super().__init__(readers[0], len(readers), "process", limit, False, start_method, restarts)
+        self.parents, self.readers, self.use_pipe, self.queue_size = readers, readers, use_pipe, queue_size
 
-    def _sources(self, method: str) -> list:
-        """What each worker gets: the reader itself when forked, else its pickle, made here."""
-        if method == "fork":
-            return list(self.readers)
-        blobs = []
-        for i, r in enumerate(self.readers):
-            try:
-                blobs.append(pickle.dumps(r, pickle.HIGHEST_PROTOCOL))
-            except Exception as exc:
-                raise TypeError(
-                    f"multiprocess_reader reader {i} ({describe(r)}) cannot be pickled for the "
-                    f"{method!r} start method ({exc}); build it from module-level functions (a "
-                    "module-level generator function, functools.partial of one, or readers.* "
-                    "creators), or pass start_method='fork'") from exc
-        return blobs
+    def _jobs(self) -> tuple[list, list]:
+        return list(self.readers), _contexts(len(self.readers))
+
+    def _seek(self, pass_id: int, cursor: int) -> Iterator:
+        jobs, contexts = self._jobs()
+        pool = Pool(self.name, jobs, contexts, processes=True, ordered=False, limit=self.buffer_size,
+                    start_method=self.start_method, restarts=self.restarts, labels=[describe(r) for r in jobs])
+        self._last[:] = [pool.stats]
+        return pool.run(pass_id, [0] * len(jobs))
 
     def _unresumable(self) -> str | None:
         return "multiprocess_reader merges its readers in whatever order their entries arrive"
 
-    def _stream(self, pass_id: int) -> Iterator:
-        for r in self.readers:  # each worker runs this pass of its reader, not its own count
-            if isinstance(r, Stage):
-                r.set_pass(pass_id)
-        ctx = multiprocessing.get_context(self.start_method)
-        sources = self._sources(ctx.get_start_method())
-        names = [describe(r) for r in self.readers]
-        stop, procs, conns = ctx.Event(), [], []
-        q = None if self.use_pipe else ctx.Queue(self.queue_size)
-        try:
-            for i, source in enumerate(sources):
-                recv, chan = ctx.Pipe(duplex=False) if q is None else (None, q)
-                p = ctx.Process(target=_process_main, args=(i, source, chan, q is None, stop, len(sources)),
-                                name=f"readerkit-{self.name}-{i}", daemon=True)
-                try:
-                    p.start()
-                finally:
-                    if q is None:  # now only the worker holds the write end: its death reads as EOF
-                        conns.append(recv)
-                        chan.close()
-                procs.append(p)
-            messages = _pipe_messages(conns, procs, names) if q is None else _queue_messages(q, procs, names)
-            for i, tag, payload in messages:
-                if tag == _ENTRY:
-                    yield payload
-                elif tag == _FAILED:
-                    raise _unpack_error(payload, f"multiprocess_reader worker {i} ({names[i]})")
-        finally:
-            stop.set()
-            _stop_processes(procs, conns, q)
-            for c in conns:
-                c.close()
-            if q is not None:
-                q.close()
+    def __len__(self) -> int:
+        raise TypeError("multiprocess_reader has no length")
 
     def _options(self) -> str:
         n = len(self.readers)
         opts = f"{n} reader{'' if n == 1 else 's'}, use_pipe={self.use_pipe}"
         opts += "" if self.use_pipe else f", queue_size={self.queue_size}"
-        return opts + ("" if self.start_method is None else f", start_method={self.start_method!r}")
+        opts += "" if self.start_method is None else f", start_method={self.start_method!r}"
+        return opts + (f", restarts={self.restarts}" if self.restarts else "")
 
 
 def multiprocess_reader(readers: Sequence[Reader], use_pipe: bool = True, queue_size: int = 1000,
-                        *, start_method: str | None = None) -> MultiprocessReader:
-    """Run each reader in its own process and merge their entries.
+                        *, start_method: str | None = None, restarts: int = 0) -> MultiprocessReader:
+    """Run each reader in its own process and merge their entries as they arrive.
 
-    Each reader's order is kept; the order across readers is not. A truthy
-    ``use_pipe`` gives each worker its own pipe; otherwise the workers share one
-    ``multiprocessing.Queue(queue_size)`` (``<= 0``: unbounded). ``start_method``
-    picks the multiprocessing context (None: the default). Unless forked, the
-    workers get pickled readers, so build them from module-level functions.
-    A worker's exception is re-raised with its type and message, chained from
-    the worker's traceback; a worker that dies first raises ``WorkerDiedError``.
+    Each reader's order is kept; the order across readers is not. Reader i
+    runs as local worker i of n (``readers.worker_info``), so a ``shard()`` in
+    it takes that worker's share. Workers send entries through pipes, arrays
+    through shared memory; ``queue_size`` bounds the entries made ahead
+    (``<= 0``: no bound); ``use_pipe`` is accepted for Paddle's signature (every
+    worker has its own pipe). ``start_method`` picks the multiprocessing start
+    method (None: fork when safe, else spawn; unless forked, the workers get
+    pickled readers, so build them from module-level functions). A worker's
+    exception is re-raised with its type and message, chained from the
+    worker's traceback; a worker that dies first raises ``WorkerDiedError``,
+    or is started again from its last delivered entry, up to ``restarts`` times.
 
     >>> from readers import from_sequence
     >>> r = multiprocess_reader([from_sequence([1, 2]), from_sequence([3, None])])
@@ -537,7 +380,7 @@ def multiprocess_reader(readers: Sequence[Reader], use_pipe: bool = True, queue_
     [1, 2, 3, None]
 
     See Also:
-        buffered, xmap_readers
+        prefetch, buffered, xmap_readers
     """
     if not isinstance(readers, (list, tuple)):
         raise TypeError(f"multiprocess_reader needs a list of readers, got {type(readers).__name__} "
@@ -546,10 +389,7 @@ def multiprocess_reader(readers: Sequence[Reader], use_pipe: bool = True, queue_
         raise ValueError("multiprocess_reader needs at least one reader, got an empty list")
     for i, r in enumerate(readers):
         check_reader(r, f"multiprocess_reader readers[{i}]")
-    methods = multiprocessing.get_all_start_methods()
-    if start_method is not None and start_method not in methods:
-        raise ValueError(f"multiprocess_reader start_method must be one of {methods} or None, "
-                         f"got {start_method!r}")
+    restarts = _check_options("multiprocess_reader", "process", start_method, restarts)
     # Paddle's own test passes (readers, 100, use_pipe): any truthy use_pipe means pipes.
     return MultiprocessReader(tuple(readers), bool(use_pipe),
-                              _count(queue_size, "multiprocess_reader queue_size"), start_method)
+                              _count(queue_size, "multiprocess_reader queue_size"), start_method, restarts)

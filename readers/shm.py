@@ -1,0 +1,186 @@
+"""Zero-copy arrays between processes: one shared-memory ring per worker process.
+
+A worker pickles its entries with protocol 5; every array buffer of at least
+``INLINE_BELOW`` bytes is written once into the worker's ring instead of the
+pickle, and the consumer rebuilds the arrays as views of the ring, so the bytes
+are never pickled, piped or copied again. A ring region is reused only once
+every array of its message is garbage, which a ``weakref.finalize`` on the
+message's own view of the ring tells. A full ring (entries kept alive by the
+consumer) never blocks a worker: the array is pickled in-band instead.
+
+The ring is an anonymous memory file (``memfd_create``), never a name in
+``/dev/shm``: it is passed to the worker as a file descriptor, is unmapped when
+the last array that views it is freed, and the kernel reclaims it even if every
+process is killed. Where memory files do not exist, arrays travel in-band.
+
+The ring's first bytes hold two counters: where the consumer has freed up to
+(written by the consumer) and how many entries the worker has made (written by
+the worker, read for queue-fill figures).
+"""
+from __future__ import annotations
+
+import collections
+import mmap
+import os
+import pickle
+import threading
+import weakref
+from multiprocessing import reduction
+from typing import Any
+
+import numpy as np
+
+__all__ = ["INLINE_BELOW", "RingReader", "RingWriter", "SharedFd", "available", "pack", "unpack"]
+
+INLINE_BELOW = 512  # bytes: smaller arrays cost less to pickle in-band than to place in the ring
+RING_BYTES = 64 << 20  # per worker process; pages cost memory only once written
+_HEADER = 64  # int64 [0]: freed up to (consumer), [1]: entries made (worker)
+_ALIGN = 64
+
+
+def available() -> bool:
+    """Whether this platform has anonymous memory files for the rings.
+
+    >>> isinstance(available(), bool)
+    True
+    """
+    return hasattr(os, "memfd_create")
+
+
+class SharedFd:
+    """A file descriptor handed to a worker process, whatever its start method.
+
+    Forked workers inherit the number; spawned ones get a duplicate through
+    multiprocessing's own descriptor passing when the process object is pickled.
+    """
+
+    def __init__(self, fd: int):
+        self.fd = fd
+
+    def __reduce__(self) -> tuple:
+        return _rebuild_fd, (reduction.DupFd(self.fd),)
+
+
+def _rebuild_fd(dup: Any) -> SharedFd:
+    return SharedFd(dup.detach())
+
+
+class RingWriter:
+    """The worker's side: allocate regions at the head and copy array bytes into them."""
+
+    def __init__(self, fd: SharedFd, size: int, head: int):
+        self.mm = mmap.mmap(fd.fd, size)
+        os.close(fd.fd)  # the mapping keeps the memory
+        self.view = memoryview(self.mm)
+        self.counters = np.frombuffer(self.mm, np.int64, count=2)
+        self.capacity, self.head = size - _HEADER, head
+
+    def alloc(self, nbytes: int) -> int | None:
+        """Offset of ``nbytes`` free bytes in the mapping, or None when the ring is full."""
+        size = -(-nbytes // _ALIGN) * _ALIGN
+        at = self.head % self.capacity
+        gap = self.capacity - at if at + size > self.capacity else 0  # a region never wraps
+        if self.head + gap + size - int(self.counters[0]) > self.capacity:
+            return None
+        self.head += gap + size
+        return _HEADER + (0 if gap else at)
+
+    def close(self) -> None:
+        self.view.release()
+        del self.counters
+        self.mm.close()
+
+
+def pack(message: tuple, ring: RingWriter | None) -> bytes:
+    """``message`` as bytes; its large array buffers go into ``ring`` when there is room."""
+    regions: list[tuple[int, int]] = []
+    start = ring.head if ring is not None else 0
+
+    def place(buf: pickle.PickleBuffer) -> bool:
+        try:
+            raw = buf.raw()
+        except BufferError:  # not contiguous: pickle it in-band
+            return True
+        if raw.nbytes < INLINE_BELOW:
+            return True
+        at = ring.alloc(raw.nbytes)
+        if at is None:
+            return True
+        ring.view[at:at + raw.nbytes] = raw
+        regions.append((at, raw.nbytes))
+        return False
+
+    body = pickle.dumps(message, 5, buffer_callback=None if ring is None else place)
+    where = pickle.dumps((start, ring.head if ring is not None else 0, regions), 5)
+    return len(where).to_bytes(4, "little") + where + body
+
+
+class RingReader:
+    """The consumer's side: one worker's ring, handing out views and taking freed regions back."""
+
+    def __init__(self, size: int = RING_BYTES):
+        self.fd = os.memfd_create("readerkit-ring", os.MFD_CLOEXEC)
+        try:
+            os.ftruncate(self.fd, size)
+            self.mm = mmap.mmap(self.fd, size)
+        except BaseException:
+            os.close(self.fd)
+            raise
+        self.size = size
+        self.counters = np.frombuffer(self.mm, np.int64, count=2)
+        self.tail = self.seen = 0  # freed up to; end of the last region handed out
+        self._freed: collections.deque = collections.deque()  # appended to from finalizers, any thread
+        self._ends: dict[int, int] = {}
+        self._lock = threading.Lock()
+
+    def made(self) -> int:
+        """Entries the worker has made so far (it counts them in the ring's header)."""
+        return int(self.counters[1])
+
+    def views(self, start: int, end: int, regions: list) -> list:
+        """Views of ``regions``, all freed together once the last array built on them is gone."""
+        self.seen = max(self.seen, end)
+        if not regions:
+            if end > start:
+                self._freed.append((start, end))
+            return []
+        owner = np.frombuffer(self.mm, np.uint8)  # one per message: its finalizer frees the regions
+        weakref.finalize(owner, self._freed.append, (start, end))
+        return [owner[at:at + n] for at, n in regions]
+
+    def collect(self) -> None:
+        """Move the tail past regions whose arrays are gone, for the worker to reuse."""
+        if not self._lock.acquire(blocking=False):
+            return  # another thread is at it; the next call catches up
+        try:
+            while self._freed:
+                start, end = self._freed.popleft()
+                self._ends[start] = end
+            while self.tail in self._ends:
+                self.tail = self._ends.pop(self.tail)
+            self.counters[0] = self.tail
+        finally:
+            self._lock.release()
+
+    def restart_at(self) -> int:
+        """Where a restarted worker's head starts: past every region already handed out."""
+        if self.seen > self.tail:
+            return self.seen
+        return self.tail
+
+    def close(self) -> None:
+        """Close the descriptor; the mapping goes when the last array viewing it does."""
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+        del self.counters
+        self.mm = None
+
+
+def unpack(data: bytes, ring: RingReader | None) -> Any:
+    """The message ``pack`` made, its arrays viewing ``ring``."""
+    data = memoryview(data)
+    n = int.from_bytes(data[:4], "little")
+    start, end, regions = pickle.loads(data[4:4 + n])
+    buffers = ring.views(start, end, regions) if ring is not None else []
+    return pickle.loads(data[4 + n:], buffers=buffers)
