@@ -5,12 +5,8 @@ processes, and merges what they make: in a fixed round-robin order, or as it
 arrives. Every worker runs inside its worker context, so a ``shard()`` in its
 reader takes that worker's share.
 
-Workers send entries in messages of as many entries as they make within about
-``FLUSH`` seconds (one, for slow entries; up to ``CHUNK`` for fast ones), so
-the per-entry cost is a list append, not a queue or pipe operation. A worker
-may be at most ``limit`` entries ahead of the consumer (credit-based flow
-control: the consumer gives credit back as it receives), so nobody busy-waits
-and memory stays bounded.
+Workers send entries in messages, at most ``limit`` entries ahead of the
+consumer (``readers.work``): credit-based flow control, no busy waiting.
 
 Process workers: one duplex pipe each (messages out, credit back) and a shared
 ring for array bytes (``readers.shm``). The consumer waits on the pipe and the
@@ -21,9 +17,8 @@ stop) and die with the process that started them.
 """
 from __future__ import annotations
 
-import contextlib
-import ctypes
 import itertools
+import math
 import multiprocessing
 import os
 import pickle
@@ -32,68 +27,28 @@ import signal
 import sys
 import threading
 import time
-import traceback
 import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from multiprocessing.connection import wait
 from typing import Any
 
-from readers import shm
-from readers.base import advance, close_iterator, describe, iterate
-from readers.launch import worker_context
+from readers import shm, work
+from readers.base import advance, describe
+from readers.work import unpack_error
 
-__all__ = ["PassStats", "Pool", "WorkerDiedError", "pick_start_method"]
+__all__ = ["PassStats", "Pool", "WorkerDiedError", "pick_start_method", "unpack_error"]
 
-CHUNK = 1024  # entries per message at most
-FLUSH = 0.002  # seconds a message waits for more entries, about
 GRACE = 1.0  # seconds a stopped worker gets to exit before it is terminated
-_ENTRIES, _DONE, _FAILED = 0, 1, 2
 
 
 class WorkerDiedError(RuntimeError):
     """A worker process ended without finishing its reader or reporting an error."""
 
 
-class _RemoteTraceback(Exception):
-    """The cause of a re-raised worker exception: the worker's traceback, as text."""
-
-
-class _Gone(Exception):
-    """The consumer closed its end: the pass is over, the worker just stops."""
-
-
 class _Died(Exception):
     def __init__(self, worker: int, how: str):
         super().__init__(worker, how)
         self.worker, self.how = worker, how
-
-
-def pack_error(exc: BaseException) -> tuple[bytes | None, str, str]:
-    """An exception as (its pickle or None, ``Type: message``, traceback text), to cross a pipe."""
-    try:
-        blob: bytes | None = pickle.dumps(exc)
-        pickle.loads(blob)  # some exceptions pickle but cannot be rebuilt
-    except Exception:
-        blob = None
-    return blob, f"{type(exc).__name__}: {exc}", "".join(traceback.format_exception(exc))
-
-
-def unpack_error(payload: tuple, where: str) -> BaseException:
-    """The exception ``pack_error`` packed, chained from the worker's traceback text.
-
-    >>> exc = unpack_error(pack_error(KeyError("row 7")), "worker 1")
-    >>> type(exc).__name__, str(exc), "Traceback in worker 1" in str(exc.__cause__)
-    ('KeyError', "'row 7'", True)
-    """
-    blob, summary, text = payload
-    try:
-        exc = pickle.loads(blob) if blob is not None else None
-    except Exception:
-        exc = None
-    if not isinstance(exc, BaseException):
-        exc = RuntimeError(f"{summary} (raised in {where}; the exception could not be pickled)")
-    exc.__cause__ = _RemoteTraceback(f'\n"""\nTraceback in {where}:\n{text}"""')
-    return exc
 
 
 def pick_start_method(requested: str | None) -> str:
@@ -157,210 +112,16 @@ class PassStats:
         }
 
 
-# -- the worker side -------------------------------------------------------------------
-
-
-def _pump(it: Iterator, send: Callable[[list], None], take: Callable[[int], int], stats: list,
-          count: Callable[[int], None] | None = None) -> bool:
-    """Move a pass's entries into messages; True once it ran out, False if stopped first.
-
-    ``take(n)`` waits for credit and grants up to n entries (0: stop). Entries
-    made before an exception are sent before it propagates.
-    """
-    want = 1
-    while True:
-        t0 = time.perf_counter()
-        n = take(want)
-        t1 = time.perf_counter()
-        stats[2] += t1 - t0
-        if not n:
-            return False
-        chunk: list = []
-        try:
-            chunk.extend(itertools.islice(it, n))
-        except BaseException:
-            if chunk:
-                send(chunk)
-            raise
-        finally:
-            t2 = time.perf_counter()
-            stats[0] += len(chunk)
-            stats[1] += t2 - t1
-            if count is not None:
-                count(stats[0])
-        if chunk:
-            send(chunk)
-            stats[2] += time.perf_counter() - t2
-        if len(chunk) < n:
-            return True
-        if t2 - t1 < FLUSH / 2:
-            want = min(want * 2, CHUNK)
-        elif t2 - t1 > FLUSH:
-            want = max(1, want // 2)
-
-
-@contextlib.contextmanager
-def _context(pair: tuple[int, int] | None) -> Iterator[None]:
-    if pair is None or pair[1] <= 1:
-        yield
-    else:
-        with worker_context(*pair):
-            yield
-
-
-class _Credits:
-    """Entries a thread worker may still make ahead (None: unlimited); closing wakes it to stop."""
-
-    def __init__(self, limit: int | None):
-        self.free, self.cond, self.closed = limit, threading.Condition(), False
-
-    def take(self, want: int) -> int:
-        with self.cond:
-            while not self.closed and self.free == 0:
-                self.cond.wait()
-            if self.closed:
-                return 0
-            if self.free is None:
-                return want
-            n = min(want, self.free)
-            self.free -= n
-            return n
-
-    def give(self, n: int) -> None:
-        if self.free is not None:
-            with self.cond:
-                self.free += n
-                self.cond.notify()
-
-    def ahead(self, limit: int | None) -> int:
-        return 0 if limit is None or self.free is None else limit - self.free
-
-    def close(self) -> None:
-        with self.cond:
-            self.closed = True
-            self.cond.notify_all()
-
-
-def _thread_main(w: int, job: Any, pass_id: int, cursor: int, context: tuple | None,
-                 out: queue.SimpleQueue, credits: _Credits, stats: list) -> None:
-    try:
-        with _context(context):
-            it = iterate(job, pass_id, cursor)
-            try:
-                done = _pump(it, lambda chunk: out.put((w, _ENTRIES, chunk)), credits.take, stats)
-            finally:
-                close_iterator(it)
-        out.put((w, _DONE if done else None, None))
-    except BaseException as exc:
-        out.put((w, _FAILED, exc))
-
-
-class _PipeCredits:
-    """A process worker's credit: granted by the consumer through the pipe, in entries."""
-
-    def __init__(self, conn: Any, limit: int | None):
-        self.conn, self.free = conn, limit
-
-    def take(self, want: int) -> int:
-        if self.free is None:
-            return want
-        try:
-            while self.free == 0 or self.conn.poll():
-                self.free += int.from_bytes(self.conn.recv_bytes(), "little")
-        except (EOFError, OSError):
-            return 0  # the consumer closed its end: stop
-        n = min(want, self.free)
-        self.free -= n
-        return n
-
-
-def _die_with_parent() -> None:
-    """Ask Linux to kill this process when its parent goes, so no worker is ever orphaned."""
-    if sys.platform.startswith("linux"):
-        try:
-            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-        except (OSError, AttributeError):
-            pass
-
-
-def _load(job: Any, w: int) -> Any:
-    if not isinstance(job, bytes):  # forked: the reader itself
-        return job
-    try:
-        return pickle.loads(job)
-    except Exception as exc:
-        raise TypeError(
-            f"worker {w} could not load its reader ({exc!r}); a spawned worker imports it, so build it "
-            "from module-level functions of an importable module (not __main__ or a test file), "
-            "or use start_method='fork'") from exc
-
-
-def _process_main(w: int, job: Any, pass_id: int, cursor: int, context: tuple | None, conn: Any,
-                  limit: int | None, ring: tuple | None, parent: int, inherited: list) -> None:
-    """Process body: send pass ``pass_id`` of ``job`` from ``cursor`` as messages on ``conn``.
-
-    ``inherited``: the consumer's ends of the pipes, which a forked worker holds
-    copies of; closed first, so that the consumer closing its end reaches the worker.
-    """
-    for c in inherited:
-        c.close()
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    _die_with_parent()
-    if os.getppid() != parent:
-        return  # the parent died before this process asked to die with it
-    writer = shm.RingWriter(*ring) if ring is not None else None
-    stats = [0, 0.0, 0.0, 0]
-
-    def send(kind: int, payload: Any) -> None:
-        data = shm.pack((kind, tuple(stats), payload), writer)
-        try:
-            conn.send_bytes(data)
-        except OSError:
-            raise _Gone from None
-
-    def count(made: int) -> None:
-        if writer is not None:
-            writer.counters[1] = made
-
-    def send_chunk(chunk: list) -> None:
-        before = writer.head if writer is not None else 0
-        send(_ENTRIES, chunk)
-        if writer is not None:
-            stats[3] += writer.head - before
-
-    try:
-        with _context(context):
-            it = iterate(_load(job, w), pass_id, cursor)
-            try:
-                done = _pump(it, send_chunk, _PipeCredits(conn, limit).take, stats, count)
-            finally:
-                close_iterator(it)
-        if done:
-            send(_DONE, None)
-    except _Gone:
-        pass
-    except BaseException as exc:
-        try:
-            send(_FAILED, pack_error(exc))
-        except _Gone:
-            pass
-    finally:
-        conn.close()
-        if writer is not None:
-            with contextlib.suppress(BufferError):
-                writer.close()
-
-
 # -- backends: threads or processes, as seen by the consumer -------------------------------
 
 
 class _Threads:
     def __init__(self, pool: Pool, pass_id: int, cursors: list[int]):
         self.pool, self.out = pool, queue.SimpleQueue()
-        self.credits = [_Credits(pool.limit) for _ in pool.jobs]
+        self.credits = [work.Credits(pool.limit, pool.stats.per_worker[w]) for w in range(len(pool.jobs))]
         self.held: list[list] = [[] for _ in pool.jobs]  # messages for a worker the ordered merge is not at
         self.threads = [
-            threading.Thread(target=_thread_main, name=f"readerkit-{pool.name}-{w}", daemon=True,
+            threading.Thread(target=work.thread_main, name=f"readerkit-{pool.name}-{w}", daemon=True,
                              args=(w, job, pass_id, cursors[w], pool.contexts[w], self.out,
                                    self.credits[w], pool.stats.per_worker[w]))
             for w, job in enumerate(pool.jobs)]
@@ -378,8 +139,8 @@ class _Threads:
     def ack(self, w: int, n: int) -> None:
         self.credits[w].give(n)
 
-    def ahead(self) -> int:
-        return sum(c.ahead(self.pool.limit) for c in self.credits)
+    def fill(self) -> float:
+        return sum(c.fill() for c in self.credits) / len(self.credits)
 
     def stop(self) -> None:
         for c in self.credits:
@@ -432,7 +193,7 @@ class _Processes:
         self.conns[w] = mine
         inherited = [c for c in self.conns if c is not None] if self.method == "fork" else []
         p = self.ctx.Process(
-            target=_process_main, name=f"readerkit-{self.pool.name}-{w}", daemon=True,
+            target=work.process_main, name=f"readerkit-{self.pool.name}-{w}", daemon=True,
             args=(w, self.jobs[w], self.pass_id, cursor, self.pool.contexts[w], theirs, self.pool.limit,
                   spec, os.getpid(), inherited))
         try:
@@ -455,7 +216,7 @@ class _Processes:
                         raise _Died(i, self._how(i)) from None
                     kind, stats, payload = shm.unpack(data, self.rings[i])
                     self.pool.stats.per_worker[i] = list(stats)
-                    if kind != _ENTRIES:
+                    if kind != work.ENTRIES:
                         self._retire(i)
                     return i, kind, payload
                 raise _Died(i, self._how(i))  # exited, and nothing it sent is left unread
@@ -479,15 +240,18 @@ class _Processes:
         ring = self.rings[w]
         if ring is not None:
             ring.collect()
-        if self.pool.limit is None:
-            return
         try:
             self.conns[w].send_bytes(n.to_bytes(4, "little"))
         except (OSError, AttributeError):
             pass  # it has finished, or died: its next recv says which
 
-    def ahead(self) -> int:
-        return sum(max(0, r.made() - self.pool.received[w]) for w, r in enumerate(self.rings) if r is not None)
+    def fill(self) -> float:
+        fills = []
+        for w, ring in enumerate(self.rings):
+            bound = work.cap(self.pool.limit, self.pool.stats.per_worker[w])
+            if ring is not None and bound != math.inf:
+                fills.append(min(1.0, max(0, ring.made() - self.pool.received[w]) / bound))
+        return sum(fills) / len(fills) if fills else 0.0
 
     def restart(self, w: int, cursor: int) -> None:
         self.procs[w].join(GRACE)
@@ -528,7 +292,7 @@ class Pool:
     """One pass's workers: ``jobs[w]`` runs in worker w, inside ``contexts[w]`` (a worker context or None).
 
     ``limit`` bounds how many entries a worker may make ahead of the consumer
-    (None: no bound); ``restarts`` is how many times a dead process worker may
+    (0: no bound; None: about ``AHEAD`` seconds of its output); ``restarts`` is how many times a dead process worker may
     be started again, from its last delivered entry, in one pass.
     """
 
@@ -570,20 +334,15 @@ class Pool:
                 self._revive(died)
                 continue
             self.stats.consumer_wait += time.perf_counter() - t0
-            if kind == _ENTRIES:
+            if kind == work.ENTRIES:
                 self.received[i] += len(payload)
-                self.stats.fill_sum += self._fill()
+                self.stats.fill_sum += self.backend.fill()
                 self.stats.fill_samples += 1
                 self.backend.ack(i, len(payload))
                 return i, payload
-            if kind == _FAILED:
+            if kind == work.FAILED:
                 raise payload if isinstance(payload, BaseException) else unpack_error(payload, self._where(i))
             return i, None  # done, or (threads) stopped
-
-    def _fill(self) -> float:
-        if self.limit is None:
-            return 0.0
-        return self.backend.ahead() / (self.limit * len(self.jobs))
 
     def _revive(self, died: _Died) -> None:
         w = died.worker
@@ -598,7 +357,7 @@ class Pool:
             check_resumable(self.jobs[w])
         except ValueError as exc:
             raise WorkerDiedError(f"{message}; it cannot be restarted: {exc}") from None
-        with _context(self.contexts[w]):
+        with work.in_context(self.contexts[w]):
             cursor = advance(self.jobs[w], self.cursors[w], self.received[w])
         self.stats.restarts += 1
         self.stats.retire(w)

@@ -153,13 +153,13 @@ class Prefetch(Stage):
 
     def _options(self) -> str:
         opts = f"{self.workers} {self.mode}{'es' if self.mode == 'process' else 's'}"
-        opts += f", buffer_size={self.buffer_size}" if self.buffer_size is not None else ", unbounded"
+        opts += f", buffer_size={self.buffer_size}" if self.buffer_size is not None else ""
         opts += "" if self.ordered else ", ordered=False"
         opts += "" if self.start_method is None else f", start_method={self.start_method!r}"
         return opts + (f", restarts={self.restarts}" if self.restarts else "")
 
 
-def prefetch(reader: Reader, workers: int = 1, *, mode: str = "thread", buffer_size: int | None = 64,
+def prefetch(reader: Reader, workers: int = 1, *, mode: str = "thread", buffer_size: int | None = None,
              ordered: bool = True, start_method: str | None = None, restarts: int = 0) -> Prefetch:
     """Run ``reader`` ahead of the consumer in ``workers`` threads or processes, each with a share of the pass.
 
@@ -180,7 +180,8 @@ def prefetch(reader: Reader, workers: int = 1, *, mode: str = "thread", buffer_s
     other threads, else spawn; spawned workers need readers built from
     module-level functions); their numpy arrays arrive through shared memory,
     not pickles. Each worker makes at most ``buffer_size`` entries ahead of
-    the consumer (None: no bound). A worker's exception ends the pass with its
+    the consumer (None: about 50 ms of its output, at least 2, which keeps
+    small entries cheap and large ones few). A worker's exception ends the pass with its
     type, message and traceback; a process worker that dies raises
     ``WorkerDiedError`` naming it and its signal, unless ``restarts`` allows
     starting it again from its last delivered entry (nothing lost or doubled).
@@ -191,7 +192,7 @@ def prefetch(reader: Reader, workers: int = 1, *, mode: str = "thread", buffer_s
     >>> list(r())
     [0, 1, 4, 9, 16, 25, 36, 49]
     >>> r
-    prefetch(2 threads, buffer_size=64)
+    prefetch(2 threads)
     └─ map_readers(<lambda>)
        └─ from_sequence(range of 8)
     >>> sorted(prefetch(from_sequence("abc"), 3, ordered=False)())
@@ -204,7 +205,7 @@ def prefetch(reader: Reader, workers: int = 1, *, mode: str = "thread", buffer_s
     workers = _count(workers, "prefetch workers", 1, "it is the number of worker threads or processes")
     if buffer_size is not None:
         buffer_size = _count(buffer_size, "prefetch buffer_size", 1,
-                             "it bounds the entries each worker makes ahead; None for no bound")
+                             "it bounds the entries each worker makes ahead; None for an automatic bound")
     restarts = _check_options("prefetch", mode, start_method, restarts)
     return Prefetch(reader, workers, mode, buffer_size, bool(ordered), start_method, restarts)
 
@@ -213,7 +214,7 @@ class Buffered(Prefetch):
     name = "buffered"
 
     def __init__(self, reader: Reader, size: int):
-        super().__init__(reader, 1, "thread", size if size > 0 else None, True, None, 0)
+        super().__init__(reader, 1, "thread", max(size, 0), True, None, 0)  # 0: unbounded
         self.size = size
 
     def _jobs(self) -> tuple[list, list]:
@@ -330,7 +331,7 @@ class MultiprocessReader(Prefetch):
 
     def __init__(self, readers: tuple, use_pipe: bool, queue_size: int, start_method: str | None,
                  restarts: int):
-        limit = max(1, math.ceil(queue_size / len(readers))) if queue_size > 0 else None
+        limit = max(1, math.ceil(queue_size / len(readers))) if queue_size > 0 else 0  # 0: unbounded
         super().__init__(readers[0], len(readers), "process", limit, False, start_method, restarts)
         self.parents, self.readers, self.use_pipe, self.queue_size = readers, readers, use_pipe, queue_size
 

@@ -1,0 +1,280 @@
+"""What runs inside a pool worker (``readers.pool``): the pass, cut into messages, under flow control.
+
+Workers send entries in messages of as many entries as they make within about
+``FLUSH`` seconds (one, for slow entries; up to ``CHUNK`` for fast ones), so
+the per-entry cost is a list append, not a queue or pipe operation. A worker
+may be at most ``limit`` entries ahead of what the consumer received
+(credit-based flow control: the consumer reports what it received, and a
+worker with no credit waits for that report, never polls); without a given
+limit, about ``AHEAD`` seconds of its own output. A worker's exception is
+sent with its traceback text; process workers ignore SIGINT (the consumer
+decides when they stop) and die with the process that started them.
+"""
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import itertools
+import math
+import os
+import pickle
+import queue
+import signal
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from readers import shm
+from readers.base import close_iterator, iterate
+from readers.launch import worker_context
+
+__all__ = ["Credits", "PipeCredits", "cap", "in_context", "pack_error", "process_main", "pump", "thread_main",
+           "unpack_error"]
+
+CHUNK = 1 << 16  # entries per message at most
+AHEAD = 0.05  # seconds of a worker's output it may make ahead, when no buffer size is given
+MAX_AHEAD = 1 << 17  # entries, at most, in that case
+FLUSH = 0.002  # seconds a message waits for more entries, about
+ENTRIES, DONE, FAILED = 0, 1, 2  # message kinds
+
+
+class _RemoteTraceback(Exception):
+    """The cause of a re-raised worker exception: the worker's traceback, as text."""
+
+
+class _Gone(Exception):
+    """The consumer closed its end: the pass is over, the worker just stops."""
+
+
+def pack_error(exc: BaseException) -> tuple[bytes | None, str, str]:
+    """An exception as (its pickle or None, ``Type: message``, traceback text), to cross a pipe."""
+    try:
+        blob: bytes | None = pickle.dumps(exc)
+        pickle.loads(blob)  # some exceptions pickle but cannot be rebuilt
+    except Exception:
+        blob = None
+    return blob, f"{type(exc).__name__}: {exc}", "".join(traceback.format_exception(exc))
+
+
+def unpack_error(payload: tuple, where: str) -> BaseException:
+    """The exception ``pack_error`` packed, chained from the worker's traceback text.
+
+    >>> exc = unpack_error(pack_error(KeyError("row 7")), "worker 1")
+    >>> type(exc).__name__, str(exc), "Traceback in worker 1" in str(exc.__cause__)
+    ('KeyError', "'row 7'", True)
+    """
+    blob, summary, text = payload
+    try:
+        exc = pickle.loads(blob) if blob is not None else None
+    except Exception:
+        exc = None
+    if not isinstance(exc, BaseException):
+        exc = RuntimeError(f"{summary} (raised in {where}; the exception could not be pickled)")
+    exc.__cause__ = _RemoteTraceback(f'\n"""\nTraceback in {where}:\n{text}"""')
+    return exc
+
+
+def pump(it: Iterator, send: Callable[[list], None], take: Callable[[int], int], stats: list,
+          count: Callable[[int], None] | None = None) -> bool:
+    """Move a pass's entries into messages; True once it ran out, False if stopped first.
+
+    ``take(n)`` waits for credit and grants up to n entries (0: stop). Entries
+    made before an exception are sent before it propagates.
+    """
+    want = 1
+    while True:
+        t0 = time.perf_counter()
+        n = take(want)
+        t1 = time.perf_counter()
+        stats[2] += t1 - t0
+        if not n:
+            return False
+        chunk: list = []
+        try:
+            chunk.extend(itertools.islice(it, n))
+        except BaseException:
+            if chunk:
+                send(chunk)
+            raise
+        finally:
+            t2 = time.perf_counter()
+            stats[0] += len(chunk)
+            stats[1] += t2 - t1
+            if count is not None:
+                count(stats[0])
+        if chunk:
+            send(chunk)
+            stats[2] += time.perf_counter() - t2
+        if len(chunk) < n:
+            return True
+        if t2 - t1 < FLUSH / 2:
+            want = min(want * 2, CHUNK)
+        elif t2 - t1 > FLUSH:
+            want = max(1, want // 2)
+
+
+@contextlib.contextmanager
+def in_context(pair: tuple[int, int] | None) -> Iterator[None]:
+    if pair is None or pair[1] <= 1:
+        yield
+    else:
+        with worker_context(*pair):
+            yield
+
+
+def cap(limit: int | None, stats: list) -> float:
+    """How many entries a worker may be ahead: ``limit``, unbounded for 0, or for None about
+    ``AHEAD`` seconds of its own output (at least 2, at most ``MAX_AHEAD``)."""
+    if limit is not None:
+        return limit or math.inf
+    rate = stats[0] / stats[1] if stats[1] > 0 else 0.0
+    return max(2, min(MAX_AHEAD, int(rate * AHEAD)))
+
+
+class Credits:
+    """A thread worker's window: it may be ``cap`` entries ahead of what the consumer received.
+
+    Closing wakes a waiting worker to stop.
+    """
+
+    def __init__(self, limit: int | None, stats: list):
+        self.limit, self.stats = limit, stats
+        self.made = self.received = 0
+        self.cond, self.closed = threading.Condition(), False
+
+    def take(self, want: int) -> int:
+        with self.cond:
+            while not self.closed and self.made - self.received >= cap(self.limit, self.stats):
+                self.cond.wait()
+            if self.closed:
+                return 0
+            n = int(min(want, cap(self.limit, self.stats) - (self.made - self.received)))
+            self.made += n
+            return n
+
+    def give(self, n: int) -> None:
+        with self.cond:
+            self.received += n
+            self.cond.notify()
+
+    def fill(self) -> float:
+        bound = cap(self.limit, self.stats)
+        return 0.0 if bound == math.inf else min(1.0, max(0, self.made - self.received) / bound)
+
+    def close(self) -> None:
+        with self.cond:
+            self.closed = True
+            self.cond.notify_all()
+
+
+def thread_main(w: int, job: Any, pass_id: int, cursor: int, context: tuple | None,
+                 out: queue.SimpleQueue, credits: Credits, stats: list) -> None:
+    try:
+        with in_context(context):
+            it = iterate(job, pass_id, cursor)
+            try:
+                done = pump(it, lambda chunk: out.put((w, ENTRIES, chunk)), credits.take, stats)
+            finally:
+                close_iterator(it)
+        out.put((w, DONE if done else None, None))
+    except BaseException as exc:
+        out.put((w, FAILED, exc))
+
+
+class PipeCredits:
+    """A process worker's window (see ``Credits``); the consumer reports what it received through the pipe."""
+
+    def __init__(self, conn: Any, limit: int | None, stats: list):
+        self.conn, self.limit, self.stats = conn, limit, stats
+        self.made = self.received = 0
+
+    def take(self, want: int) -> int:
+        try:
+            while self.conn.poll() or self.made - self.received >= cap(self.limit, self.stats):
+                self.received += int.from_bytes(self.conn.recv_bytes(), "little")
+        except (EOFError, OSError):
+            return 0  # the consumer closed its end: stop
+        n = int(min(want, cap(self.limit, self.stats) - (self.made - self.received)))
+        self.made += n
+        return n
+
+
+def _die_with_parent() -> None:
+    """Ask Linux to kill this process when its parent goes, so no worker is ever orphaned."""
+    if sys.platform.startswith("linux"):
+        try:
+            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        except (OSError, AttributeError):
+            pass
+
+
+def _load(job: Any, w: int) -> Any:
+    if not isinstance(job, bytes):  # forked: the reader itself
+        return job
+    try:
+        return pickle.loads(job)
+    except Exception as exc:
+        raise TypeError(
+            f"worker {w} could not load its reader ({exc!r}); a spawned worker imports it, so build it "
+            "from module-level functions of an importable module (not __main__ or a test file), "
+            "or use start_method='fork'") from exc
+
+
+def process_main(w: int, job: Any, pass_id: int, cursor: int, context: tuple | None, conn: Any,
+                  limit: int | None, ring: tuple | None, parent: int, inherited: list) -> None:
+    """Process body: send pass ``pass_id`` of ``job`` from ``cursor`` as messages on ``conn``.
+
+    ``inherited``: the consumer's ends of the pipes, which a forked worker holds
+    copies of; closed first, so that the consumer closing its end reaches the worker.
+    """
+    for c in inherited:
+        c.close()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if os.getppid() == parent:  # started by the consumer itself, not by a fork server
+        _die_with_parent()
+        if os.getppid() != parent:
+            return  # the consumer died before this process asked to die with it
+    writer = shm.RingWriter(*ring) if ring is not None else None
+    stats = [0, 0.0, 0.0, 0]
+
+    def send(kind: int, payload: Any) -> None:
+        data = shm.pack((kind, tuple(stats), payload), writer)
+        try:
+            conn.send_bytes(data)
+        except OSError:
+            raise _Gone from None
+
+    def count(made: int) -> None:
+        if writer is not None:
+            writer.counters[1] = made
+
+    def send_chunk(chunk: list) -> None:
+        before = writer.head if writer is not None else 0
+        send(ENTRIES, chunk)
+        if writer is not None:
+            stats[3] += writer.head - before
+
+    try:
+        with in_context(context):
+            it = iterate(_load(job, w), pass_id, cursor)
+            try:
+                done = pump(it, send_chunk, PipeCredits(conn, limit, stats).take, stats, count)
+            finally:
+                close_iterator(it)
+        if done:
+            send(DONE, None)
+    except _Gone:
+        pass
+    except BaseException as exc:
+        try:
+            send(FAILED, pack_error(exc))
+        except _Gone:
+            pass
+    finally:
+        conn.close()
+        if writer is not None:
+            with contextlib.suppress(BufferError):
+                writer.close()
