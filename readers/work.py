@@ -77,43 +77,54 @@ def unpack_error(payload: tuple, where: str) -> BaseException:
     return exc
 
 
-def pump(it: Iterator, send: Callable[[list], None], take: Callable[[int], int], stats: list,
-          count: Callable[[int], None] | None = None) -> bool:
+def pump(it: Iterator, send: Callable[[list], None], credits: Any, stats: list,
+         count: Callable[[int], None] | None = None) -> bool:
     """Move a pass's entries into messages; True once it ran out, False if stopped first.
 
-    ``take(n)`` waits for credit and grants up to n entries (0: stop). Entries
-    made before an exception are sent before it propagates.
+    A message holds what the worker made in about ``FLUSH`` seconds, as far
+    as its credit goes (``credits.take`` waits for some; 0: stop). The clock
+    is read every ``step`` entries, a step being about a quarter of ``FLUSH``
+    at the latest rate (one entry, and then the message goes, while the rate is
+    unknown or slow), so a source that stalls holds back at most the entries
+    it made in the last quarter of ``FLUSH``. Entries made before an exception
+    are sent before it propagates.
     """
-    want = 1
+    step = 1
     while True:
         t0 = time.perf_counter()
-        n = take(want)
+        n = credits.take(CHUNK)
         t1 = time.perf_counter()
         stats[2] += t1 - t0
         if not n:
             return False
         chunk: list = []
+        ended = False
         try:
-            chunk.extend(itertools.islice(it, n))
+            while not ended and len(chunk) < n:
+                k = min(step, n - len(chunk))
+                have = len(chunk)
+                chunk.extend(itertools.islice(it, k))
+                ended = len(chunk) - have < k
+                if k == 1 or time.perf_counter() - t1 >= FLUSH:
+                    break  # (one at a time until the rate is known: the next may never come)
         except BaseException:
             if chunk:
                 send(chunk)
             raise
         finally:
             t2 = time.perf_counter()
+            credits.refund(n - len(chunk))
             stats[0] += len(chunk)
             stats[1] += t2 - t1
             if count is not None:
                 count(stats[0])
+        rate = len(chunk) / (t2 - t1) if t2 > t1 else CHUNK / FLUSH
+        step = max(1, min(CHUNK, int(rate * FLUSH / 4)))
         if chunk:
             send(chunk)
             stats[2] += time.perf_counter() - t2
-        if len(chunk) < n:
+        if ended:
             return True
-        if t2 - t1 < FLUSH / 2:
-            want = min(want * 2, CHUNK)
-        elif t2 - t1 > FLUSH:
-            want = max(1, want // 2)
 
 
 @contextlib.contextmanager
@@ -155,6 +166,11 @@ class Credits:
             self.made += n
             return n
 
+    def refund(self, n: int) -> None:
+        """Give back credit taken but not used."""
+        with self.cond:
+            self.made -= n
+
     def give(self, n: int) -> None:
         with self.cond:
             self.received += n
@@ -176,7 +192,7 @@ def thread_main(w: int, job: Any, pass_id: int, cursor: int, context: tuple | No
         with in_context(context):
             it = iterate(job, pass_id, cursor)
             try:
-                done = pump(it, lambda chunk: out.put((w, ENTRIES, chunk)), credits.take, stats)
+                done = pump(it, lambda chunk: out.put((w, ENTRIES, chunk)), credits, stats)
             finally:
                 close_iterator(it)
         out.put((w, DONE if done else None, None))
@@ -200,6 +216,10 @@ class PipeCredits:
         n = int(min(want, cap(self.limit, self.stats) - (self.made - self.received)))
         self.made += n
         return n
+
+    def refund(self, n: int) -> None:
+        """Give back credit taken but not used."""
+        self.made -= n
 
 
 def _die_with_parent() -> None:
@@ -261,7 +281,7 @@ def process_main(w: int, job: Any, pass_id: int, cursor: int, context: tuple | N
         with in_context(context):
             it = iterate(_load(job, w), pass_id, cursor)
             try:
-                done = pump(it, send_chunk, PipeCredits(conn, limit, stats).take, stats, count)
+                done = pump(it, send_chunk, PipeCredits(conn, limit, stats), stats, count)
             finally:
                 close_iterator(it)
         if done:
