@@ -16,6 +16,7 @@ import contextlib
 import ctypes
 import itertools
 import math
+import multiprocessing
 import os
 import pickle
 import queue
@@ -253,6 +254,10 @@ def process_main(w: int, job: Any, pass_id: int, cursor: int, context: tuple | N
     for c in inherited:
         c.close()
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # multiprocessing forbids daemonic processes children, which would rule out a process-mode
+    # prefetch inside this one; this worker's lifetime is the pool's business (it dies with its
+    # parent), and the children it starts are daemonic, so they die with it.
+    multiprocessing.current_process()._config["daemon"] = False
     if os.getppid() == parent:  # started by the consumer itself, not by a fork server
         _die_with_parent()
         if os.getppid() != parent:

@@ -152,7 +152,7 @@ class Prefetch(Stage):
         return self._last[0].summary() if self._last else None
 
     def _options(self) -> str:
-        opts = f"{self.workers} {self.mode}{'es' if self.mode == 'process' else 's'}"
+        opts = f"{self.workers} {self.mode}{('es' if self.mode == 'process' else 's') if self.workers > 1 else ''}"
         opts += f", buffer_size={self.buffer_size}" if self.buffer_size is not None else ""
         opts += "" if self.ordered else ", ordered=False"
         opts += "" if self.start_method is None else f", start_method={self.start_method!r}"

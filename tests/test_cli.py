@@ -179,3 +179,165 @@ def test_cli_missing_test_split_fails_before_training(tiny_mnist, tmp_path):
         (train_only / name).write_bytes((tiny_mnist / name).read_bytes())
     result = run("train", "--data-dir", str(train_only), "--no-download", "--passes", "1")
     assert result.exit_code == 1 and "t10k-images-idx3-ubyte.gz" in result.output and "pass 0" not in result.output
+
+
+# -- bench ---------------------------------------------------------------------------
+
+
+def _slow_square(x):
+    import time
+
+    time.sleep(0.02)  # stands for decoding: far slower than anything else in these pipelines
+    return x * x
+
+
+def slow_reader():
+    """Sixteen entries of 20 ms each; indexed, so every prefetch worker makes only its share."""
+    import readers
+
+    return readers.map_readers(_slow_square, readers.from_sequence(range(16)))
+
+
+def buffered_reader():
+    """A reader with a prefetch stage of its own."""
+    import readers
+
+    return readers.buffered(readers.from_sequence(range(64)), 8)
+
+
+def empty_reader():
+    return lambda: iter(())
+
+
+STAGE = r"stage {}: [\d,]+ entries/s  input wait \d+%  output wait \d+%  consumer wait \d+%  queue fill \d+%"
+
+
+def test_cli_bench_prints_a_line_per_stage_and_the_bottleneck(tmp_path):
+    log = tmp_path / "bench.json"
+    result = run("bench", "--reader", "tests.test_cli:tiny_reader", "--mode", "thread", "--batch-size", "16",
+                 "--log-json", str(log))
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert lines[0] == "bench: tests.test_cli:tiny_reader, first 20,000 entries, 2 thread workers, batches of 16, step 0 ms"
+    assert re.fullmatch(r"reader alone: 64 entries, [\d,]+ entries/s \(serial, no prefetch\)", lines[1])
+    assert re.fullmatch(r"pipeline: 64 entries in 4 batches, [\d,]+ entries/s \(\d+\.\d\dx the reader alone\)", lines[2])
+    assert re.fullmatch(STAGE.format(re.escape("prefetch(2 threads)")), lines[3])
+    assert len(lines) == 5 and lines[4].startswith("bottleneck: ")
+    figures = json.loads(log.read_text())
+    assert figures["verdict"] == lines[4]
+    assert figures["bottleneck"] in {"consumer", "prefetch overhead", "reader", "hand-off"}
+    assert [s["stage"] for s in figures["stages"]] == ["prefetch(2 threads)"]
+    assert figures["pipeline"]["entries"] == figures["alone"]["entries"] == figures["stages"][0]["entries"] == 64
+
+
+def test_cli_bench_runs_process_workers_by_default():
+    result = run("bench", "--reader", "tests.test_cli:tiny_reader", "--workers", "1", "--limit", "32")
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert lines[0] == "bench: tests.test_cli:tiny_reader, first 32 entries, 1 process worker, batches of 64, step 0 ms"
+    assert re.fullmatch(STAGE.format(r"prefetch\(1 process(es)?\)"), lines[3])
+    assert lines[-1].startswith("bottleneck: ")
+
+
+def test_cli_bench_names_a_slow_consumer():
+    # 16 steps of 20 ms against 64 entries made in well under a millisecond
+    result = run("bench", "--reader", "tests.test_cli:tiny_reader", "--mode", "thread", "--batch-size", "4",
+                 "--step-ms", "20")
+    assert result.exit_code == 0, result.output
+    last = result.stdout.splitlines()[-1]
+    assert last.startswith("bottleneck: the consumer — it waited for data "), last
+    assert last.endswith("; the training step is slower than the data: more workers will not help")
+
+
+def test_cli_bench_names_a_slow_reader():
+    # two workers share 16 entries of 20 ms each while the consumer does nearly nothing
+    result = run("bench", "--reader", "tests.test_cli:slow_reader", "--mode", "thread")
+    assert result.exit_code == 0, result.output
+    last = result.stdout.splitlines()[-1]
+    assert re.fullmatch(r"bottleneck: the reader \(tests\.test_cli:slow_reader\) — workers spent \d+% of their time "
+                        r"waiting on it; add workers \(--workers\) or make it faster", last), last
+
+
+def test_cli_bench_reports_the_readers_own_prefetch_stages():
+    result = run("bench", "--reader", "tests.test_cli:buffered_reader", "--mode", "thread")
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert re.fullmatch(STAGE.format(re.escape("prefetch(2 threads)")), lines[3])
+    assert re.fullmatch(STAGE.format(re.escape("buffered(size=8) (the reader's own, measured alone)")), lines[4])
+    assert lines[5].startswith("bottleneck: ") and len(lines) == 6
+
+
+def _figures(consumer_wait, input_wait, seconds=1.0, inner=()):
+    """bench's figures for the verdict alone: one prefetch stage, then the reader's own."""
+    stage = {"stage": "prefetch(2 processes)", "input_wait": input_wait, "output_wait": 0.05,
+             "consumer_wait": consumer_wait, "queue_fill": 0.25}
+    return {"reader": "mnist", "mode": "process", "step_ms": 5, "stages": [stage, *inner],
+            "pipeline": {"seconds": seconds, "without_prefetch_s": 1.0}}
+
+
+XMAP = {"stage": "xmap_readers(decode, process_num=2, buffer_size=4, order=True)", "input_wait": 0.97,
+        "output_wait": 0.0, "consumer_wait": 0.9, "queue_fill": 0.1}
+
+
+@pytest.mark.parametrize("figures, line", [
+    (_figures(0.1, 0.2), "bottleneck: the consumer — it waited for data 10% of the pass, the queue was 25% full "
+                         "on average; the training step is slower than the data: more workers will not help"),
+    (_figures(0.1, 0.2, seconds=2.0), "bottleneck: prefetch overhead — the pipeline was 50% slower than the reader "
+                                      "alone plus the same steps; handing entries over costs more than reading them: "
+                                      "read without prefetch, try --mode thread, or prefetch whole batches (batch, then prefetch)"),
+    (_figures(0.9, 0.8), "bottleneck: the reader (mnist) — workers spent 80% of their time waiting on it; "
+                         "add workers (--workers) or make it faster"),
+    (_figures(0.9, 0.8, inner=[XMAP]), f"bottleneck: the work under {XMAP['stage']} — workers spent 97% of their "
+                                       "time waiting on it; give that stage more workers or make its work faster"),
+    (_figures(0.9, 0.8, inner=[{**XMAP, "consumer_wait": 0.2}]), "bottleneck: the reader (mnist) — workers spent 80% "
+                                                                 "of their time waiting on it; add workers (--workers) or make it faster"),
+    (_figures(0.9, 0.1), "bottleneck: the hand-off — the consumer waited 90% of the pass, but workers spent only 10% "
+                         "of their time reading and 5% sending; starting workers and moving entries dominate: try a "
+                         "larger --limit, --mode thread, or prefetch whole batches (batch, then prefetch)"),
+])
+def test_cli_bench_bottleneck_rule(figures, line):
+    from cli import _bottleneck
+
+    assert _bottleneck(figures)[1] == line
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--workers", "0"], "Invalid value for '--workers': 0 is not in the range x>=1."),
+    (["--mode", "fibre"], "Invalid value for '--mode': 'fibre' is not one of 'thread', 'process'."),
+    (["--step-ms", "-1"], "Invalid value for '--step-ms'"),
+    (["--limit", "0"], "Invalid value for '--limit'"),
+    (["--passes", "0"], "Invalid value for '--passes'"),
+])
+def test_cli_bench_bad_options_are_usage_errors(args, message):
+    result = run("bench", "--reader", "tests.test_cli:tiny_reader", *args)
+    assert result.exit_code == 2 and message in result.output, result.output
+
+
+@pytest.mark.parametrize("reader, message", [
+    ("nosuch", "Error: unknown reader 'nosuch'"),
+    ("tests.test_cli:empty_reader", "Error: the reader gave no entries; check its data"),
+    ("tests.test_cli:not_a_creator", "Error: reader creator 'tests.test_cli:not_a_creator' returned something that"),
+])
+def test_cli_bench_bad_readers_are_one_line_errors(reader, message):
+    result = run("bench", "--reader", reader)
+    assert result.exit_code == 1 and result.output.startswith(message), result.output
+    assert len(result.output.strip().splitlines()) == 1
+
+
+def test_cli_help_explains_every_bench_option_and_the_rule():
+    text = " ".join(run("bench", "--help").output.split())
+    for option in ("--reader", "--data-dir", "--workers", "--mode", "--batch-size", "--limit", "--step-ms",
+                   "--passes", "--log-json"):
+        assert option in text
+    assert "names the bottleneck, by the first rule that holds" in text and ">>>" not in text
+
+
+@pytest.mark.skipif(not (SHARED / "mnist").is_dir(), reason="the real MNIST files (../shared/data/mnist) are absent")
+def test_cli_bench_on_real_mnist():
+    result = run("bench", "--reader", "mnist", "--data-dir", str(SHARED / "mnist"), "--no-download", "--limit", "5000")
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert lines[0] == "bench: mnist, first 5,000 entries, 2 process workers, batches of 64, step 0 ms"
+    assert re.fullmatch(r"reader alone: 5,000 entries, [\d,]+ entries/s \(serial, no prefetch\)", lines[1])
+    assert re.fullmatch(STAGE.format(re.escape("prefetch(2 processes)")), lines[3])
+    assert lines[4].startswith("bottleneck: ") and len(lines) == 5
