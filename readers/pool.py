@@ -215,6 +215,8 @@ class _Processes:
                     except (EOFError, OSError):
                         raise _Died(i, self._how(i)) from None
                     kind, stats, payload = shm.unpack(data, self.rings[i])
+                    if kind == work.ENTRIES:
+                        payload = shm.unfold(payload)
                     self.pool.stats.per_worker[i] = list(stats)
                     if kind != work.ENTRIES:
                         self._retire(i)

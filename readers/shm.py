@@ -13,6 +13,12 @@ The ring is an anonymous memory file (``memfd_create``), never a name in
 the last array that views it is freed, and the kernel reclaims it even if every
 process is killed. Where memory files do not exist, arrays travel in-band.
 
+Pickling an array costs microseconds, more than copying a small one, so a
+message of entries that share a layout (tuples whose columns hold arrays of
+one shape and dtype, like MNIST's ``(image, label)``) is folded into columns
+first: one stacked array per such column, one copy into the ring, and the
+consumer's entries view rows of it (``fold``, ``unfold``).
+
 The ring's first bytes hold two counters: where the consumer has freed up to
 (written by the consumer) and how many entries the worker has made (written by
 the worker, read for queue-fill figures).
@@ -30,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["INLINE_BELOW", "RingReader", "RingWriter", "SharedFd", "available", "pack", "unpack"]
+__all__ = ["INLINE_BELOW", "RingReader", "RingWriter", "SharedFd", "available", "fold", "pack", "unfold", "unpack"]
 
 INLINE_BELOW = 512  # bytes: smaller arrays cost less to pickle in-band than to place in the ring
 RING_BYTES = 64 << 20  # per worker process; pages cost memory only once written
@@ -184,3 +190,72 @@ def unpack(data: bytes, ring: RingReader | None) -> Any:
     start, end, regions = pickle.loads(data[4:4 + n])
     buffers = ring.views(start, end, regions) if ring is not None else []
     return pickle.loads(data[4 + n:], buffers=buffers)
+
+
+class Folded:
+    """A message's entries as columns: ``width`` None for bare arrays, else tuples of that width."""
+
+    __slots__ = ("width", "columns")
+
+    def __init__(self, width: int | None, columns: list):
+        self.width, self.columns = width, columns
+
+    def __reduce__(self) -> tuple:
+        return Folded, (self.width, self.columns)
+
+
+def _stack(arrays: Any) -> np.ndarray | None:
+    """``arrays`` stacked, when they are plain arrays (not 0-d, not of objects) of one shape and dtype.
+
+    The rows come back C-ordered and writable, as any copy would.
+    """
+    first = arrays[0]
+    if type(first) is not np.ndarray or first.ndim == 0 or first.dtype.hasobject:
+        return None
+    if not all(type(a) is np.ndarray for a in arrays) or {(a.shape, a.dtype) for a in arrays} != {
+            (first.shape, first.dtype)}:
+        return None
+    return np.array(arrays)
+
+
+def fold(entries: list) -> list | Folded:
+    """``entries`` as columns with stacked arrays when they share a layout, else as they are.
+
+    >>> import numpy as np
+    >>> folded = fold([(np.zeros(3), 1), (np.ones(3), 2)])
+    >>> folded.width, folded.columns[0].shape, folded.columns[1]
+    (2, (2, 3), (1, 2))
+    >>> fold([(np.zeros(3), 1), (np.ones(4), 2)])[1][0].shape  # shapes differ: left as it is
+    (4,)
+    """
+    if len(entries) < 2:
+        return entries
+    first = entries[0]
+    if type(first) is np.ndarray:
+        stacked = _stack(entries)
+        return entries if stacked is None else Folded(None, [stacked])
+    if type(first) is not tuple:
+        return entries
+    width = len(first)
+    if not all(type(e) is tuple and len(e) == width for e in entries):
+        return entries
+    columns: list = list(zip(*entries))
+    folded = False
+    for k, column in enumerate(columns):
+        if type(column[0]) is np.ndarray and (stacked := _stack(column)) is not None:
+            columns[k], folded = stacked, True
+    return Folded(width, columns) if folded else entries
+
+
+def unfold(message: list | Folded) -> list:
+    """The entries ``fold`` folded; arrays come back as rows (views) of the stacked ones.
+
+    >>> import numpy as np
+    >>> entries = unfold(fold([(np.zeros(3), 1), (np.ones(3), 2)]))
+    >>> [(type(x).__name__, x.tolist(), y) for x, y in entries]
+    [('ndarray', [0.0, 0.0, 0.0], 1), ('ndarray', [1.0, 1.0, 1.0], 2)]
+    """
+    if type(message) is not Folded:
+        return message
+    columns = [list(c) for c in message.columns]  # iterating a stacked array gives its rows
+    return columns[0] if message.width is None else list(zip(*columns))

@@ -278,7 +278,7 @@ def process_main(w: int, job: Any, pass_id: int, cursor: int, context: tuple | N
 
     def send_chunk(chunk: list) -> None:
         before = writer.head if writer is not None else 0
-        send(ENTRIES, chunk)
+        send(ENTRIES, shm.fold(chunk) if writer is not None else chunk)
         if writer is not None:
             stats[3] += writer.head - before
 
