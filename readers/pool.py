@@ -290,6 +290,23 @@ class _Processes:
 # -- the consumer ----------------------------------------------------------------------
 
 
+class _Merged:
+    """A pool's entries: iterating gives a C-level chain over the merge's runs, so no Python
+    frame runs per entry; ``close()`` stops the workers."""
+
+    def __init__(self, pieces: Iterator):
+        self.pieces, self.flat = pieces, itertools.chain.from_iterable(pieces)
+
+    def __iter__(self) -> Iterator:
+        return self.flat
+
+    def __next__(self) -> Any:
+        return next(self.flat)
+
+    def close(self) -> None:
+        self.pieces.close()
+
+
 class Pool:
     """One pass's workers: ``jobs[w]`` runs in worker w, inside ``contexts[w]`` (a worker context or None).
 
@@ -308,9 +325,13 @@ class Pool:
         self.stats = PassStats(len(self.jobs), "process" if processes else "thread", limit)
         self.received = [0] * len(self.jobs)
 
-    def run(self, pass_id: int, cursors: Sequence[int]) -> Iterator:
-        """Start the workers and yield the merged entries; stop the workers however the pass ends."""
-        self.cursors = list(cursors)
+    def run(self, pass_id: int, cursors: Sequence[int]) -> _Merged:
+        """Start the workers (at the first entry asked for) and give the merged entries; closing stops them."""
+        return _Merged(self._pieces(pass_id, list(cursors)))
+
+    def _pieces(self, pass_id: int, cursors: list[int]) -> Iterator:
+        """The merged entries in runs (lists, rounds); the workers stop however the pass ends."""
+        self.cursors = cursors
         backend: Any = None
         try:
             backend = (_Processes if self.processes else _Threads)(self, pass_id, self.cursors)
@@ -375,7 +396,7 @@ class Pool:
                 live -= 1
             else:
                 self.stats.entries += len(chunk)
-                yield from chunk
+                yield chunk
 
     def _ordered(self) -> Iterator:
         """Round-robin over the workers, one entry each per round; a worker that runs out leaves the round.
@@ -394,7 +415,7 @@ class Pool:
                 for w in order:
                     pos[w] += m
                 self.stats.entries += m * len(order)
-                yield from itertools.chain.from_iterable(zip(*rounds))
+                yield itertools.chain.from_iterable(zip(*rounds))
                 continue
             for j, w in enumerate(order):
                 if pos[w] == len(bufs[w]):
@@ -405,4 +426,4 @@ class Pool:
                     bufs[w], pos[w] = chunk, 0
                 pos[w] += 1
                 self.stats.entries += 1
-                yield bufs[w][pos[w] - 1]
+                yield (bufs[w][pos[w] - 1],)

@@ -36,7 +36,7 @@ __all__ = ["Credits", "PipeCredits", "cap", "in_context", "pack_error", "process
            "unpack_error"]
 
 CHUNK = 1 << 16  # entries per message at most
-AHEAD = 0.05  # seconds of a worker's output it may make ahead, when no buffer size is given
+AHEAD = 0.2  # seconds of a worker's output it may make ahead, when no buffer size is given
 MAX_AHEAD = 1 << 17  # entries, at most, in that case
 FLUSH = 0.002  # seconds a message waits for more entries, about
 ENTRIES, DONE, FAILED = 0, 1, 2  # message kinds

@@ -180,7 +180,7 @@ def prefetch(reader: Reader, workers: int = 1, *, mode: str = "thread", buffer_s
     other threads, else spawn; spawned workers need readers built from
     module-level functions); their numpy arrays arrive through shared memory,
     not pickles. Each worker makes at most ``buffer_size`` entries ahead of
-    the consumer (None: about 50 ms of its output, at least 2, which keeps
+    the consumer (None: about 0.2 s of its output, at least 2, which keeps
     small entries cheap and large ones few). A worker's exception ends the pass with its
     type, message and traceback; a process worker that dies raises
     ``WorkerDiedError`` naming it and its signal, unless ``restarts`` allows
