@@ -194,13 +194,21 @@ class _Processes:
         inherited = [c for c in self.conns if c is not None] if self.method == "fork" else []
         p = self.ctx.Process(
             target=work.process_main, name=f"readerkit-{self.pool.name}-{w}", daemon=True,
-            args=(w, self.jobs[w], self.pass_id, cursor, self.pool.contexts[w], theirs, self.pool.limit,
-                  spec, os.getpid(), inherited))
+            args=(w, self.jobs[w] if self.method == "fork" else None, self.pass_id, cursor,
+                  self.pool.contexts[w], theirs, self.pool.limit, spec, os.getpid(), inherited))
         try:
             p.start()
         finally:
             theirs.close()  # now only the worker holds its end: its death reads as end of file
         self.procs[w] = p
+        if self.method != "fork":
+            # On the pipe, not in the process arguments: multiprocessing writes those to a
+            # pipe the child may never read (a script without a main guard dies first), and
+            # blocks for good once they outgrow its buffer; this pipe breaks when the worker dies.
+            try:
+                mine.send_bytes(self.jobs[w])
+            except OSError:
+                pass  # it died: the first recv says how
 
     def recv(self, w: int | None) -> tuple:
         live = [w] if w is not None else [i for i, c in enumerate(self.conns) if c is not None]

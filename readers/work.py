@@ -284,7 +284,7 @@ def process_main(w: int, job: Any, pass_id: int, cursor: int, context: tuple | N
 
     try:
         with in_context(context):
-            it = iterate(_load(job, w), pass_id, cursor)
+            it = iterate(_load(conn.recv_bytes() if job is None else job, w), pass_id, cursor)
             try:
                 done = pump(it, send_chunk, PipeCredits(conn, limit, stats), stats, count)
             finally:
