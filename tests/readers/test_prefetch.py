@@ -41,6 +41,7 @@ from readers import (
 )
 from tests.readers import worker_jobs as jobs
 from tests.readers.restoring import assert_resumes_at_every_step, assert_same
+from tests.readers.test_workers import _wait_until
 
 HANG = 5.0  # seconds: the spec's bound for "stops, raises or cleans up without hanging"
 TEST_LIMIT = 60  # seconds: a test still running by then hangs, and fails rather than stall the suite
@@ -53,15 +54,6 @@ FRACTIONS = ["input_wait", "output_wait", "consumer_wait", "queue_fill"]
 
 
 # -- helpers ----------------------------------------------------------------------------
-
-
-def _wait_until(predicate, timeout: float = HANG) -> bool:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.01)
-    return True
 
 
 @pytest.fixture(autouse=True)
