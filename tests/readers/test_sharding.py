@@ -418,34 +418,24 @@ def test_worker_info_torchrun_without_local_variables_is_one_node(monkeypatch):
         2, 3, 2, 3, 0, 1)
 
 
-@pytest.mark.parametrize("env, expected", [
+@pytest.mark.parametrize("launcher, env, expected", [
     # rank, world, local rank, local world, node, nodes
-    (dict(SLURM_PROCID=4, SLURM_STEP_NUM_TASKS=6, SLURM_LOCALID=0, SLURM_NODEID=2, SLURM_TASKS_PER_NODE="2(x3)"),
+    ("slurm", dict(SLURM_PROCID=4, SLURM_STEP_NUM_TASKS=6, SLURM_LOCALID=0, SLURM_NODEID=2, SLURM_TASKS_PER_NODE="2(x3)"),
      (4, 6, 0, 2, 2, 3)),
-    (dict(SLURM_PROCID=3, SLURM_STEP_NUM_TASKS=8, SLURM_LOCALID=3, SLURM_NODEID=0, SLURM_NNODES=2), (3, 8, 3, 4, 0, 2)),
-    (dict(SLURM_PROCID=1, SLURM_STEP_NUM_TASKS=2), (1, 2, 0, 2, 0, 1)),
-    (dict(SLURM_PROCID=1, SLURM_STEP_NUM_TASKS=4, SLURM_NTASKS_PER_NODE=2, SLURM_NODEID=0), (1, 4, 0, 2, 0, 2)),
-    (dict(SLURM_PROCID=0, SLURM_STEP_NUM_TASKS=5, SLURM_LOCALID=0, SLURM_NODEID=2, SLURM_TASKS_PER_NODE="2(x2),1"),
+    ("slurm", dict(SLURM_PROCID=3, SLURM_STEP_NUM_TASKS=8, SLURM_LOCALID=3, SLURM_NODEID=0, SLURM_NNODES=2), (3, 8, 3, 4, 0, 2)),
+    ("slurm", dict(SLURM_PROCID=1, SLURM_STEP_NUM_TASKS=2), (1, 2, 0, 2, 0, 1)),
+    ("slurm", dict(SLURM_PROCID=1, SLURM_STEP_NUM_TASKS=4, SLURM_NTASKS_PER_NODE=2, SLURM_NODEID=0), (1, 4, 0, 2, 0, 2)),
+    ("slurm", dict(SLURM_PROCID=0, SLURM_STEP_NUM_TASKS=5, SLURM_LOCALID=0, SLURM_NODEID=2, SLURM_TASKS_PER_NODE="2(x2),1"),
      (0, 5, 0, 1, 2, 3)),
-])
-def test_worker_info_reads_slurm(monkeypatch, env, expected):
-    set_env(monkeypatch, **env)
-    info = worker_info()
-    assert info.launcher == "slurm"
-    assert (info.rank, info.world_size, info.local_rank, info.local_world_size, info.node_rank,
-            info.num_nodes) == expected
-
-
-@pytest.mark.parametrize("env, expected", [
-    (dict(OMPI_COMM_WORLD_RANK=3, OMPI_COMM_WORLD_SIZE=4, OMPI_COMM_WORLD_LOCAL_RANK=1,
+    ("mpi", dict(OMPI_COMM_WORLD_RANK=3, OMPI_COMM_WORLD_SIZE=4, OMPI_COMM_WORLD_LOCAL_RANK=1,
           OMPI_COMM_WORLD_LOCAL_SIZE=2), (3, 4, 1, 2, 1, 2)),
-    (dict(PMI_RANK=2, PMI_SIZE=3), (2, 3, 0, 1, 2, 3)),
-    (dict(PMI_RANK=5, PMI_SIZE=6, MPI_LOCALRANKID=2, MPI_LOCALNRANKS=3), (5, 6, 2, 3, 1, 2)),
+    ("mpi", dict(PMI_RANK=2, PMI_SIZE=3), (2, 3, 0, 1, 2, 3)),
+    ("mpi", dict(PMI_RANK=5, PMI_SIZE=6, MPI_LOCALRANKID=2, MPI_LOCALNRANKS=3), (5, 6, 2, 3, 1, 2)),
 ])
-def test_worker_info_reads_mpi(monkeypatch, env, expected):
+def test_worker_info_reads_slurm_and_mpi(monkeypatch, launcher, env, expected):
     set_env(monkeypatch, **env)
     info = worker_info()
-    assert info.launcher == "mpi"
+    assert info.launcher == launcher
     assert (info.rank, info.world_size, info.local_rank, info.local_world_size, info.node_rank,
             info.num_nodes) == expected
 
