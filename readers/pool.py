@@ -78,8 +78,8 @@ class PassStats:
     samples of how full the queues were each time it received.
     """
 
-    def __init__(self, workers: int, mode: str, capacity: int | None):
-        self.mode, self.capacity = mode, capacity
+    def __init__(self, workers: int, mode: str):
+        self.mode = mode
         self.per_worker = [[0, 0.0, 0.0, 0] for _ in range(workers)]
         self._retired = [[0, 0.0, 0.0, 0] for _ in range(workers)]  # of workers that were restarted
         self.entries, self.consumer_wait, self.restarts = 0, 0.0, 0
@@ -223,10 +223,10 @@ class _Processes:
                     except (EOFError, OSError):
                         raise _Died(i, self._how(i)) from None
                     kind, stats, payload = shm.unpack(data, self.rings[i])
+                    self.pool.stats.per_worker[i] = list(stats)
                     if kind == work.ENTRIES:
                         payload = shm.unfold(payload)
-                    self.pool.stats.per_worker[i] = list(stats)
-                    if kind != work.ENTRIES:
+                    else:
                         self._retire(i)
                     return i, kind, payload
                 raise _Died(i, self._how(i))  # exited, and nothing it sent is left unread
@@ -316,21 +316,23 @@ class _Merged:
 
 
 class Pool:
-    """One pass's workers: ``jobs[w]`` runs in worker w, inside ``contexts[w]`` (a worker context or None).
+    """One pass's workers: ``jobs[w]`` runs in worker w, inside ``contexts[w]`` (a worker context or None),
+    and is called ``labels[w]`` in errors.
 
     ``limit`` bounds how many entries a worker may make ahead of the consumer
-    (0: no bound; None: about ``AHEAD`` seconds of its output); ``restarts`` is how many times a dead process worker may
-    be started again, from its last delivered entry, in one pass.
+    (0: no bound; None: about ``work.AHEAD`` seconds of its output); ``restarts``
+    is how many times a dead process worker may be started again, from its last
+    delivered entry, in one pass.
     """
 
     def __init__(self, name: str, jobs: Sequence[Any], contexts: Sequence[tuple | None], *, processes: bool,
-                 ordered: bool, limit: int | None, start_method: str | None = None, restarts: int = 0,
-                 labels: Sequence[str] | None = None):
+                 ordered: bool, limit: int | None, labels: Sequence[str], start_method: str | None = None,
+                 restarts: int = 0):
         self.name, self.jobs, self.contexts = name, list(jobs), list(contexts)
         self.processes, self.ordered, self.limit = processes, ordered, limit
         self.start_method, self.restarts = start_method, restarts
-        self.labels = list(labels) if labels is not None else [describe(j) for j in self.jobs]
-        self.stats = PassStats(len(self.jobs), "process" if processes else "thread", limit)
+        self.labels = list(labels)
+        self.stats = PassStats(len(self.jobs), "process" if processes else "thread")
         self.received = [0] * len(self.jobs)
 
     def run(self, pass_id: int, cursors: Sequence[int]) -> _Merged:

@@ -146,9 +146,7 @@ class RingReader:
     def views(self, start: int, end: int, regions: list) -> list:
         """Views of ``regions``, all freed together once the last array built on them is gone."""
         self.seen = max(self.seen, end)
-        if not regions:
-            if end > start:
-                self._freed.append((start, end))
+        if not regions:  # nothing was placed (start == end): nothing to free
             return []
         owner = np.frombuffer(self.mm, np.uint8)  # one per message: its finalizer frees the regions
         weakref.finalize(owner, self._freed.append, (start, end))
@@ -170,9 +168,7 @@ class RingReader:
 
     def restart_at(self) -> int:
         """Where a restarted worker's head starts: past every region already handed out."""
-        if self.seen > self.tail:
-            return self.seen
-        return self.tail
+        return self.seen  # (the tail never passes it: only handed-out regions are freed)
 
     def close(self) -> None:
         """Close the descriptor; the mapping goes when the last array viewing it does."""

@@ -146,31 +146,41 @@ def cap(limit: int | None, stats: list) -> float:
     return max(2, min(MAX_AHEAD, int(rate * AHEAD)))
 
 
-class Credits:
-    """A thread worker's window: it may be ``cap`` entries ahead of what the consumer received.
+class _Window:
+    """How far a worker is ahead of what the consumer received, against its ``cap``.
 
-    Closing wakes a waiting worker to stop.
+    Only the worker changes ``made``; the consumer's reports change ``received``.
     """
 
     def __init__(self, limit: int | None, stats: list):
         self.limit, self.stats = limit, stats
         self.made = self.received = 0
+
+    def room(self) -> float:
+        return cap(self.limit, self.stats) - (self.made - self.received)
+
+    def grant(self, want: int) -> int:
+        n = int(min(want, self.room()))
+        self.made += n
+        return n
+
+    def refund(self, n: int) -> None:
+        """Give back credit taken but not used."""
+        self.made -= n
+
+
+class Credits(_Window):
+    """A thread worker's window; closing wakes a waiting worker to stop."""
+
+    def __init__(self, limit: int | None, stats: list):
+        super().__init__(limit, stats)
         self.cond, self.closed = threading.Condition(), False
 
     def take(self, want: int) -> int:
         with self.cond:
-            while not self.closed and self.made - self.received >= cap(self.limit, self.stats):
+            while not self.closed and self.room() <= 0:
                 self.cond.wait()
-            if self.closed:
-                return 0
-            n = int(min(want, cap(self.limit, self.stats) - (self.made - self.received)))
-            self.made += n
-            return n
-
-    def refund(self, n: int) -> None:
-        """Give back credit taken but not used."""
-        with self.cond:
-            self.made -= n
+            return 0 if self.closed else self.grant(want)
 
     def give(self, n: int) -> None:
         with self.cond:
@@ -201,26 +211,20 @@ def thread_main(w: int, job: Any, pass_id: int, cursor: int, context: tuple | No
         out.put((w, FAILED, exc))
 
 
-class PipeCredits:
-    """A process worker's window (see ``Credits``); the consumer reports what it received through the pipe."""
+class PipeCredits(_Window):
+    """A process worker's window; the consumer reports what it received through the pipe."""
 
     def __init__(self, conn: Any, limit: int | None, stats: list):
-        self.conn, self.limit, self.stats = conn, limit, stats
-        self.made = self.received = 0
+        super().__init__(limit, stats)
+        self.conn = conn
 
     def take(self, want: int) -> int:
         try:
-            while self.conn.poll() or self.made - self.received >= cap(self.limit, self.stats):
+            while self.conn.poll() or self.room() <= 0:
                 self.received += int.from_bytes(self.conn.recv_bytes(), "little")
         except (EOFError, OSError):
             return 0  # the consumer closed its end: stop
-        n = int(min(want, cap(self.limit, self.stats) - (self.made - self.received)))
-        self.made += n
-        return n
-
-    def refund(self, n: int) -> None:
-        """Give back credit taken but not used."""
-        self.made -= n
+        return self.grant(want)
 
 
 def _die_with_parent() -> None:

@@ -82,10 +82,11 @@ class Prefetch(Stage):
         """Whether this stage splits the pass by stride itself: unless a shard in it follows the workers."""
         return not follows_workers(self._job())
 
-    def _jobs(self) -> tuple[list, list]:
+    def _jobs(self) -> tuple[list, list[str]]:
+        """What each worker runs, and its name in errors."""
         n, job = self.workers, self._job()
-        jobs = [Shard(job, w, n, None) if self._splits() and n > 1 else job for w in range(n)]
-        return jobs, _contexts(n)
+        jobs = [Shard(job, w, n, None) for w in range(n)] if n > 1 and self._splits() else [job] * n
+        return jobs, [f"{describe(job)}, {w + 1} of {n}" for w in range(n)]
 
     # -- positions ----------------------------------------------------------
     @property
@@ -119,11 +120,9 @@ class Prefetch(Stage):
         return self._seek(pass_id, 0)
 
     def _seek(self, pass_id: int, cursor: int) -> Iterator:
-        jobs, contexts = self._jobs()
-        limit = self.buffer_size
-        pool = Pool(self.name, jobs, contexts, processes=self.mode == "process", ordered=self.ordered,
-                    limit=limit, start_method=self.start_method, restarts=self.restarts,
-                    labels=[f"{describe(self._job())}, {w + 1} of {len(jobs)}" for w in range(len(jobs))])
+        jobs, labels = self._jobs()
+        pool = Pool(self.name, jobs, _contexts(len(jobs)), processes=self.mode == "process", ordered=self.ordered,
+                    limit=self.buffer_size, labels=labels, start_method=self.start_method, restarts=self.restarts)
         self._last[:] = [pool.stats]
         return pool.run(pass_id, [cursor] * len(jobs))
 
@@ -219,8 +218,8 @@ class Buffered(Prefetch):
         super().__init__(reader, 1, "thread", max(size, 0), True, None, 0)  # 0: unbounded
         self.size = size
 
-    def _jobs(self) -> tuple[list, list]:
-        return [self.reader], _contexts(1)  # the thread works for its consumer's worker
+    def _jobs(self) -> tuple[list, list[str]]:
+        return [self.reader], [describe(self.reader)]  # (one worker: it works for its consumer's worker)
 
     def _splits(self) -> bool:
         return True
@@ -337,15 +336,8 @@ class MultiprocessReader(Prefetch):
         super().__init__(readers[0], len(readers), "process", limit, False, start_method, restarts)
         self.parents, self.readers, self.use_pipe, self.queue_size = readers, readers, use_pipe, queue_size
 
-    def _jobs(self) -> tuple[list, list]:
-        return list(self.readers), _contexts(len(self.readers))
-
-    def _seek(self, pass_id: int, cursor: int) -> Iterator:
-        jobs, contexts = self._jobs()
-        pool = Pool(self.name, jobs, contexts, processes=True, ordered=False, limit=self.buffer_size,
-                    start_method=self.start_method, restarts=self.restarts, labels=[describe(r) for r in jobs])
-        self._last[:] = [pool.stats]
-        return pool.run(pass_id, [0] * len(jobs))
+    def _jobs(self) -> tuple[list, list[str]]:
+        return list(self.readers), [describe(r) for r in self.readers]
 
     def _unresumable(self) -> str | None:
         return "multiprocess_reader merges its readers in whatever order their entries arrive"
