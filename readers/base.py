@@ -510,6 +510,23 @@ class IndexedReader(Stage):
         get = self._get
         return [get(i) for i in indices.tolist()]
 
+    def iter_gather(self, indices: np.ndarray) -> Iterator:
+        """The entries of ``gather(indices)``, each made as it is read (a pass reads through this).
+
+        Per-entry work (``_get``, a map) is done as the consumer takes entries,
+        not a whole chunk ahead of it; a source with its own (vectorised)
+        ``gather`` is read one gather at a time.
+
+        >>> from readers import from_sequence, map_readers
+        >>> import numpy as np
+        >>> it = map_readers(lambda x: 1 // x, from_sequence([1, 0])).iter_gather(np.arange(2))
+        >>> next(it)
+        1
+        """
+        if type(self).gather is IndexedReader.gather:
+            return map(self._get, indices.tolist())
+        return iter(self.gather(indices))
+
     def gather_columns(self, indices: np.ndarray) -> tuple | None:
         """One array per column for ``indices``, or None when entries are not columnar."""
         return None

@@ -123,6 +123,9 @@ class ComposedIndexed(IndexedReader):
     def gather(self, indices: np.ndarray) -> list:
         return list(map(_flatten, zip(*(r.gather(indices) for r in self.parents))))
 
+    def iter_gather(self, indices: np.ndarray) -> Iterator:
+        return map(_flatten, zip(*(r.iter_gather(indices) for r in self.parents)))
+
     def _options(self) -> str:
         return f"check_alignment={self.check_alignment}"
 

@@ -56,6 +56,9 @@ class MappedIndexed(Derived):
     def gather(self, indices: np.ndarray) -> list:
         return list(map(self.func, self.source.gather(indices)))
 
+    def iter_gather(self, indices: np.ndarray) -> Iterator:
+        return map(self.func, self.source.iter_gather(indices))
+
     def _options(self) -> str:
         return describe(self.func)
 
@@ -158,6 +161,9 @@ class Window(IndexedReader):
 
     def gather(self, indices: np.ndarray) -> Any:
         return self.source.gather(indices + self.start)
+
+    def iter_gather(self, indices: np.ndarray) -> Iterator:
+        return self.source.iter_gather(indices + self.start)
 
     def gather_columns(self, indices: np.ndarray) -> Any:
         return self.source.gather_columns(indices + self.start)
@@ -336,6 +342,9 @@ class IndexedWithId(Derived):
 
     def gather(self, indices: np.ndarray) -> list:
         return list(map(_add_id, self.source.gather(indices), self.source.sample_ids(indices).tolist()))
+
+    def iter_gather(self, indices: np.ndarray) -> Iterator:
+        return map(_add_id, self.source.iter_gather(indices), self.source.sample_ids(indices).tolist())
 
     def gather_columns(self, indices: np.ndarray) -> tuple | None:
         columns = self.source.gather_columns(indices)

@@ -24,6 +24,8 @@ class Plan:
 
     ``chunks`` yields 1-D int64 arrays of indices into ``source``; reading
     ``source.gather(chunk)`` for each chunk, in order, gives the pass's entries.
+    ``entries`` reads them through ``source.iter_gather``, so per-entry work
+    (a map, a user's ``r[i]``) is done as entries are taken, not a chunk ahead.
     """
 
     __slots__ = ("source", "chunks")
@@ -33,7 +35,7 @@ class Plan:
         self.chunks = chunks
 
     def entries(self) -> Iterator:
-        gather = self.source.gather
+        gather = self.source.iter_gather
         for chunk in self.chunks:
             yield from gather(chunk)
 

@@ -124,6 +124,10 @@ class _Weighted(IndexedReader):
         idx, real = self._split(indices)
         return list(map(append_column, self.source.gather(idx), real.astype(float).tolist()))
 
+    def iter_gather(self, indices: np.ndarray) -> Iterator:
+        idx, real = self._split(indices)
+        return map(append_column, self.source.iter_gather(idx), real.astype(float).tolist())
+
     def gather_columns(self, indices: np.ndarray) -> tuple | None:
         idx, real = self._split(indices)
         columns = self.source.gather_columns(idx)
@@ -394,6 +398,9 @@ class _NodeBlock(IndexedReader):
 
     def gather(self, indices: np.ndarray) -> Any:
         return self.source.gather(indices + self._bounds()[0])
+
+    def iter_gather(self, indices: np.ndarray) -> Iterator:
+        return self.source.iter_gather(indices + self._bounds()[0])
 
     def gather_columns(self, indices: np.ndarray) -> Any:
         return self.source.gather_columns(indices + self._bounds()[0])

@@ -10,7 +10,7 @@ import toolz
 
 import batching
 import readers
-from readers.base import is_planned
+from readers.base import as_indexed, is_planned
 
 
 def ten(offset=0):
@@ -314,6 +314,52 @@ def test_chained_indexed_gather_matches_getitem():
     c = readers.chain(a, b)
     idx = np.array([11, 0, 5, 4, 6, 11, 3])
     assert c.gather(idx) == [c[int(i)] for i in idx]
+
+
+@pytest.mark.parametrize("wrap", [
+    lambda r: r,
+    lambda r: readers.shuffle(r, seed=3),
+    lambda r: readers.skip(r, 2),
+    lambda r: readers.compose(r, readers.from_sequence(range(10_000))),
+    readers.with_index,
+    lambda r: readers.shard(r, 1, 2),
+    lambda r: readers.shard(r, 0, 3, equalize="pad"),
+])
+@pytest.mark.parametrize("kind", ["map", "user"])
+def test_indexed_pass_does_per_entry_work_only_for_entries_read(wrap, kind):
+    calls = []
+
+    class Loud:  # a user's indexed object whose r[i] is the work
+        def __len__(self):
+            return 10_000
+
+        def __getitem__(self, i):
+            calls.append(i)
+            return i
+
+        def __call__(self):
+            return iter(range(10_000))
+
+    def record(x):
+        calls.append(x)
+        return x
+
+    base = readers.map_readers(record, readers.from_sequence(range(10_000))) if kind == "map" else as_indexed(Loud())
+    it = iter(wrap(base)())
+    first = [next(it) for _ in range(3)]
+    assert len(calls) == 3, f"{len(calls)} entries made for the first 3 read (a plan chunk ahead)"
+    assert first == list(wrap(base)())[:3]
+
+
+def test_indexed_map_error_comes_after_the_entries_before_it():
+    def invert(x):
+        return 1 / (x - 5)
+
+    got = []
+    with pytest.raises(ZeroDivisionError):
+        for entry in readers.map_readers(invert, readers.from_sequence(range(10)))():
+            got.append(entry)
+    assert got == [invert(x) for x in range(5)]
 
 
 def test_user_class_with_len_and_getitem_is_indexed():
