@@ -20,6 +20,7 @@ from __future__ import annotations
 import itertools
 import math
 import multiprocessing
+import operator
 import os
 import pickle
 import queue
@@ -83,6 +84,7 @@ class PassStats:
         self.per_worker = [[0, 0.0, 0.0, 0] for _ in range(workers)]
         self._retired = [[0, 0.0, 0.0, 0] for _ in range(workers)]  # of workers that were restarted
         self.entries, self.consumer_wait, self.restarts = 0, 0.0, 0
+        self.piece: Iterator = iter(())  # the run being handed out; its unread rest is not counted yet
         self.fill_sum, self.fill_samples = 0.0, 0
         self.started, self.ended = time.perf_counter(), None
 
@@ -97,12 +99,13 @@ class PassStats:
         busy = sum(r[1] for r in rows)
         blocked = sum(r[2] for r in rows)
         span = max(seconds * len(rows), 1e-9)
+        entries = self.entries - operator.length_hint(self.piece)
         return {
             "mode": self.mode,
             "workers": len(rows),
-            "entries": self.entries,
+            "entries": entries,
             "seconds": seconds,
-            "entries_per_s": self.entries / seconds if seconds > 0 else 0.0,
+            "entries_per_s": entries / seconds if seconds > 0 else 0.0,
             "input_wait": min(1.0, busy / span),
             "output_wait": min(1.0, blocked / span),
             "consumer_wait": min(1.0, self.consumer_wait / seconds) if seconds > 0 else 0.0,
@@ -166,6 +169,7 @@ class _Processes:
         self.procs: list[Any] = [None] * n
         self.conns: list[Any] = [None] * n
         self.rings: list[shm.RingReader | None] = [None] * n
+        self.watches: dict = {}  # of recv: see _watch
         self.jobs = pool.jobs if self.method == "fork" else [self._pickled(w, j) for w, j in enumerate(pool.jobs)]
         try:
             for w in range(n):
@@ -191,6 +195,7 @@ class _Processes:
         ring = self.rings[w]
         spec = None if ring is None else (shm.SharedFd(ring.fd), ring.size, ring.restart_at())
         self.conns[w] = mine
+        self.watches.clear()
         inherited = [c for c in self.conns if c is not None] if self.method == "fork" else []
         p = self.ctx.Process(
             target=work.process_main, name=f"readerkit-{self.pool.name}-{w}", daemon=True,
@@ -210,11 +215,18 @@ class _Processes:
             except OSError:
                 pass  # it died: the first recv says how
 
+    def _watch(self, w: int | None) -> tuple[work.Watch, dict]:
+        """A watch on worker ``w``'s pipe and sentinel (None: every live worker's), and whose each is."""
+        if w not in self.watches:
+            live = [w] if w is not None else [i for i, c in enumerate(self.conns) if c is not None]
+            owner = {self.conns[i]: i for i in live} | {self.procs[i].sentinel: i for i in live}
+            self.watches[w] = (work.Watch(list(owner)), owner)
+        return self.watches[w]
+
     def recv(self, w: int | None) -> tuple:
-        live = [w] if w is not None else [i for i, c in enumerate(self.conns) if c is not None]
-        owner = {self.conns[i]: i for i in live} | {self.procs[i].sentinel: i for i in live}
+        watch, owner = self._watch(w)
         while True:
-            for ready in wait(list(owner)):
+            for ready in watch.ready():
                 i = owner[ready]
                 conn = self.conns[i]
                 if ready is conn or conn.poll():
@@ -235,6 +247,7 @@ class _Processes:
         """A worker that has said its last word: stop waiting on it."""
         self.conns[w].close()
         self.conns[w] = None
+        self.watches.clear()
 
     def _how(self, w: int) -> str:
         p = self.procs[w]
@@ -271,6 +284,7 @@ class _Processes:
 
     def stop(self) -> None:
         """Close every pipe (a worker's next send or credit wait then ends it), then join; terminate late ones."""
+        self.watches.clear()
         for i, c in enumerate(self.conns):
             if c is not None:
                 c.close()
@@ -398,6 +412,12 @@ class Pool:
                                      f"(restart {self.stats.restarts} of {self.restarts})"), stacklevel=2)
         self.backend.restart(w, cursor)
 
+    def _hand(self, run: list) -> Iterator:
+        """``run`` as the next piece of the merge; stats count its entries as they are read."""
+        self.stats.piece = it = iter(run)
+        self.stats.entries += len(run)
+        return it
+
     def _unordered(self) -> Iterator:
         live = len(self.jobs)
         while live:
@@ -405,8 +425,7 @@ class Pool:
             if chunk is None:
                 live -= 1
             else:
-                self.stats.entries += len(chunk)
-                yield chunk
+                yield self._hand(chunk)
 
     def _ordered(self) -> Iterator:
         """Round-robin over the workers, one entry each per round; a worker that runs out leaves the round.
@@ -421,11 +440,12 @@ class Pool:
         while order:
             m = min(len(bufs[w]) - pos[w] for w in order)
             if m:
-                rounds = [bufs[w][pos[w]:pos[w] + m] for w in order]
-                for w in order:
+                k = len(order)
+                merged: list = [None] * (m * k)
+                for j, w in enumerate(order):
+                    merged[j::k] = bufs[w][pos[w]:pos[w] + m]
                     pos[w] += m
-                self.stats.entries += m * len(order)
-                yield itertools.chain.from_iterable(zip(*rounds))
+                yield self._hand(merged)
                 continue
             for j, w in enumerate(order):
                 if pos[w] == len(bufs[w]):
@@ -435,5 +455,4 @@ class Pool:
                         break
                     bufs[w], pos[w] = chunk, 0
                 pos[w] += 1
-                self.stats.entries += 1
-                yield (bufs[w][pos[w] - 1],)
+                yield self._hand([bufs[w][pos[w] - 1]])

@@ -129,8 +129,7 @@ class Prefetch(Stage):
     def stats(self) -> dict | None:
         """Figures of the latest pass (the running one, or the last to end); None before any.
 
-        Keys: ``mode``, ``workers``, ``entries`` (handed to the consumer's side,
-        a message at a time, so up to a message per worker ahead of a loop's count), ``seconds``,
+        Keys: ``mode``, ``workers``, ``entries`` (handed to the consumer so far), ``seconds``,
         ``entries_per_s``; ``input_wait``: the share of the workers' time spent
         waiting on the reader they run; ``output_wait``: the share spent
         blocked because the consumer had not taken what they made (the queue was
@@ -181,9 +180,10 @@ def prefetch(reader: Reader, workers: int = 1, *, mode: str = "thread", buffer_s
     module-level functions); their numpy arrays arrive through shared memory,
     not pickles. Each worker makes at most ``buffer_size`` entries ahead of
     the consumer (None: about 0.2 s of its output, at least 2, which keeps
-    small entries cheap and large ones few); a map over an index-addressed
-    reader computes a plan chunk (4096 entries) at a time, whatever the bound. A worker's exception ends the pass with its
-    type, message and traceback; a process worker that dies raises
+    small entries cheap and large ones few; a map's function runs only on
+    what the bound allows, over an index-addressed reader too). A worker's
+    exception ends the pass with its type, message and traceback; a process
+    worker that dies raises
     ``WorkerDiedError`` naming it and its signal, unless ``restarts`` allows
     starting it again from its last delivered entry (nothing lost or doubled).
     ``stats()`` reports the latest pass's throughput and waits.

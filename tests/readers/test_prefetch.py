@@ -627,11 +627,6 @@ def test_prefetch_stats_describe_the_latest_pass(mode, workers, no_leaks):
     assert shorter.stats()["entries"] == 20
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "KNOWN LIMITATION (documented in Prefetch.stats): readers/pool.py Pool._ordered adds a whole round (m * len(order)) and Pool._unordered a whole "
-    "message (len(chunk)) to stats.entries before yielding them, so stats()['entries'] runs ahead of the "
-    "entries handed out; a pass left early reports entries the consumer never got (take 10 of "
-    "prefetch(from_sequence(range(5000)), 2), close: stats()['entries'] is in the hundreds)"))
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("ordered", [True, False])
 def test_prefetch_stats_count_only_entries_handed_out(mode, ordered, no_leaks):
@@ -645,15 +640,7 @@ def test_prefetch_stats_count_only_entries_handed_out(mode, ordered, no_leaks):
     assert ahead == {0}
 
 
-@pytest.mark.parametrize("kind", [
-    "stream",
-    pytest.param("indexed", marks=pytest.mark.xfail(strict=True, reason=(
-        "KNOWN LIMITATION (documented in prefetch): a map over an index-addressed reader maps a whole plan chunk at once (readers/decorators.py "
-        "MappedIndexed.gather: list(map(func, ...)) over readers/plans.py CHUNK = 4096 indices), so a "
-        "prefetch worker of map_readers(f, from_sequence(range(10_000))) with buffer_size=2 calls f 4096 "
-        "times before the consumer gets entry 0, against 'each worker makes at most buffer_size entries "
-        "ahead of the consumer'"))),
-])
+@pytest.mark.parametrize("kind", ["stream", "indexed"])
 def test_prefetch_worker_makes_at_most_buffer_size_entries_ahead(kind, no_leaks):
     mapped: list = []
 
