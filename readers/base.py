@@ -482,8 +482,9 @@ class IndexedReader(Stage):
     """A reader with ``len(r)`` and ``r[i]``; iterating gives entries 0..len-1.
 
     Subclasses implement ``__len__`` and ``_get(i)`` for 0 <= i < len; they
-    may override ``gather`` (a batch of entries) and ``gather_columns`` (one
-    array per column, for the collate fast path).
+    may override ``gather`` (a batch of entries, vectorised) or ``iter_gather``
+    (the same, lazily: for per-entry work), and ``gather_columns`` (one array
+    per column, for the collate fast path).
     """
 
     name = "indexed"
@@ -507,15 +508,14 @@ class IndexedReader(Stage):
 
     def gather(self, indices: np.ndarray) -> Sequence:
         """Entries at ``indices`` (in-range, non-negative), as a sequence."""
-        get = self._get
-        return [get(i) for i in indices.tolist()]
+        return list(self.iter_gather(indices))
 
     def iter_gather(self, indices: np.ndarray) -> Iterator:
         """The entries of ``gather(indices)``, each made as it is read (a pass reads through this).
 
         Per-entry work (``_get``, a map) is done as the consumer takes entries,
         not a whole chunk ahead of it; a source with its own (vectorised)
-        ``gather`` is read one gather at a time.
+        ``gather`` is read one gather at a time. Subclasses override one of the two.
 
         >>> from readers import from_sequence, map_readers
         >>> import numpy as np
@@ -523,9 +523,9 @@ class IndexedReader(Stage):
         >>> next(it)
         1
         """
-        if type(self).gather is IndexedReader.gather:
-            return map(self._get, indices.tolist())
-        return iter(self.gather(indices))
+        if type(self).gather is not IndexedReader.gather:  # a vectorised gather of its own
+            return iter(self.gather(indices))
+        return map(self._get, indices.tolist())
 
     def gather_columns(self, indices: np.ndarray) -> tuple | None:
         """One array per column for ``indices``, or None when entries are not columnar."""

@@ -36,16 +36,12 @@ class ChainedIndexed(IndexedReader):
         k = int(np.searchsorted(offsets, i, side="right")) - 1
         return self.parents[k]._get(i - int(offsets[k]))
 
-    def gather(self, indices: np.ndarray) -> list:
+    def iter_gather(self, indices: np.ndarray) -> Iterator:
         offsets = self._offsets()
         owner = np.searchsorted(offsets, indices, side="right") - 1
-        out: list = [None] * len(indices)
-        for k, reader in enumerate(self.parents):
-            where = np.flatnonzero(owner == k)
-            if len(where):
-                for pos, entry in zip(where.tolist(), reader.gather(indices[where] - offsets[k])):
-                    out[pos] = entry
-        return out
+        # each input reads its own indices in their order, so an entry is the next of its owner's
+        parts = [reader.iter_gather(indices[owner == k] - offsets[k]) for k, reader in enumerate(self.parents)]
+        return map(next, map(parts.__getitem__, owner.tolist()))
 
     def _stream(self, pass_id: int) -> Iterator:
         return _chained(self.parents, pass_id)
@@ -119,9 +115,6 @@ class ComposedIndexed(IndexedReader):
 
     def _get(self, i: int) -> tuple:
         return _flatten(tuple(r._get(i) for r in self.parents))
-
-    def gather(self, indices: np.ndarray) -> list:
-        return list(map(_flatten, zip(*(r.gather(indices) for r in self.parents))))
 
     def iter_gather(self, indices: np.ndarray) -> Iterator:
         return map(_flatten, zip(*(r.iter_gather(indices) for r in self.parents)))

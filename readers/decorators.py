@@ -53,9 +53,6 @@ class MappedIndexed(Derived):
     def _get(self, i: int) -> Any:
         return self.func(self.source._get(i))
 
-    def gather(self, indices: np.ndarray) -> list:
-        return list(map(self.func, self.source.gather(indices)))
-
     def iter_gather(self, indices: np.ndarray) -> Iterator:
         return map(self.func, self.source.iter_gather(indices))
 
@@ -158,9 +155,6 @@ class Window(IndexedReader):
 
     def _get(self, i: int) -> Any:
         return self.source._get(i + self.start)
-
-    def gather(self, indices: np.ndarray) -> Any:
-        return self.source.gather(indices + self.start)
 
     def iter_gather(self, indices: np.ndarray) -> Iterator:
         return self.source.iter_gather(indices + self.start)
@@ -339,9 +333,6 @@ class IndexedWithId(Derived):
 
     def _get(self, i: int) -> tuple:
         return _add_id(self.source._get(i), int(self.source.sample_ids(np.array([i]))[0]))
-
-    def gather(self, indices: np.ndarray) -> list:
-        return list(map(_add_id, self.source.gather(indices), self.source.sample_ids(indices).tolist()))
 
     def iter_gather(self, indices: np.ndarray) -> Iterator:
         return map(_add_id, self.source.iter_gather(indices), self.source.sample_ids(indices).tolist())

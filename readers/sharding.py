@@ -120,10 +120,6 @@ class _Weighted(IndexedReader):
     def _get(self, i: int) -> tuple:
         return append_column(self.source._get(i if i >= 0 else -1 - i), 1.0 if i >= 0 else 0.0)
 
-    def gather(self, indices: np.ndarray) -> list:
-        idx, real = self._split(indices)
-        return list(map(append_column, self.source.gather(idx), real.astype(float).tolist()))
-
     def iter_gather(self, indices: np.ndarray) -> Iterator:
         idx, real = self._split(indices)
         return map(append_column, self.source.iter_gather(idx), real.astype(float).tolist())
@@ -395,9 +391,6 @@ class _NodeBlock(IndexedReader):
 
     def _get(self, i: int) -> Any:
         return self.source._get(self._bounds()[0] + i)
-
-    def gather(self, indices: np.ndarray) -> Any:
-        return self.source.gather(indices + self._bounds()[0])
 
     def iter_gather(self, indices: np.ndarray) -> Iterator:
         return self.source.iter_gather(indices + self._bounds()[0])

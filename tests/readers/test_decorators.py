@@ -314,6 +314,9 @@ def test_chained_indexed_gather_matches_getitem():
     c = readers.chain(a, b)
     idx = np.array([11, 0, 5, 4, 6, 11, 3])
     assert c.gather(idx) == [c[int(i)] for i in idx]
+    assert list(c.iter_gather(idx)) == [c[int(i)] for i in idx]
+    mapped = readers.chain(readers.map_readers(str, a), b)
+    assert list(mapped.iter_gather(idx)) == [mapped[int(i)] for i in idx]
 
 
 @pytest.mark.parametrize("wrap", [
@@ -324,6 +327,8 @@ def test_chained_indexed_gather_matches_getitem():
     readers.with_index,
     lambda r: readers.shard(r, 1, 2),
     lambda r: readers.shard(r, 0, 3, equalize="pad"),
+    lambda r: readers.chain(r, readers.from_sequence(range(5))),
+    lambda r: readers.shuffle(readers.chain(readers.from_sequence(range(5)), r), seed=1),
 ])
 @pytest.mark.parametrize("kind", ["map", "user"])
 def test_indexed_pass_does_per_entry_work_only_for_entries_read(wrap, kind):
