@@ -395,9 +395,7 @@ class Pool:
         w = died.worker
         message = f"{self._where(w)} {died.how} before finishing its reader, without reporting an error"
         if self.stats.restarts >= self.restarts:
-            hint = ("; if the system killed it, check its memory use" if self.restarts == 0
-                    else f"; it was restarted {self.restarts} times already")
-            raise WorkerDiedError(message + hint)
+            raise WorkerDiedError(message + self._hint(died)) from None
         from readers.state import check_resumable
 
         try:
@@ -411,6 +409,18 @@ class Pool:
         warnings.warn(RuntimeWarning(f"{message}; restarted it at position {cursor} "
                                      f"(restart {self.stats.restarts} of {self.restarts})"), stacklevel=2)
         self.backend.restart(w, cursor)
+
+    def _hint(self, died: _Died) -> str:
+        """What to look at, for a worker that died for good."""
+        if self.restarts:
+            return f"; it was restarted {self.restarts} times already"
+        if "SIGKILL" in died.how:
+            return "; if the system killed it, check its memory use"
+        if not self.received[died.worker] and getattr(self.backend, "method", "fork") != "fork":
+            return ("; a spawned worker imports the main module first, so a script that starts process "
+                    "workers must do so under `if __name__ == \"__main__\":`; the worker's own error, "
+                    "if any, is on stderr above")
+        return "; the worker's own error, if any, is on stderr above"
 
     def _hand(self, run: list) -> Iterator:
         """``run`` as the next piece of the merge; stats count its entries as they are read."""

@@ -606,6 +606,8 @@ def test_prefetch_spawned_worker_dying_at_start_raises(n, tmp_path):
         raise AssertionError(f"a spawn prefetch over a reader of {n} entries hung when its worker died") from None
     assert proc.returncode != 0
     assert b"WorkerDiedError: prefetch worker 0" in err and b"exited with code 1" in err
+    assert b'under `if __name__ == "__main__":`' in err and b"memory" not in err.splitlines()[-1]
+    assert b"During handling" not in err  # the consumer's own bookkeeping is not shown
 
 
 # -- stats --------------------------------------------------------------------------------
