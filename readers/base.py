@@ -508,14 +508,18 @@ class IndexedReader(Stage):
 
     def gather(self, indices: np.ndarray) -> Sequence:
         """Entries at ``indices`` (in-range, non-negative), as a sequence."""
-        return list(self.iter_gather(indices))
+        if type(self).iter_gather is not IndexedReader.iter_gather:  # a lazy form of its own
+            return list(self.iter_gather(indices))
+        get = self._get
+        return [get(i) for i in indices.tolist()]
 
     def iter_gather(self, indices: np.ndarray) -> Iterator:
         """The entries of ``gather(indices)``, each made as it is read (a pass reads through this).
 
         Per-entry work (``_get``, a map) is done as the consumer takes entries,
         not a whole chunk ahead of it; a source with its own (vectorised)
-        ``gather`` is read one gather at a time. Subclasses override one of the two.
+        ``gather`` is read one gather at a time. Subclasses override one of the two
+        (each defaults to the other's override).
 
         >>> from readers import from_sequence, map_readers
         >>> import numpy as np

@@ -40,7 +40,10 @@ class ChainedIndexed(IndexedReader):
         offsets = self._offsets()
         owner = np.searchsorted(offsets, indices, side="right") - 1
         # each input reads its own indices in their order, so an entry is the next of its owner's
-        parts = [reader.iter_gather(indices[owner == k] - offsets[k]) for k, reader in enumerate(self.parents)]
+        parts = []
+        for k, reader in enumerate(self.parents):
+            mine = owner == k
+            parts.append(reader.iter_gather(indices[mine] - offsets[k]) if mine.any() else iter(()))
         return map(next, map(parts.__getitem__, owner.tolist()))
 
     def _stream(self, pass_id: int) -> Iterator:

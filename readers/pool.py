@@ -17,6 +17,7 @@ stop) and die with the process that started them.
 """
 from __future__ import annotations
 
+import collections
 import itertools
 import math
 import multiprocessing
@@ -363,6 +364,9 @@ class Pool:
             yield from (self._ordered() if self.ordered else self._unordered())
         finally:
             self.stats.ended = time.perf_counter()
+            # settle the count, and let go of the last run's unread rest (its arrays may view a ring)
+            self.stats.entries -= operator.length_hint(self.stats.piece)
+            collections.deque(self.stats.piece, maxlen=0)
             if backend is not None:
                 backend.stop()
             self.backend = None

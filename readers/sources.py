@@ -129,9 +129,8 @@ class FromSequence(IndexedReader):
     def _get(self, i: int) -> Any:
         return self.seq[i]
 
-    def gather(self, indices: np.ndarray) -> list:
-        seq = self.seq
-        return [seq[i] for i in indices.tolist()]
+    def iter_gather(self, indices: np.ndarray) -> Iterator:
+        return map(self.seq.__getitem__, indices.tolist())
 
     def _options(self) -> str:
         return f"{type(self.seq).__name__} of {len(self.seq)}"

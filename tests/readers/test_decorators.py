@@ -330,7 +330,7 @@ def test_chained_indexed_gather_matches_getitem():
     lambda r: readers.chain(r, readers.from_sequence(range(5))),
     lambda r: readers.shuffle(readers.chain(readers.from_sequence(range(5)), r), seed=1),
 ])
-@pytest.mark.parametrize("kind", ["map", "user"])
+@pytest.mark.parametrize("kind", ["map", "user", "sequence"])
 def test_indexed_pass_does_per_entry_work_only_for_entries_read(wrap, kind):
     calls = []
 
@@ -349,7 +349,9 @@ def test_indexed_pass_does_per_entry_work_only_for_entries_read(wrap, kind):
         calls.append(x)
         return x
 
-    base = readers.map_readers(record, readers.from_sequence(range(10_000))) if kind == "map" else as_indexed(Loud())
+    base = {"map": lambda: readers.map_readers(record, readers.from_sequence(range(10_000))),
+            "user": lambda: as_indexed(Loud()),
+            "sequence": lambda: readers.from_sequence(Loud())}[kind]()
     it = iter(wrap(base)())
     first = [next(it) for _ in range(3)]
     assert len(calls) == 3, f"{len(calls)} entries made for the first 3 read (a plan chunk ahead)"
@@ -365,6 +367,46 @@ def test_indexed_map_error_comes_after_the_entries_before_it():
         for entry in readers.map_readers(invert, readers.from_sequence(range(10)))():
             got.append(entry)
     assert got == [invert(x) for x in range(5)]
+
+
+def test_indexed_subclass_gather_may_wrap_the_default():
+    class Logged(readers.base.IndexedReader):
+        calls: list = []
+
+        def __len__(self):
+            return 10
+
+        def _get(self, i):
+            return i * i
+
+        def gather(self, indices):
+            self.calls.append(len(indices))
+            return super().gather(indices)
+
+    assert list(Logged()()) == [i * i for i in range(10)] and Logged.calls == [10]
+
+
+def test_chain_reads_no_input_for_a_chunk_without_its_indices():
+    class Stacked(readers.base.IndexedReader):
+        """A vectorised gather that, like np.stack, needs at least one index."""
+
+        def __init__(self, n):
+            super().__init__()
+            self.n, self.sizes = n, []
+
+        def __len__(self):
+            return self.n
+
+        def _get(self, i):
+            return np.full(2, i)
+
+        def gather(self, indices):
+            self.sizes.append(len(indices))
+            return list(np.stack([np.full(2, i) for i in indices.tolist()]))
+
+    a, b = Stacked(5000), Stacked(10)
+    assert len(list(readers.chain(a, b)())) == 5010
+    assert b.sizes == [10] and 0 not in a.sizes
 
 
 def test_user_class_with_len_and_getitem_is_indexed():
