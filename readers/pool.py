@@ -170,7 +170,7 @@ class _Processes:
         self.procs: list[Any] = [None] * n
         self.conns: list[Any] = [None] * n
         self.rings: list[shm.RingReader | None] = [None] * n
-        self.watches: dict = {}  # of recv: see _watch
+        self.watches: dict = {}  # of recv (see _watch); cleared whenever a pipe opens or closes
         self.jobs = pool.jobs if self.method == "fork" else [self._pickled(w, j) for w, j in enumerate(pool.jobs)]
         try:
             for w in range(n):
