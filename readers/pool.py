@@ -418,9 +418,9 @@ class Pool:
         """What to look at, for a worker that died for good."""
         if self.restarts:
             return f"; it was restarted {self.restarts} times already"
-        if "SIGKILL" in died.how:
+        if self.backend.procs[died.worker].exitcode == -signal.SIGKILL:
             return "; if the system killed it, check its memory use"
-        if not self.received[died.worker] and getattr(self.backend, "method", "fork") != "fork":
+        if not self.received[died.worker] and self.backend.method != "fork":
             return ("; a spawned worker imports the main module first, so a script that starts process "
                     "workers must do so under `if __name__ == \"__main__\":`; the worker's own error, "
                     "if any, is on stderr above")

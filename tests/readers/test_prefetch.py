@@ -437,7 +437,7 @@ def test_prefetch_sigkilled_worker_raises_worker_died_error(start_method, no_lea
     assert victim in {p.pid for p in multiprocessing.active_children()}
     os.kill(victim, signal.SIGKILL)
     killed = time.monotonic()
-    with pytest.raises(readers.WorkerDiedError, match=r"prefetch worker 1 \(.*\).* SIGKILL"):
+    with pytest.raises(readers.WorkerDiedError, match=r"prefetch worker 1 \(.*\).* SIGKILL.*check its memory use"):
         for _ in it:
             pass
     assert time.monotonic() - killed < HANG
