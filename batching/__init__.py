@@ -8,15 +8,15 @@
 >>> images.tolist(), labels.tolist()
 ([[1, 2], [3, 4]], [0, 1])
 """
-from batching import minibatch as _batch
 from batching import bucket as _bucket
-from readers.base import Curried
+from batching import minibatch as _batch
 from batching.collate import Padded, collate, collate_column
+from readers.currying import Curried
 
 __all__ = ["Padded", "batch", "bucket_by_length", "collate", "collate_column", "collated"]
 
-# The curried namespace, one line per decorator: given only options, a decorator
-# waits for its reader (toolz.pipe); given the reader, a missing option is an error.
+# The curried namespace, one line per decorator (toolz.curry): given only options, a decorator
+# waits for its reader (toolz.pipe); given the reader, it runs, so a missing option is an error.
 batch = Curried(_batch.batch)
 bucket_by_length = Curried(_bucket.bucket_by_length)
 collated = Curried(_batch.collated)

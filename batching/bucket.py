@@ -7,7 +7,8 @@ from typing import Any
 
 import numpy as np
 
-from readers.base import Reader, Stage, check_reader, describe, iterate
+from readers.pipeline import describe
+from readers.stage import Reader, Stage, check_reader, iterate
 
 __all__ = ["bucket_by_length"]
 

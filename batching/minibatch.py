@@ -14,18 +14,10 @@ from typing import Any
 import numpy as np
 
 from batching.collate import collate, collate_column
-from readers.base import (
-    Stage,
-    advance,
-    check_reader,
-    describe,
-    is_planned,
-    iterate,
-    open_plan,
-    rechunk,
-    whole,
-    within,
-)
+from readers.checks import whole
+from readers.pipeline import describe
+from readers.plans import rechunk
+from readers.stage import Stage, check_reader, is_planned, iterate, open_plan
 
 __all__ = ["batch", "collated"]
 
@@ -37,27 +29,27 @@ class Batched(Stage):
         super().__init__(reader)
         self.batch_size, self.drop_last = batch_size, drop_last
 
-    def _native(self) -> bool:
-        return False  # its cursor counts entries, not batches
+    @property
+    def positions(self) -> int:
+        return self.batch_size  # its cursor counts entries, not batches
 
-    def _advance(self, start: int, consumed: int) -> int:
-        # the last batch may be short
-        return within(self.parents[0], advance(self.parents[0], start, consumed * self.batch_size))
+    def index_batches(self, pass_id: int, cursor: int = 0) -> tuple[Any, Iterator[np.ndarray]]:
+        """The source and the sample indices of each batch of pass ``pass_id`` from ``cursor``, for a planned parent.
 
-    def _index_batches(self, pass_id: int, cursor: int = 0) -> tuple[Any, Iterator[np.ndarray]]:
-        """The source and the sample indices of each batch, for a planned parent."""
+        >>> import readers
+        >>> source, batches = batch(readers.from_sequence("abcde"), 2).index_batches(0)
+        >>> [b.tolist() for b in batches]
+        [[0, 1], [2, 3], [4]]
+        """
         plan = open_plan(self.parents[0], pass_id, cursor)
         batches = rechunk(plan.chunks, self.batch_size)
         if self.drop_last:
             batches = (b for b in batches if len(b) == self.batch_size)
         return plan.source, batches
 
-    def _stream(self, pass_id: int) -> Iterator[list]:
-        return self._seek(pass_id, 0)
-
     def _seek(self, pass_id: int, cursor: int) -> Iterator[list]:
         if is_planned(self.parents[0]):
-            source, batches = self._index_batches(pass_id, cursor)
+            source, batches = self.index_batches(pass_id, cursor)
             return (list(source.gather(idx)) for idx in batches)
         return self._from_entries(iterate(self.parents[0], pass_id, cursor))
 
@@ -100,19 +92,16 @@ def batch(reader: Any, batch_size: int, drop_last: bool = False) -> Batched:
 
 class Collated(Stage):
     name = "collated"
-    keeps_positions = True
+    positions = 1  # one array batch per batch: its cursor is the batch reader's
 
     def __init__(self, reader: Any, pad_value: Any):
         super().__init__(reader)
         self.pad_value = pad_value
 
-    def _stream(self, pass_id: int) -> Iterator:
-        return self._seek(pass_id, 0)
-
     def _seek(self, pass_id: int, cursor: int) -> Iterator:
         parent = self.parents[0]
         if isinstance(parent, Batched) and is_planned(parent.parents[0]):
-            return self._columns(*parent._index_batches(pass_id, cursor))
+            return self._columns(*parent.index_batches(pass_id, cursor))
         return self._entries(iterate(parent, pass_id, cursor))
 
     def _entries(self, batches: Iterator) -> Iterator:

@@ -12,7 +12,7 @@ c. Memory: peak RSS of a global shuffle over 10,000,000 entries against
    iterating them in order, each in a fresh process.
 
 Usage: python benchmarks/pipeline.py [--entries 60000] [--repeats 5] [--system-malloc]
-Every row runs with the same allocator settings (tuned as readerkit tunes them,
+Every row runs with the same allocator settings (tuned as train() tunes them,
 or glibc's defaults with --system-malloc).
 Machines here are shared and noisy: read the ratios, not the absolute rates.
 """
@@ -204,13 +204,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--memory-entries", type=int, default=10_000_000)
     parser.add_argument("--system-malloc", action="store_true",
-                        help="leave glibc's allocator alone (readerkit otherwise tunes it at its first pass)")
+                        help="leave glibc's allocator alone (by default every row runs with readers.tune_allocator(), as train() does)")
     args = parser.parse_args(argv)
     if args.system_malloc:
         os.environ["READERKIT_MALLOC"] = "system"
     else:
-        # tuned before any row runs, so every baseline gets the same allocator as readerkit
-        allocator.ensure_tuned()
+        # tuned before any row runs, as train() tunes it, so every row gets the same allocator
+        allocator.tune_allocator()
     x, y = mnist_like(args.entries)
 
     def source_gen():

@@ -58,7 +58,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import batching  # noqa: E402
 import readers  # noqa: E402
 from readers import allocator  # noqa: E402
-from readers.pool import pick_start_method  # noqa: E402
+from readers.pool_consumer import pick_start_method  # noqa: E402
 
 ENTRY_US = 50  # row 1's work per entry
 XMAP_BUFFER = 256  # row 1's xmap_readers buffer_size
@@ -412,8 +412,8 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     size = {k: v[1] if args.quick else v[0] for k, v in SIZES.items()}
     repeats = args.repeats or (2 if args.quick else 5)
-    # the baselines run with the allocator settings readerkit applies at its first pass
-    allocator.ensure_tuned()
+    # every row runs with the allocator settings train() applies
+    allocator.tune_allocator()
     method = args.start_method or f"automatic, now {pick_start_method(None)}"
     print(f"{os.cpu_count()} CPUs, best of {repeats}, process workers: {method}", file=sys.stderr)
     started = time.perf_counter()

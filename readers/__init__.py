@@ -36,16 +36,20 @@ mapping
 >>> [sorted(b) for b in pipeline()]
 [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
 """
-from readers import combine, decorators, sharding, shuffling, workers
-from readers.base import Curried, IndexedReader, Reader, Stage
+from readers import combine, maps, parallel, replay, selection, sharding, shuffling
+from readers.allocator import tune_allocator
 from readers.combine import ComposeNotAligned
+from readers.currying import Curried
 from readers.interop import torch_dataset
 from readers.launch import WorkerInfo, worker_context, worker_info
+from readers.locality import node_shuffle as _node_shuffle
+from readers.parallel import WorkerDiedError
 from readers.sources import from_arrays, from_sequence, np_array, text_file
-from readers.workers import WorkerDiedError
+from readers.stage import IndexedReader, Reader, Stage
 
 __all__ = [
     "ComposeNotAligned",
+    "Curried",
     "IndexedReader",
     "Reader",
     "Stage",
@@ -70,27 +74,28 @@ __all__ = [
     "skip",
     "text_file",
     "torch_dataset",
+    "tune_allocator",
     "with_index",
     "worker_context",
     "worker_info",
     "xmap_readers",
 ]
 
-# The curried namespace, one line per decorator: given only options, a decorator
-# waits for its reader (toolz.pipe); given the reader, a missing option is an error.
-buffered = Curried(workers.buffered)
-cache = decorators.cache
+# The curried namespace, one line per decorator (toolz.curry): given only options, a decorator
+# waits for its reader (toolz.pipe); given the reader, it runs, so a missing option is an error.
+buffered = Curried(parallel.buffered)
+cache = replay.cache
 chain = combine.chain
 compose = combine.compose
-filter_entries = Curried(decorators.filter_entries)
-firstn = Curried(decorators.firstn)
-map_readers = decorators.map_readers  # map_readers(func) awaits the readers
-multiprocess_reader = Curried(workers.multiprocess_reader)
-node_shuffle = Curried(sharding.node_shuffle)
-prefetch = Curried(workers.prefetch)
-repeat = Curried(decorators.repeat)
+filter_entries = Curried(selection.filter_entries)
+firstn = Curried(selection.firstn)
+map_readers = Curried(maps.map_readers, reader_at=1)
+multiprocess_reader = Curried(parallel.multiprocess_reader)
+node_shuffle = Curried(_node_shuffle)
+prefetch = Curried(parallel.prefetch)
+repeat = Curried(replay.repeat)
 shard = Curried(sharding.shard)
 shuffle = Curried(shuffling.shuffle)
-skip = Curried(decorators.skip)
-with_index = decorators.with_index
-xmap_readers = Curried(workers.xmap_readers, reader_at=1)
+skip = Curried(selection.skip)
+with_index = maps.with_index
+xmap_readers = Curried(parallel.xmap_readers, reader_at=1)

@@ -1,7 +1,7 @@
 """Combining readers: chain (one after another) and compose (side by side).
 
-Both keep indexing when every input is indexed, so a global shuffle or a
-vectorised batch still works over the combination.
+Each is indexed when every input is indexed, so a global shuffle or a
+vectorised batch still works over the combination; otherwise it streams.
 """
 from __future__ import annotations
 
@@ -11,57 +11,62 @@ from typing import Any
 
 import numpy as np
 
-from readers.base import IndexedReader, Stage, as_indexed, check_reader, describe, iterate
+from readers.pipeline import describe
+from readers.stage import Stage, as_indexed, check_reader, is_indexed, iterate
 
 __all__ = ["ComposeNotAligned", "chain", "compose"]
+
+
+def _inputs(readers: tuple, where: str) -> tuple[tuple, str]:
+    """The readers as parents (user objects with len and [i] adapted), and the access they allow."""
+    for i, r in enumerate(readers):
+        check_reader(r, f"{where} reader {i}")
+    indexed = tuple(as_indexed(r) for r in readers)
+    if readers and all(r is not None for r in indexed):
+        return indexed, "index"
+    return readers, "stream"
 
 
 # -- chain ---------------------------------------------------------------------
 
 
-class ChainedIndexed(IndexedReader):
+class Chained(Stage):
+    """All of the first reader, then all of the second, ... (see ``chain``)."""
+
     name = "chain"
 
-    def __init__(self, readers: tuple[IndexedReader, ...]):
+    def __init__(self, *readers: Any, access: str = "stream"):
         super().__init__(*readers)
+        self.access = access
 
     def _offsets(self) -> np.ndarray:
         return np.cumsum([0] + [len(r) for r in self.parents])
 
     def __len__(self) -> int:
+        if not is_indexed(self):
+            raise TypeError("a chain of streams has no length")
         return sum(len(r) for r in self.parents)
 
     def _get(self, i: int) -> Any:
         offsets = self._offsets()
         k = int(np.searchsorted(offsets, i, side="right")) - 1
-        return self.parents[k]._get(i - int(offsets[k]))
+        return self.parents[k][i - int(offsets[k])]
 
-    def iter_gather(self, indices: np.ndarray) -> Iterator:
+    def gather(self, indices: np.ndarray) -> Iterator:
         offsets = self._offsets()
         owner = np.searchsorted(offsets, indices, side="right") - 1
         # each input reads its own indices in their order, so an entry is the next of its owner's
         parts = []
         for k, reader in enumerate(self.parents):
             mine = owner == k
-            parts.append(reader.iter_gather(indices[mine] - offsets[k]) if mine.any() else iter(()))
+            parts.append(iter(reader.gather(indices[mine] - offsets[k])) if mine.any() else iter(()))
         return map(next, map(parts.__getitem__, owner.tolist()))
 
     def _stream(self, pass_id: int) -> Iterator:
-        return _chained(self.parents, pass_id)
+        return itertools.chain.from_iterable(iterate(r, pass_id) for r in self.parents)
 
 
-class Chained(Stage):
-    name = "chain"
-
-    def _stream(self, pass_id: int) -> Iterator:
-        return _chained(self.parents, pass_id)
-
-
-def _chained(readers: tuple, pass_id: int) -> Iterator:
-    return itertools.chain.from_iterable(iterate(r, pass_id) for r in readers)
-
-
-def chain(*readers: Any) -> Stage:
+def chain(*readers: Any) -> Chained:
     """Concatenate readers: all of the first, then all of the second, ...
 
     Chaining indexed readers gives an indexed reader over the concatenation.
@@ -73,12 +78,8 @@ def chain(*readers: Any) -> Stage:
     >>> len(c), c[3]
     (5, 'd')
     """
-    for i, r in enumerate(readers):
-        check_reader(r, f"chain reader {i}")
-    indexed = [as_indexed(r) for r in readers]
-    if readers and all(r is not None for r in indexed):
-        return ChainedIndexed(tuple(indexed))
-    return Chained(*readers)
+    parents, access = _inputs(readers, "chain")
+    return Chained(*parents, access=access)
 
 
 # -- compose -------------------------------------------------------------------
@@ -103,35 +104,28 @@ def _misaligned(readers: tuple, detail: str) -> ComposeNotAligned:
     )
 
 
-class ComposedIndexed(IndexedReader):
+class Composed(Stage):
+    """The readers zipped, tuple entries flattened one level (see ``compose``)."""
+
     name = "compose"
 
-    def __init__(self, readers: tuple[IndexedReader, ...], check_alignment: bool):
+    def __init__(self, readers: tuple, check_alignment: bool, access: str = "stream"):
         super().__init__(*readers)
-        self.check_alignment = check_alignment
+        self.check_alignment, self.access = check_alignment, access
 
     def __len__(self) -> int:
+        if not is_indexed(self):
+            raise TypeError("a compose of streams has no length")
         lengths = [len(r) for r in self.parents]
         if self.check_alignment and len(set(lengths)) > 1:
             raise _misaligned(self.parents, f"lengths {lengths}")
         return min(lengths)
 
     def _get(self, i: int) -> tuple:
-        return _flatten(tuple(r._get(i) for r in self.parents))
+        return _flatten(tuple(r[i] for r in self.parents))
 
-    def iter_gather(self, indices: np.ndarray) -> Iterator:
-        return map(_flatten, zip(*(r.iter_gather(indices) for r in self.parents)))
-
-    def _options(self) -> str:
-        return f"check_alignment={self.check_alignment}"
-
-
-class Composed(Stage):
-    name = "compose"
-
-    def __init__(self, readers: tuple, check_alignment: bool):
-        super().__init__(*readers)
-        self.check_alignment = check_alignment
+    def gather(self, indices: np.ndarray) -> Iterator:
+        return map(_flatten, zip(*(r.gather(indices) for r in self.parents)))
 
     def _stream(self, pass_id: int) -> Iterator:
         iterators = [iterate(r, pass_id) for r in self.parents]
@@ -153,7 +147,7 @@ class Composed(Stage):
         return f"check_alignment={self.check_alignment}"
 
 
-def compose(*readers: Any, check_alignment: bool = True) -> Stage:
+def compose(*readers: Any, check_alignment: bool = True) -> Composed:
     """Zip readers into one, flattening tuple entries one level.
 
     With ``check_alignment`` (the default) readers of different lengths raise
@@ -171,9 +165,5 @@ def compose(*readers: Any, check_alignment: bool = True) -> Stage:
     >>> list(compose(lambda: [1, 2, 3], lambda: [4], check_alignment=False)())
     [(1, 4)]
     """
-    for i, r in enumerate(readers):
-        check_reader(r, f"compose reader {i}")
-    indexed = [as_indexed(r) for r in readers]
-    if readers and all(r is not None for r in indexed):
-        return ComposedIndexed(tuple(indexed), bool(check_alignment))
-    return Composed(readers, bool(check_alignment))
+    parents, access = _inputs(readers, "compose")
+    return Composed(parents, bool(check_alignment), access)

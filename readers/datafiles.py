@@ -78,14 +78,6 @@ def locate(file: DataFile, dirs: Sequence[str]) -> str | None:
     return None
 
 
-def sha256_of(path: str) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def _download(url: str, dest_dir: str, file: DataFile, progress: Progress | None, timeout: float) -> str:
     """Download ``url`` into ``dest_dir`` atomically; raise ValueError on a short or wrong body."""
     os.makedirs(dest_dir, exist_ok=True)

@@ -12,7 +12,11 @@ import sys
 import warnings
 from typing import Any
 
-from readers.base import Stage, check_reader, describe, iterate, whole
+from readers.checks import whole
+from readers.launch import worker_info
+from readers.pipeline import Node, describe
+from readers.sharding import follows_workers, is_sharded
+from readers.stage import check_reader, iterate
 
 __all__ = ["torch_dataset"]
 
@@ -28,9 +32,6 @@ def __getattr__(name: str) -> Any:
 
 def _check_sharded(reader: Any) -> None:
     """Refuse a pipeline that every one of several workers would read whole."""
-    from readers.launch import worker_info
-    from readers.sharding import follows_workers, is_sharded
-
     info = worker_info()
     if info.total <= 1:
         return
@@ -82,7 +83,7 @@ class _ReaderDatasetBase:
         return iterate(self.reader)
 
     def __repr__(self) -> str:
-        lines = self.reader._lines() if isinstance(self.reader, Stage) else [describe(self.reader)]
+        lines = repr(self.reader).splitlines() if isinstance(self.reader, Node) else [describe(self.reader)]
         head = "torch_dataset(" + ("sharded_elsewhere=True" if self.sharded_elsewhere else "") + ")"
         return "\n".join([head, "└─ " + lines[0], *("   " + line for line in lines[1:])])
 

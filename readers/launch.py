@@ -13,12 +13,12 @@ import os
 import re
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any, NamedTuple
 
-from readers.base import whole
+from readers.checks import whole
 
-__all__ = ["WorkerInfo", "carry_context", "worker_context", "worker_info"]
+__all__ = ["WorkerInfo", "local_worker", "worker_context", "worker_info"]
 
 
 class WorkerInfo(NamedTuple):
@@ -70,27 +70,13 @@ def worker_context(worker_id: int, workers: int) -> Iterator[None]:
         _context.value = saved
 
 
-def carry_context(target: Callable) -> Callable:
-    """``target`` wrapped to run in the worker context of the thread that wraps it (for helper threads).
+def local_worker() -> tuple[int, int]:
+    """(local worker id, workers in this process): from readerkit's worker context, a torch DataLoader, or (0, 1).
 
-    >>> seen = []
     >>> with worker_context(1, 3):
-    ...     work = carry_context(lambda: seen.append(worker_info().worker_id))
-    >>> t = threading.Thread(target=work); t.start(); t.join()
-    >>> seen
-    [1]
+    ...     local_worker()
+    (1, 3)
     """
-    value = getattr(_context, "value", None)
-    if value is None:
-        return target
-
-    def run(*args: Any) -> Any:
-        _context.value = value
-        return target(*args)
-    return run
-
-
-def _local_worker() -> tuple[int, int]:
     value = getattr(_context, "value", None)
     if value is not None:
         return value
@@ -217,6 +203,6 @@ def worker_info() -> WorkerInfo:
     if not 0 <= node < num_nodes:
         raise ValueError(f"{launcher} environment says node {node} of {num_nodes} (world size {world} over "
                          f"{local_world} processes per node); check the node rank variable")
-    worker, workers = _local_worker()
+    worker, workers = local_worker()
     return WorkerInfo(rank, world, worker, workers, worker + workers * rank, workers * world,
                       node, num_nodes, local_rank, local_world, launcher)

@@ -15,9 +15,9 @@ from typing import Any
 
 import numpy as np
 
-from readers.base import IndexedReader
 from readers.datafiles import DataFile, Progress, cache_dir, fetch_all
 from readers.idx import IdxError, read_idx
+from readers.stage import IndexedReader
 
 __all__ = ["MIRRORS", "Mnist", "test", "train"]
 

@@ -6,12 +6,9 @@ A plan is what ``batch`` gathers with one vectorised take per column, what
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from typing import TYPE_CHECKING
+from typing import Any
 
 import numpy as np
-
-if TYPE_CHECKING:
-    from readers.base import IndexedReader
 
 __all__ = ["CHUNK", "Plan", "index_chunks", "rechunk", "slice_chunks"]
 
@@ -22,20 +19,22 @@ CHUNK = 4096
 class Plan:
     """One pass of an index-addressable pipeline: a source and the indices to read.
 
-    ``chunks`` yields 1-D int64 arrays of indices into ``source``; reading
-    ``source.gather(chunk)`` for each chunk, in order, gives the pass's entries.
-    ``entries`` reads them through ``source.iter_gather``, so per-entry work
-    (a map, a user's ``r[i]``) is done as entries are taken, not a chunk ahead.
+    ``source`` is a stage with random access (``readers.stage``); ``chunks``
+    yields 1-D int64 arrays of indices into it, and reading
+    ``source.gather(chunk)`` for each chunk, in order, gives the pass's
+    entries. ``entries`` reads them so, chunk by chunk; a source whose gather
+    is lazy (a map, a user's ``r[i]``) does its per-entry work as entries are
+    taken, not a chunk ahead.
     """
 
     __slots__ = ("source", "chunks")
 
-    def __init__(self, source: IndexedReader, chunks: Iterator[np.ndarray]):
+    def __init__(self, source: Any, chunks: Iterator[np.ndarray]):
         self.source = source
         self.chunks = chunks
 
     def entries(self) -> Iterator:
-        gather = self.source.iter_gather
+        gather = self.source.gather
         for chunk in self.chunks:
             yield from gather(chunk)
 

@@ -17,29 +17,23 @@ from typing import Any
 
 import numpy as np
 
-from readers.base import (
+from readers.checks import whole
+from readers.launch import worker_info
+from readers.maps import append_column
+from readers.pipeline import Node, Share, describe, walk
+from readers.plans import CHUNK, Plan, rechunk
+from readers.shuffling import DrawnSeed
+from readers.stage import (
     IndexedReader,
-    Plan,
     Stage,
-    advance,
-    append_column,
-    as_indexed,
+    access_of,
     check_reader,
     close_iterator,
-    describe,
-    is_planned,
     iterate,
     open_plan,
-    rechunk,
-    walk,
-    whole,
-    within,
 )
-from readers.launch import worker_info
-from readers.plans import CHUNK
-from readers.shuffling import GlobalShuffle, check_seed
 
-__all__ = ["check_equalize", "follows_workers", "is_sharded", "node_shuffle", "shard"]
+__all__ = ["check_equalize", "follows_workers", "is_sharded", "pad_with_weights", "shard", "stride_chunks"]
 
 EQUALIZE = (None, "pad", "drop")
 
@@ -71,13 +65,12 @@ def is_sharded(reader: Any, total: int | None = None) -> bool:
     >>> is_sharded(shard(from_sequence("ab"), 0, 2), 2), is_sharded(shard(from_sequence("ab"), 0, 2), 4)
     (True, False)
     """
-    split = 1
-    for stage in walk(reader):
-        if getattr(stage, "shards", False):
-            if total is None or getattr(stage, "count", None) is None:
-                return True
-            split *= stage.count
-    return total is not None and split >= total
+    ways = 1
+    for split in _splits(reader):
+        if total is None or split.follows_workers:
+            return True
+        ways *= split.count
+    return total is not None and ways >= total
 
 
 def follows_workers(reader: Any) -> bool:
@@ -87,13 +80,21 @@ def follows_workers(reader: Any) -> bool:
     >>> follows_workers(shard(from_sequence("ab"))), follows_workers(shard(from_sequence("ab"), 0, 2))
     (True, False)
     """
-    return any(getattr(s, "shards", False) and getattr(s, "count", None) is None for s in walk(reader))
+    return any(split.follows_workers for split in _splits(reader))
+
+
+def _splits(reader: Any) -> Iterator[Share]:
+    """The splits the stages of ``reader`` declare, top down."""
+    for stage in walk(reader):
+        split = stage.share() if isinstance(stage, Node) else None
+        if split is not None:
+            yield split
 
 
 def _check_seeds(shard: Any) -> None:
     """Ranks split one order only if they drew it alike: refuse a seed each process drew for itself."""
     for stage in walk(shard.parents[0]):
-        if getattr(stage, "seed_drawn", False):
+        if isinstance(stage, Node) and isinstance(stage.seed, DrawnSeed):
             raise ValueError(
                 f"{describe(stage)} drew its seed from the operating system, so each of this job's processes "
                 f"shuffles differently and {describe(shard)} would give some samples twice and others never; "
@@ -108,9 +109,12 @@ class _Weighted(IndexedReader):
 
     name = "weighted"
 
-    def __init__(self, source: IndexedReader):
+    def __init__(self, source: Stage):
         super().__init__(source)
         self.source = source
+
+    def __len__(self) -> int:
+        return len(self.source)
 
     @staticmethod
     def _split(indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -118,11 +122,11 @@ class _Weighted(IndexedReader):
         return np.where(real, indices, -1 - indices), real
 
     def _get(self, i: int) -> tuple:
-        return append_column(self.source._get(i if i >= 0 else -1 - i), 1.0 if i >= 0 else 0.0)
+        return append_column(self.source[i], 1.0)
 
-    def iter_gather(self, indices: np.ndarray) -> Iterator:
+    def gather(self, indices: np.ndarray) -> Iterator:
         idx, real = self._split(indices)
-        return map(append_column, self.source.iter_gather(idx), real.astype(float).tolist())
+        return map(append_column, self.source.gather(idx), real.astype(float).tolist())
 
     def gather_columns(self, indices: np.ndarray) -> tuple | None:
         idx, real = self._split(indices)
@@ -135,11 +139,28 @@ class _Weighted(IndexedReader):
         return self.source.sample_ids(self._split(indices)[0])
 
 
-def _stride_chunks(chunks: Iterator[np.ndarray], k: int, count: int, equalize: str | None,
+def pad_with_weights(source: Stage) -> Stage:
+    """A plan source for a padding split: entries gain a weight column, and index -1 - i reads i with weight 0.
+
+    >>> from readers import from_sequence
+    >>> list(pad_with_weights(from_sequence("ab")).gather(np.array([1, -1])))
+    [('b', 1.0), ('a', 0.0)]
+    """
+    return _Weighted(source)
+
+
+def stride_chunks(chunks: Iterator[np.ndarray], k: int, count: int, equalize: str | None,
                    target: int | None, pad_index: Callable[[], int] | None) -> Iterator[np.ndarray]:
     """Positions k, k + count, ... of a chunk stream; pads are -1 - (the pass's first index).
 
-    ``pad_index`` finds that index for a pass resumed past it (None: it is the first one read).
+    ``equalize`` evens the shards' counts ("pad" adds pads, "drop" drops a last short round);
+    ``target``, when given, is the exact count this shard gives, padded up to it.
+    ``pad_index`` finds the first index for a pass resumed past it (None: it is the first one read).
+
+    >>> [c.tolist() for c in stride_chunks(iter([np.arange(10, 17)]), 1, 3, None, None, None)]
+    [[11, 14]]
+    >>> [c.tolist() for c in stride_chunks(iter([np.arange(10, 17)]), 1, 3, "pad", None, None)]
+    [[11, 14, -11]]
     """
     first, given = None, 0
 
@@ -167,42 +188,27 @@ def _stride_chunks(chunks: Iterator[np.ndarray], k: int, count: int, equalize: s
 
 
 def _stride_entries(entries: Iterator, k: int, count: int, equalize: str | None,
-                    target: int | None, pad_entry: Callable[[], Any] | None) -> Iterator:
+                    pad_entry: Callable[[], Any] | None) -> Iterator:
     """Entries k, k + count, ... of a stream, read in groups of ``count``; pads copy the pass's first entry.
 
     ``pad_entry`` reads that entry for a pass resumed past it (None: it is the first one read).
     """
     pad = equalize == "pad"
-    given, first = 0, []  # first: the entry pads copy, once known
-
-    def padding() -> tuple:
-        if not first:
-            first.append(pad_entry())
-        return append_column(first[0], 0.0)
-
-    while target is None or given < target:
-        group = [e for _, e in zip(range(count), entries)]
-        if not group:
-            break
+    first = []  # the entry pads copy, once known
+    while group := list(itertools.islice(entries, count)):
         if pad_entry is None and not first:
             first.append(group[0])
-        if k < len(group) and (len(group) == count or equalize != "drop" or target is not None):
+        if k < len(group) and (len(group) == count or equalize != "drop"):
             yield append_column(group[k], 1.0) if pad else group[k]
-        elif pad and target is None:
-            yield padding()
-        else:
-            continue
-        given += 1
+        elif pad:
+            yield append_column(first[0] if first else pad_entry(), 0.0)
         if len(group) < count:
-            break
-    while pad and target is not None and given < target and (first or pad_entry is not None):
-        given += 1
-        yield padding()
+            return
 
 
-def _first_index(reader: Any, pass_id: int) -> int:
+def first_index(reader: Any, pass_id: int) -> int:
     """The first sample index of pass ``pass_id`` of a planned reader (its pads copy it)."""
-    for chunk in open_plan(reader, pass_id).chunks:
+    for chunk in open_plan(reader, pass_id, 0).chunks:
         if len(chunk):
             return int(chunk[0])
     raise ValueError(f"shard: pass {pass_id} of {describe(reader)} is empty, so it has no entry to pad with")
@@ -220,102 +226,69 @@ def _first_entry(reader: Any, pass_id: int) -> Any:
 
 
 class Shard(Stage):
-    """One shard of a pipeline: positions index, index + count, ... of every pass."""
+    """One shard of a pipeline: positions index, index + count, ... of every pass (see ``shard``)."""
 
     name = "shard"
-    shards = True
 
-    def __init__(self, reader: Any, index: int | None, count: int | None, equalize: str | None,
-                 scope: str = "global", span: Any = None):
+    def __init__(self, reader: Any, index: int | None, count: int | None, equalize: str | None):
         super().__init__(reader)
-        self.index, self.count, self.equalize, self.scope, self.span = index, count, equalize, scope, span
+        self.index, self.count, self.equalize = index, count, equalize
+
+    @property
+    def access(self) -> str:
+        return "stream" if access_of(self.parents[0]) == "stream" else "plan"
+
+    @property
+    def positions(self) -> int:
+        return self.share().count  # its cursor is the parent's: count positions per entry
+
+    def share(self) -> Share:
+        if self.count is not None:
+            return Share(self.index, self.count, False)
+        info = worker_info()
+        return Share(info.global_id, info.total, True)
 
     def _resolved(self) -> tuple[int, int]:
-        info = worker_info()
-        if info.world_size > 1:
+        """(index, count) for a pass, once the seeds are checked: ranks split one shared order."""
+        if worker_info().world_size > 1:
             _check_seeds(self)
-        if self.count is not None:
-            return self.index, self.count
-        if self.scope == "local":
-            wpp = info.workers_per_process
-            return info.local_rank * wpp + info.worker_id, info.local_world_size * wpp
-        return info.global_id, info.total
-
-    def _layout(self) -> list:
-        """This shard as a state's layout records it (see ``readers.state.fixed_layout``)."""
-        return list(self._resolved())
-
-    def _target(self, cursor: int) -> int | None:
-        """For a node's workers: equal counts over the whole job, not just this node."""
-        if self.span is None or self.equalize is None:
-            return None
-        n, nodes = len(self.span.source), self.span._resolved()[1]
-        info = worker_info()
-        if info.world_size != nodes * info.local_world_size:
-            raise ValueError(f"node_shuffle(equalize={self.equalize!r}) needs the same number of processes on every "
-                             f"node to give every rank equal steps, and this job has {info.world_size} processes "
-                             f"over {nodes} nodes ({info.local_world_size} on this one); give every node as many, "
-                             "or use equalize=None")
-        total = nodes * self._resolved()[1]
-        rest = max(0, n - nodes * cursor)
-        return -(-rest // total) if self.equalize == "pad" else rest // total
-
-    def _planned(self) -> bool:
-        return is_planned(self.parents[0])
-
-    def _native(self) -> bool:
-        return False
+        split = self.share()
+        return split.index, split.count
 
     def __len__(self) -> int:
         k, count = self._resolved()
-        n = len(self.parents[0])
-        target = self._target(0)
-        if target is not None:
-            return target
-        base, rem = divmod(n, count)
+        base, rem = divmod(len(self.parents[0]), count)
         return base + (k < rem if self.equalize is None else rem > 0 if self.equalize == "pad" else 0)
 
-    def _advance(self, start: int, consumed: int) -> int:
-        parent = self.parents[0]
-        cursor = advance(parent, start, consumed * self._resolved()[1])
-        # not for a node's block: blocks differ in size, and the pads still due on this node
-        # (``_target``) follow from the steps taken, which a clamped cursor no longer tells
-        return cursor if self.span is not None else within(parent, cursor)
-
-    def _plan(self, pass_id: int, cursor: int = 0) -> Plan:
+    def _plan(self, pass_id: int, cursor: int) -> Plan:
         k, count = self._resolved()
         plan = open_plan(self.parents[0], pass_id, cursor)
-        source = _Weighted(plan.source) if self.equalize == "pad" else plan.source
-        if count == 1 and self.span is None:
+        source = pad_with_weights(plan.source) if self.equalize == "pad" else plan.source
+        if count == 1:
             return Plan(source, plan.chunks)
         # a pad copies the pass's first entry, whatever the cursor, so a resumed pass pads alike
-        pad_index = functools.partial(_first_index, self.parents[0], pass_id) if cursor else None
-        return Plan(source, _stride_chunks(plan.chunks, k, count, self.equalize, self._target(cursor), pad_index))
-
-    def _stream(self, pass_id: int) -> Iterator:
-        return self._seek(pass_id, 0)
+        pad_index = functools.partial(first_index, self.parents[0], pass_id) if cursor else None
+        return Plan(source, stride_chunks(plan.chunks, k, count, self.equalize, None, pad_index))
 
     def _seek(self, pass_id: int, cursor: int) -> Iterator:
         k, count = self._resolved()
         parent = self.parents[0]
-        below = getattr(parent, "per_entry", None)
-        if self.span is None and count > 1 and (below == "same" or below == "map" and self.equalize != "pad"):
+        below = parent.per_entry if isinstance(parent, Node) and parent.positions == 1 else None
+        if count > 1 and (below == "same" or below == "map" and self.equalize != "pad"):
             # Split below a stage that takes entries one by one (a map, a prefetch), so that it
             # works only on this shard's entries. Not below a map when padding: the map would
             # see the weight column.
-            inner = Shard(parent.parents[0], k, count, self.equalize)
-            return iterate(parent._with_parent(inner), pass_id, cursor)
+            return iterate(parent.with_parents(Shard(parent.parents[0], k, count, self.equalize)), pass_id, cursor)
         entries = iterate(parent, pass_id, cursor)
-        if self.equalize is None and self.span is None:
+        if self.equalize is None:
             return itertools.islice(entries, k, None, count)  # each entry as soon as it is read
         pad_entry = None
         if cursor and self.equalize == "pad":
             pad_entry = functools.partial(_first_entry, self.parents[0], pass_id)
-        return _stride_entries(entries, k, count, self.equalize, self._target(cursor), pad_entry)
+        return _stride_entries(entries, k, count, self.equalize, pad_entry)
 
     def _options(self) -> str:
-        where = (f"index={self.index}, count={self.count}" if self.count is not None
-                 else "this node's workers" if self.scope == "local" else "global worker")
+        where = f"index={self.index}, count={self.count}" if self.count is not None else "global worker"
         return where + (f", equalize={self.equalize!r}" if self.equalize else "")
 
 
@@ -359,86 +332,3 @@ def shard(reader: Any, index: int | None = None, count: int | None = None, *,
         if index >= count:
             raise ValueError(f"shard: index {index} is not below count={count}; shards are numbered 0..{count - 1}")
     return Shard(reader, index, count, equalize)
-
-
-class _NodeBlock(IndexedReader):
-    """This node's fixed, contiguous block of an indexed reader: the same samples every pass."""
-
-    name = "node_block"
-    shards = True
-
-    def __init__(self, source: IndexedReader):
-        super().__init__(source)
-        self.source = source
-
-    def _resolved(self) -> tuple[int, int]:
-        info = worker_info()
-        return info.node_rank, info.num_nodes
-
-    def _layout(self) -> list:
-        # every node's ranks take the same steps through a block of their own, so a position
-        # counts alike on each node: it depends on the number of nodes, not on which node
-        return [None, self._resolved()[1]]
-
-    def _bounds(self) -> tuple[int, int]:
-        node, nodes = self._resolved()
-        n = len(self.source)
-        return node * n // nodes, (node + 1) * n // nodes
-
-    def __len__(self) -> int:
-        lo, hi = self._bounds()
-        return hi - lo
-
-    def _get(self, i: int) -> Any:
-        return self.source._get(self._bounds()[0] + i)
-
-    def iter_gather(self, indices: np.ndarray) -> Iterator:
-        return self.source.iter_gather(indices + self._bounds()[0])
-
-    def gather_columns(self, indices: np.ndarray) -> Any:
-        return self.source.gather_columns(indices + self._bounds()[0])
-
-    def sample_ids(self, indices: np.ndarray) -> np.ndarray:
-        return self.source.sample_ids(indices + self._bounds()[0])
-
-    def _options(self) -> str:
-        return "this node's block"
-
-
-def node_shuffle(reader: Any, seed: int, *, equalize: str | None = None) -> Shard:
-    """A cache-friendly shuffle: each node keeps one fixed block of samples and shuffles inside it.
-
-    With ``node_rank`` and ``num_nodes`` from ``worker_info()``, node n keeps
-    the contiguous block ``[n * N // num_nodes, (n + 1) * N // num_nodes)`` in
-    every pass, so it reads (and caches) only that block; each pass shuffles
-    the block anew, and the node's local workers (``local_rank`` and its
-    DataLoader or readerkit workers) split it with ``shard``. Over all nodes
-    each pass is still exactly once, and ``equalize`` evens the counts over the
-    whole job. The price is randomness: a sample only ever shares minibatches
-    with samples of its own node's block, and a node's gradient steps see a
-    fixed 1/num_nodes of the data, so with few nodes or a block-ordered source
-    (sorted by class, by time) it differs from a global shuffle; a global
-    ``shuffle`` followed by ``shard`` has no such bias but reads from all the data.
-    A position in it resumes on the same number of nodes only.
-
-    >>> import os
-    >>> from readers import from_sequence
-    >>> os.environ.update(RANK="1", WORLD_SIZE="2", LOCAL_RANK="0", LOCAL_WORLD_SIZE="1")
-    >>> r = node_shuffle(from_sequence(range(10)), seed=0)
-    >>> first, second = list(r()), list(r())
-    >>> sorted(first), sorted(second) == sorted(first), first != second
-    ([5, 6, 7, 8, 9], True, True)
-    >>> for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"):
-    ...     del os.environ[name]
-    """
-    check_reader(reader)
-    indexed = as_indexed(reader)
-    if indexed is None:
-        raise ValueError(f"node_shuffle needs an indexed reader (len and [i]), and {describe(reader)!r} is not "
-                         "one; for a stream, use shard() and shuffle(buf_size=...) after it")
-    check_equalize(equalize, "node_shuffle")
-    if seed is None:
-        raise ValueError("node_shuffle needs a seed, the same in every process: the ranks of a node split "
-                         "one shuffled order, e.g. node_shuffle(reader, seed=0)")
-    block = _NodeBlock(indexed)
-    return Shard(GlobalShuffle(block, check_seed(seed, "node_shuffle")), None, None, equalize, "local", block)

@@ -13,25 +13,14 @@ from typing import Any
 
 import numpy as np
 
-from readers.base import (
-    IndexedReader,
-    Plan,
-    Stage,
-    as_indexed,
-    check_reader,
-    describe,
-    index_chunks,
-    is_native,
-    is_planned,
-    iterate,
-    open_plan,
-    rechunk,
-    slice_chunks,
-    whole,
-)
+from readers.checks import whole
 from readers.permutation import KeyedPermutation
+from readers.pipeline import describe
+from readers.plans import Plan, index_chunks, rechunk, slice_chunks
+from readers.position import is_native
+from readers.stage import Stage, access_of, as_indexed, check_reader, iterate, open_plan
 
-__all__ = ["check_seed", "shuffle"]
+__all__ = ["DrawnSeed", "check_seed", "shuffle"]
 
 #: Sample indices mapped through the permutation at a time: large enough that
 #: numpy's per-call overhead vanishes, small enough to stay O(1) in memory.
@@ -45,8 +34,16 @@ def _rng(seed: int, pass_id: int) -> np.random.Generator:
     return np.random.Generator(np.random.PCG64([seed, pass_id]))
 
 
+class DrawnSeed(int):
+    """A seed drawn from the operating system (``seed=None``): each process draws its own.
+
+    Its value is an ordinary int in states and reprs; its type tells a shard that
+    the processes of a job do not share the order it seeds.
+    """
+
+
 def check_seed(seed: Any, where: str) -> int:
-    """A seed as an int >= 0; None draws one from the operating system, once.
+    """A seed as an int >= 0; None draws one from the operating system, once (a ``DrawnSeed``).
 
     >>> check_seed(7, "shuffle")
     7
@@ -56,7 +53,7 @@ def check_seed(seed: Any, where: str) -> int:
     ValueError: shuffle: seed must be an int >= 0 or None, got -1
     """
     if seed is None:
-        return secrets.randbits(63)
+        return DrawnSeed(secrets.randbits(63))
     if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)) or seed < 0:
         raise ValueError(f"{where}: seed must be an int >= 0 or None, got {seed!r}")
     return int(seed)
@@ -66,25 +63,24 @@ class GlobalShuffle(Stage):
     """Every pass visits all of an indexed reader in a keyed random order."""
 
     name = "shuffle"
+    access = "plan"
 
-    def __init__(self, source: IndexedReader, seed: int):
+    def __init__(self, source: Stage, seed: int):
         super().__init__(source)
-        self.source, self.seed = source, seed
+        self.seed = seed
 
     def __len__(self) -> int:
-        return len(self.source)
+        return len(self.parents[0])
 
-    def _planned(self) -> bool:
-        return True
-
-    def _plan(self, pass_id: int, cursor: int = 0) -> Plan:
-        n = len(self.source)
+    def _plan(self, pass_id: int, cursor: int) -> Plan:
+        source = self.parents[0]
+        n = len(source)
         if n <= SMALL:
             # a Feistel network reaches only some orders of a tiny set (even permutations,
             # for one); an explicit permutation of at most SMALL indices is exactly uniform
-            return Plan(self.source, iter([_rng(self.seed, pass_id).permutation(n)[cursor:]]))
+            return Plan(source, iter([_rng(self.seed, pass_id).permutation(n)[cursor:]]))
         perm = KeyedPermutation(n, self.seed, pass_id)
-        return Plan(self.source, map(perm, index_chunks(n, PERMUTE_CHUNK, start=cursor)))
+        return Plan(source, map(perm, index_chunks(n, PERMUTE_CHUNK, start=cursor)))
 
     def _options(self) -> str:
         return f"buf_size=None (global), seed={self.seed}"
@@ -100,11 +96,12 @@ class BufferShuffle(Stage):
         self.buf_size, self.seed = buf_size, seed
 
     @property
-    def keeps_positions(self) -> bool:
-        return self.buf_size <= 1
+    def access(self) -> str:
+        return "stream" if access_of(self.parents[0]) == "stream" else "plan"
 
-    def _planned(self) -> bool:
-        return is_planned(self.parents[0])
+    @property
+    def positions(self) -> int | None:
+        return 1 if self.buf_size <= 1 else None  # no shuffling: its entries are its parent's
 
     def __len__(self) -> int:
         return len(self.parents[0])
@@ -117,7 +114,7 @@ class BufferShuffle(Stage):
             rng.permutation(self.buf_size)
         return rng, cursor - offset, offset
 
-    def _plan(self, pass_id: int, cursor: int = 0) -> Plan:
+    def _plan(self, pass_id: int, cursor: int) -> Plan:
         if self.buf_size <= 1 or cursor and not is_native(self.parents[0]):
             plan = open_plan(self.parents[0], pass_id, cursor if self.buf_size <= 1 else 0)
             if self.buf_size <= 1:
@@ -130,21 +127,15 @@ class BufferShuffle(Stage):
     def _permuted(self, chunks: Iterator[np.ndarray], rng: np.random.Generator) -> Iterator[np.ndarray]:
         return (block[rng.permutation(len(block))] for block in rechunk(chunks, self.buf_size))
 
-    def _stream(self, pass_id: int) -> Iterator:
-        source = iterate(self.parents[0], pass_id)
-        if self.buf_size <= 1:
-            return source
-        return itertools.chain.from_iterable(self._blocks(source, _rng(self.seed, pass_id)))
-
     def _seek(self, pass_id: int, cursor: int) -> Iterator:
         parent = self.parents[0]
         if self.buf_size <= 1:
             return iterate(parent, pass_id, cursor)
-        if not is_native(parent):
-            return super()._seek(pass_id, cursor)
+        if cursor and not is_native(parent):  # the parent's cursor counts other things: read past
+            return itertools.islice(self._seek(pass_id, 0), cursor, None)
         rng, start, offset = self._where(pass_id, cursor)
         blocks = itertools.chain.from_iterable(self._blocks(iterate(parent, pass_id, start), rng))
-        return itertools.islice(blocks, offset, None)
+        return itertools.islice(blocks, offset, None) if offset else blocks
 
     def _blocks(self, source: Iterator, rng: np.random.Generator) -> Iterator[tuple]:
         while block := list(itertools.islice(source, self.buf_size)):
@@ -186,7 +177,6 @@ def shuffle(reader: Any, buf_size: int | None = None, *, seed: int | None = None
         readers.permutation.KeyedPermutation: the keyed bijection behind the global shuffle.
     """
     check_reader(reader)
-    drawn = seed is None
     seed = check_seed(seed, "shuffle")
     if buf_size is None:
         indexed = as_indexed(reader)
@@ -196,8 +186,5 @@ def shuffle(reader: Any, buf_size: int | None = None, *, seed: int | None = None
                 f"[i], and {describe(reader)!r} is not one; give a buffer size, e.g. "
                 "shuffle(reader, buf_size=10000)"
             )
-        stage = GlobalShuffle(indexed, seed)
-    else:
-        stage = BufferShuffle(reader, whole(buf_size, "buf_size", "shuffle"), seed)
-    stage.seed_drawn = drawn  # a seed each process draws for itself cannot be sharded across processes
-    return stage
+        return GlobalShuffle(indexed, seed)
+    return BufferShuffle(reader, whole(buf_size, "buf_size", "shuffle"), seed)

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from readers.base import IndexedReader, Stage
+from readers.stage import IndexedReader, Stage
 
 __all__ = ["from_arrays", "from_sequence", "np_array", "text_file"]
 
@@ -129,7 +129,7 @@ class FromSequence(IndexedReader):
     def _get(self, i: int) -> Any:
         return self.seq[i]
 
-    def iter_gather(self, indices: np.ndarray) -> Iterator:
+    def gather(self, indices: np.ndarray) -> Iterator:
         return map(self.seq.__getitem__, indices.tolist())
 
     def _options(self) -> str:

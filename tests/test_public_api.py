@@ -24,7 +24,7 @@ def test_every_public_callable_has_a_runnable_example(package):
         obj = getattr(package, name)
         if name == "Reader" or (inspect.isclass(obj) and issubclass(obj, BaseException)):
             continue
-        doc = inspect.getdoc(getattr(obj, "func", obj)) or ""
+        doc = inspect.getdoc(obj) or ""
         if ">>>" not in doc and not (inspect.isclass(obj) and doc):
             missing.append(name)
     assert not missing, f"no >>> example in the docstring of {missing}"
@@ -35,7 +35,7 @@ def test_every_public_callable_has_a_runnable_example(package):
     ["buffered", "firstn", "filter_entries", "multiprocess_reader", "repeat", "shuffle", "skip", "xmap_readers"],
 )
 def test_decorators_are_curried(name):
-    assert hasattr(getattr(readers, name), "func")  # readers.base.Curried
+    assert hasattr(getattr(readers, name), "func")  # readers.currying.Curried
 
 
 def test_paddle_signatures_are_kept():

@@ -15,7 +15,14 @@
 """
 from train.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from train.driver import columns_of, evaluate, feeds, train
-from train.events import BeginIteration, BeginPass, EndIteration, EndPass, Event, TestResult
+from train.events import (
+    BeginIteration,
+    BeginPass,
+    EndIteration,
+    EndPass,
+    Event,
+    TestResult,
+)
 from train.models import MLP, SoftmaxRegression
 
 __all__ = [

@@ -19,10 +19,17 @@ import numpy as np  # noqa: F401 (the doctests use np)
 import batching
 import readers
 from batching.collate import Padded
-from readers.base import check_reader, whole
+from readers.allocator import tune_allocator
+from readers.checks import whole
+from readers.position import check_resumable, start_of
 from readers.sharding import check_equalize, is_sharded
-from readers.state import check_resumable, start_of
-from train.checkpoint import CheckpointError, load_for_rank, rank_folder, save_checkpoint
+from readers.stage import check_reader
+from train.checkpoint import (
+    CheckpointError,
+    load_for_rank,
+    rank_folder,
+    save_checkpoint,
+)
 from train.events import BeginIteration, BeginPass, EndIteration, EndPass, TestResult
 
 __all__ = ["columns_of", "evaluate", "feeds", "train"]
@@ -257,8 +264,12 @@ def train(
     dict of the caller's own settings, such as the learning rate), since any of
     them would break "every sample once per pass".
 
+    Before the first pass it calls ``readers.tune_allocator()``, which tunes
+    glibc malloc for the process so that per-batch arrays reuse heap pages
+    (``READERKIT_MALLOC=system`` opts out).
+
     Checkpoints hold the reader's state (``{"pass", "cursor", "seed"}``, see
-    ``readers.state``), so a run resumes on another number of processes and
+    ``readers.position``), so a run resumes on another number of processes and
     still trains every sample of the interrupted pass exactly once.
 
     Under a launcher with several processes (torchrun, SLURM, MPI: see
@@ -307,8 +318,6 @@ def train(
         checkpoint_dir = rank_folder(checkpoint_dir, info.rank, info.world_size)
     if resume and found is not None:
         state, meta = found
-        if "reader_state" not in meta and "cursor" in meta:  # a checkpoint from before reader states: same position
-            meta["reader_state"] = {**start_of(minibatches, meta.get("pass", 0)), "cursor": meta["cursor"]}
         _check_resume(checkpoint_dir, meta, run)
         model.load_state_dict(state)
         first_pass, reader_state = meta["pass"], meta["reader_state"]
@@ -321,6 +330,7 @@ def train(
             save_checkpoint(checkpoint_dir, model.state_dict(), meta)
 
     length = _length(reader)
+    tune_allocator()  # per-batch arrays then reuse heap pages instead of faulting in fresh ones (readers.allocator)
     for pass_id in range(first_pass, passes):
         if reader_state is not None and reader_state["pass"] == pass_id:
             minibatches.set_state(reader_state)  # the pass resumes where the checkpoint was taken

@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from batching.bucket import bucket_by_length
-from readers.base import Stage
+from readers.stage import Stage
 
 
 def words():

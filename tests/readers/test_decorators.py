@@ -10,7 +10,7 @@ import toolz
 
 import batching
 import readers
-from readers.base import as_indexed, is_planned
+from readers.stage import as_indexed, is_planned
 
 
 def ten(offset=0):
@@ -313,10 +313,9 @@ def test_chained_indexed_gather_matches_getitem():
     a, b = readers.from_sequence(list(range(5))), readers.from_sequence(list(range(100, 107)))
     c = readers.chain(a, b)
     idx = np.array([11, 0, 5, 4, 6, 11, 3])
-    assert c.gather(idx) == [c[int(i)] for i in idx]
-    assert list(c.iter_gather(idx)) == [c[int(i)] for i in idx]
+    assert list(c.gather(idx)) == [c[int(i)] for i in idx]
     mapped = readers.chain(readers.map_readers(str, a), b)
-    assert list(mapped.iter_gather(idx)) == [mapped[int(i)] for i in idx]
+    assert list(mapped.gather(idx)) == [mapped[int(i)] for i in idx]
 
 
 @pytest.mark.parametrize("wrap", [
@@ -370,7 +369,7 @@ def test_indexed_map_error_comes_after_the_entries_before_it():
 
 
 def test_indexed_subclass_gather_may_wrap_the_default():
-    class Logged(readers.base.IndexedReader):
+    class Logged(readers.IndexedReader):
         calls: list = []
 
         def __len__(self):
@@ -387,7 +386,7 @@ def test_indexed_subclass_gather_may_wrap_the_default():
 
 
 def test_chain_reads_no_input_for_a_chunk_without_its_indices():
-    class Stacked(readers.base.IndexedReader):
+    class Stacked(readers.IndexedReader):
         """A vectorised gather that, like np.stack, needs at least one index."""
 
         def __init__(self, n):

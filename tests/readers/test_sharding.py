@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 import batching
 import readers
-from readers.base import IndexedReader
+from readers.stage import IndexedReader
 from readers.launch import worker_context, worker_info
 
 LAUNCHER_PREFIXES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE",

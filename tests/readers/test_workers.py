@@ -1,4 +1,4 @@
-"""Tests of readers.workers: buffered, xmap_readers, multiprocess_reader."""
+"""Tests of readers.parallel: buffered, xmap_readers, multiprocess_reader."""
 from __future__ import annotations
 
 import functools
@@ -17,7 +17,7 @@ import toolz
 
 import readers
 from readers import from_sequence, np_array
-from readers.workers import WorkerDiedError, buffered, multiprocess_reader, xmap_readers
+from readers.parallel import WorkerDiedError, buffered, multiprocess_reader, xmap_readers
 
 # Generous bound for "nothing hangs": far above what any step needs.
 HANG = 10.0

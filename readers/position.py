@@ -1,13 +1,18 @@
-"""Reader state: where a pass is, as a small plain dict, and how to resume there.
+"""Positions and state: where a pass is, as a small plain dict, and how to resume there.
 
 A state is ``{"pass": k, "cursor": c, "seed": s}``. The cursor counts the
 entries of pass k taken so far, in the pipeline's order *before* any shard:
 a shard of ``count`` shards that has given m entries since cursor c0 stands at
 c0 + m * count, and a batch of b entries counts as the b entries in it (so
-b * count above a shard). Ranks that
-take the same number of steps therefore all report the same state, and a
-state resumes on any other shard layout: the rest of the pass, from c on, is
-split over the new shards, so every sample of the pass is seen exactly once.
+b * count above a shard). Ranks that take the same number of steps therefore
+all report the same state, and a state resumes on any other shard layout: the
+rest of the pass, from c on, is split over the new shards, so every sample of
+the pass is seen exactly once.
+
+Everything here is worked out from the stages' declarations
+(``readers.pipeline.Node``): ``positions`` says how each stage's cursor
+counts, ``seed`` which seeds go into the state, ``share()`` which shards the
+pipeline has and ``unresumable`` which stages cannot say where they are.
 
 When a stage that keeps its own count (a filter, a buffer shuffle, firstn...)
 sits above a shard, the cursor counts that stage's entries of one shard, so
@@ -17,11 +22,78 @@ from __future__ import annotations
 
 from typing import Any
 
-from readers.base import PassIterator, Stage, advance, describe, walk
+from readers.pipeline import Node, describe, walk
 
-__all__ = ["check_layout", "check_resumable", "check_state", "fixed_layout", "seeds_of", "start_of", "state_of"]
+__all__ = ["advance", "check_layout", "check_resumable", "check_state", "end_of", "fixed_layout", "is_native",
+           "seeds_of", "start_of", "state_of", "within"]
 
 KEYS = ("pass", "cursor", "seed", "layout")
+
+
+def is_native(reader: Any) -> bool:
+    """Whether ``reader``'s cursor is the count of its own entries (false for batch and shard).
+
+    >>> from readers import from_sequence, shard
+    >>> is_native(from_sequence("ab")), is_native(shard(from_sequence("ab"), 0, 2))
+    (True, False)
+    """
+    if not isinstance(reader, Node) or reader.positions is None:
+        return True
+    return reader.positions == 1 and reader.share() is None and is_native(reader.parents[0])
+
+
+def advance(reader: Any, start: int, consumed: int) -> int:
+    """The cursor of a pass of ``reader`` begun at ``start`` once ``consumed`` items were taken.
+
+    A stage whose cursor is its parent's (``positions`` k) moves the parent's
+    by k per entry, and stops at the end of the parent's pass (the last batch,
+    a shard's last round, may be short).
+
+    >>> from readers import from_sequence
+    >>> import batching
+    >>> advance(from_sequence("abcdef"), 2, 3), advance(batching.batch(from_sequence("abcdef"), 4), 0, 2)
+    (5, 6)
+    """
+    if not isinstance(reader, Node) or reader.positions is None:
+        return start + consumed
+    parent, k = reader.parents[0], reader.positions
+    cursor = advance(parent, start, consumed * k)
+    return within(parent, cursor) if k > 1 else cursor
+
+
+def end_of(reader: Any) -> int | None:
+    """The cursor at the end of a pass, where one applies on every shard: else None.
+
+    It is the length of the stage whose entries the cursor counts; there is
+    none for a stream, nor inside a node's block (blocks differ in size, and
+    a position counts alike on every node).
+
+    >>> from readers import from_sequence, shard
+    >>> end_of(shard(from_sequence("abcde"), 0, 2)), end_of(lambda: iter("ab"))
+    (5, None)
+    """
+    stage = reader
+    while isinstance(stage, Node) and not is_native(stage):
+        stage = stage.parents[0]
+    for node in walk(stage):
+        split = node.share() if isinstance(node, Node) else None
+        if split is not None and split.index is None:
+            return None
+    try:
+        return len(stage)
+    except TypeError:  # a stream: it has no length
+        return None
+
+
+def within(reader: Any, cursor: int) -> int:
+    """``cursor`` no further than the end of ``reader``'s pass, when it has one (see ``end_of``).
+
+    >>> from readers import from_sequence
+    >>> within(from_sequence("abc"), 5), within(lambda: iter("abc"), 5)
+    (3, 5)
+    """
+    end = end_of(reader)
+    return cursor if end is None else min(cursor, end)
 
 
 def seeds_of(reader: Any) -> Any:
@@ -31,11 +103,11 @@ def seeds_of(reader: Any) -> Any:
     >>> seeds_of(shuffle(shuffle(from_sequence("ab"), seed=1), 4, seed=2)), seeds_of(from_sequence("ab"))
     ([2, 1], None)
     """
-    seeds = [s.seed for s in walk(reader) if isinstance(s, Stage) and isinstance(getattr(s, "seed", None), int)]
+    seeds = [int(s.seed) for s in walk(reader) if isinstance(s, Node) and s.seed is not None]
     return None if not seeds else seeds[0] if len(seeds) == 1 else seeds
 
 
-def fixed_layout(reader: Any) -> list[list[int]]:
+def fixed_layout(reader: Any) -> list[list]:
     """``[index, count]`` of each shard whose position is counted inside one shard (see module doc).
 
     A node_shuffle's block is ``[None, nodes]``: a position in it counts alike on every node.
@@ -47,13 +119,14 @@ def fixed_layout(reader: Any) -> list[list[int]]:
     [[1, 3]]
     """
     pending = [reader]
-    found: list[list[int]] = []
+    found: list[list] = []
     while pending:
         stage = pending.pop()
-        if not isinstance(stage, Stage):
+        if not isinstance(stage, Node):
             continue
-        if stage._native():
-            found += [s._layout() for s in walk(stage) if getattr(s, "shards", False)]
+        if is_native(stage):
+            splits = [s.share() for s in walk(stage) if isinstance(s, Node)]
+            found += [[split.index, split.count] for split in splits if split is not None]
         else:
             pending.extend(reversed(stage.parents))
     return found
@@ -70,7 +143,7 @@ def check_resumable(reader: Any) -> None:
     ValueError: cannot save or restore a position of multiprocess_reader(1 reader, use_pipe=True): multiprocess_reader merges its readers in whatever order their entries arrive
     """
     for stage in walk(reader):
-        reason = stage._unresumable() if isinstance(stage, Stage) else None
+        reason = stage.unresumable if isinstance(stage, Node) else None
         if reason:
             raise ValueError(f"cannot save or restore a position of {describe(reader)}: {reason}")
 
@@ -85,20 +158,17 @@ def start_of(reader: Any, pass_id: int) -> dict:
     return {"pass": pass_id, "cursor": 0, "seed": seeds_of(reader)}
 
 
-def state_of(it: PassIterator) -> dict:
-    """The state of a pass iterator (``PassIterator.get_state``).
+def state_of(reader: Any, pass_id: int, start: int, consumed: int, done: bool) -> dict:
+    """The state of a pass of ``reader`` begun at cursor ``start``, ``consumed`` entries on (``done``: run out).
 
     >>> from readers import from_sequence
-    >>> it = from_sequence("abc")()
-    >>> _ = next(it)
-    >>> state_of(it)
+    >>> state_of(from_sequence("abc"), 0, 0, 1, False)
     {'pass': 0, 'cursor': 1, 'seed': None}
     """
-    reader = it.reader
     check_resumable(reader)
-    if it.done:
-        return start_of(reader, it.pass_id + 1)
-    state = {"pass": it.pass_id, "cursor": int(advance(reader, it.start, it.consumed)), "seed": seeds_of(reader)}
+    if done:
+        return start_of(reader, pass_id + 1)
+    state = {"pass": pass_id, "cursor": int(advance(reader, start, consumed)), "seed": seeds_of(reader)}
     layout = fixed_layout(reader)
     if layout:
         state["layout"] = layout
@@ -135,23 +205,11 @@ def check_state(reader: Any, state: Any) -> tuple[int, int, list | None]:
         raise ValueError(f"reader state was saved with seed {state.get('seed')!r}, but this pipeline's seed is "
                          f"{seeds!r}; resume with the same seed, or start the pass afresh")
     cursor = _count(state, "cursor")
-    end = _end(reader)
-    # a node_shuffle counts alike on every node, and nodes' blocks differ in size: no one end applies
-    if end is not None and cursor > end and not any(i is None for i, _ in fixed_layout(reader)):
+    end = end_of(reader)
+    if end is not None and cursor > end:
         raise ValueError(f"reader state is at entry {cursor} of a pass, past the end of {describe(reader)}'s "
                          f"{end} entries; it was saved from other data")
     return _count(state, "pass"), cursor, state.get("layout")
-
-
-def _end(reader: Any) -> int | None:
-    """The last cursor of a pass, when the pipeline's position-counting stage has a length."""
-    stage = reader
-    while isinstance(stage, Stage) and not stage._native():
-        stage = stage.parents[0]
-    try:
-        return len(stage)
-    except TypeError:
-        return None
 
 
 def check_layout(reader: Any, layout: list | None, cursor: int) -> None:

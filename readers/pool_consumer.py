@@ -1,4 +1,4 @@
-"""The worker pool under prefetch, buffered, xmap_readers and multiprocess_reader.
+"""The worker pool's consumer side, under prefetch, buffered, xmap_readers and multiprocess_reader.
 
 A pool runs one job (a reader) per worker for one pass, in threads or in
 processes, and merges what they make: in a fixed round-robin order, or as it
@@ -6,7 +6,7 @@ arrives. Every worker runs inside its worker context, so a ``shard()`` in its
 reader takes that worker's share.
 
 Workers send entries in messages, at most ``limit`` entries ahead of the
-consumer (``readers.work``): credit-based flow control, no busy waiting.
+consumer (``readers.pool_worker``, the code that runs inside a worker): credit-based flow control, no busy waiting.
 
 Process workers: one duplex pipe each (messages out, credit back) and a shared
 ring for array bytes (``readers.shm``). The consumer waits on the pipe and the
@@ -34,9 +34,10 @@ from collections.abc import Iterator, Sequence
 from multiprocessing.connection import wait
 from typing import Any
 
-from readers import shm, work
-from readers.base import advance, describe
-from readers.work import unpack_error
+from readers import pool_worker, shm
+from readers.pipeline import describe
+from readers.pool_worker import unpack_error
+from readers.position import advance, check_resumable
 
 __all__ = ["PassStats", "Pool", "WorkerDiedError", "pick_start_method", "unpack_error"]
 
@@ -122,10 +123,10 @@ class PassStats:
 class _Threads:
     def __init__(self, pool: Pool, pass_id: int, cursors: list[int]):
         self.pool, self.out = pool, queue.SimpleQueue()
-        self.credits = [work.Credits(pool.limit, pool.stats.per_worker[w]) for w in range(len(pool.jobs))]
+        self.credits = [pool_worker.Credits(pool.limit, pool.stats.per_worker[w]) for w in range(len(pool.jobs))]
         self.held: list[list] = [[] for _ in pool.jobs]  # messages for a worker the ordered merge is not at
         self.threads = [
-            threading.Thread(target=work.thread_main, name=f"readerkit-{pool.name}-{w}", daemon=True,
+            threading.Thread(target=pool_worker.thread_main, name=f"readerkit-{pool.name}-{w}", daemon=True,
                              args=(w, job, pass_id, cursors[w], pool.contexts[w], self.out,
                                    self.credits[w], pool.stats.per_worker[w]))
             for w, job in enumerate(pool.jobs)]
@@ -199,7 +200,7 @@ class _Processes:
         self.watches.clear()
         inherited = [c for c in self.conns if c is not None] if self.method == "fork" else []
         p = self.ctx.Process(
-            target=work.process_main, name=f"readerkit-{self.pool.name}-{w}", daemon=True,
+            target=pool_worker.process_main, name=f"readerkit-{self.pool.name}-{w}", daemon=True,
             args=(w, self.jobs[w] if self.method == "fork" else None, self.pass_id, cursor,
                   self.pool.contexts[w], theirs, self.pool.limit, spec, os.getpid(), inherited))
         try:
@@ -216,12 +217,12 @@ class _Processes:
             except OSError:
                 pass  # it died: the first recv says how
 
-    def _watch(self, w: int | None) -> tuple[work.Watch, dict]:
+    def _watch(self, w: int | None) -> tuple[pool_worker.Watch, dict]:
         """A watch on worker ``w``'s pipe and sentinel (None: every live worker's), and whose each is."""
         if w not in self.watches:
             live = [w] if w is not None else [i for i, c in enumerate(self.conns) if c is not None]
             owner = {self.conns[i]: i for i in live} | {self.procs[i].sentinel: i for i in live}
-            self.watches[w] = (work.Watch(list(owner)), owner)
+            self.watches[w] = (pool_worker.Watch(list(owner)), owner)
         return self.watches[w]
 
     def recv(self, w: int | None) -> tuple:
@@ -237,7 +238,7 @@ class _Processes:
                         raise _Died(i, self._how(i)) from None
                     kind, stats, payload = shm.unpack(data, self.rings[i])
                     self.pool.stats.per_worker[i] = list(stats)
-                    if kind == work.ENTRIES:
+                    if kind == pool_worker.ENTRIES:
                         payload = shm.unfold(payload)
                     else:
                         self._retire(i)
@@ -272,7 +273,7 @@ class _Processes:
     def fill(self) -> float:
         fills = []
         for w, ring in enumerate(self.rings):
-            bound = work.cap(self.pool.limit, self.pool.stats.per_worker[w])
+            bound = pool_worker.cap(self.pool.limit, self.pool.stats.per_worker[w])
             if ring is not None and bound != math.inf:
                 fills.append(min(1.0, max(0, ring.made() - self.pool.received[w]) / bound))
         return sum(fills) / len(fills) if fills else 0.0
@@ -335,7 +336,7 @@ class Pool:
     and is called ``labels[w]`` in errors.
 
     ``limit`` bounds how many entries a worker may make ahead of the consumer
-    (0: no bound; None: about ``work.AHEAD`` seconds of its output); ``restarts``
+    (0: no bound; None: about ``pool_worker.AHEAD`` seconds of its output); ``restarts``
     is how many times a dead process worker may be started again, from its last
     delivered entry, in one pass.
     """
@@ -385,13 +386,13 @@ class Pool:
                 self._revive(died)
                 continue
             self.stats.consumer_wait += time.perf_counter() - t0
-            if kind == work.ENTRIES:
+            if kind == pool_worker.ENTRIES:
                 self.received[i] += len(payload)
                 self.stats.fill_sum += self.backend.fill()
                 self.stats.fill_samples += 1
                 self.backend.ack(i, len(payload))
                 return i, payload
-            if kind == work.FAILED:
+            if kind == pool_worker.FAILED:
                 raise payload if isinstance(payload, BaseException) else unpack_error(payload, self._where(i))
             return i, None  # done, or (threads) stopped
 
@@ -400,13 +401,11 @@ class Pool:
         message = f"{self._where(w)} {died.how} before finishing its reader, without reporting an error"
         if self.stats.restarts >= self.restarts:
             raise WorkerDiedError(message + self._hint(died)) from None
-        from readers.state import check_resumable
-
         try:
             check_resumable(self.jobs[w])
         except ValueError as exc:
             raise WorkerDiedError(f"{message}; it cannot be restarted: {exc}") from None
-        with work.in_context(self.contexts[w]):
+        with pool_worker.in_context(self.contexts[w]):
             cursor = advance(self.jobs[w], self.cursors[w], self.received[w])
         self.stats.restarts += 1
         self.stats.retire(w)

@@ -1,4 +1,4 @@
-"""What runs inside a pool worker (``readers.pool``): the pass, cut into messages, under flow control.
+"""The worker pool's worker side: what runs inside each worker (``readers.pool_consumer`` starts them): the pass, cut into messages, under flow control.
 
 Workers send entries in messages of as many entries as they make within about
 ``FLUSH`` seconds (one, for slow entries; up to ``CHUNK`` for fast ones), so
@@ -31,8 +31,8 @@ from multiprocessing.connection import wait
 from typing import Any
 
 from readers import shm
-from readers.base import close_iterator, iterate
 from readers.launch import worker_context
+from readers.stage import close_iterator, iterate
 
 __all__ = ["Credits", "PipeCredits", "Watch", "cap", "in_context", "pack_error", "process_main", "pump", "thread_main",
            "unpack_error"]

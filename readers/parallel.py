@@ -1,6 +1,7 @@
 """Prefetch and parallel workers: prefetch, buffered, xmap_readers, multiprocess_reader.
 
-All four stand on one machinery (``readers.pool``): each pass starts its own
+All four stand on one worker pool (``readers.pool_consumer`` starts and merges
+the workers, ``readers.pool_worker`` runs inside each): each pass starts its own
 threads or processes and stops and joins them however it ends (exhausted,
 failed, abandoned by break, ``close()`` or garbage collection, or Ctrl-C). A
 worker's exception reaches the consumer with its type, message and traceback;
@@ -10,18 +11,18 @@ through shared memory (``readers.shm``).
 """
 from __future__ import annotations
 
-import copy
 import math
 import multiprocessing
 import operator
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from readers.base import Reader, Stage, check_reader, describe
-from readers.decorators import Mapped
-from readers.launch import _local_worker
-from readers.pool import Pool, WorkerDiedError
+from readers.launch import local_worker
+from readers.maps import Mapped
+from readers.pipeline import describe
+from readers.pool_consumer import Pool, WorkerDiedError
 from readers.sharding import Shard, follows_workers
+from readers.stage import Reader, Stage, check_reader
 
 __all__ = ["Prefetch", "WorkerDiedError", "buffered", "multiprocess_reader", "prefetch", "xmap_readers"]
 
@@ -54,7 +55,7 @@ def _contexts(n: int) -> list[tuple[int, int]]:
     """Worker contexts for n workers of this consumer: they split its share, so worker w of n in
     local worker o of m is local worker o + m * w of m * n (its entries are the consumer's w-th of n).
     """
-    o, m = _local_worker()
+    o, m = local_worker()
     return [(o + m * w, m * n) for w in range(n)]
 
 
@@ -62,16 +63,22 @@ class Prefetch(Stage):
     """``workers`` replicas of a reader in threads or processes, merged (see ``prefetch``)."""
 
     name = "prefetch"
+    per_entry = "same"  # its entries are the reader's, unchanged: a shard above may split below it
 
     def __init__(self, reader: Reader, workers: int, mode: str, buffer_size: int | None, ordered: bool,
                  start_method: str | None, restarts: int):
         super().__init__(reader)
-        self.reader, self.workers, self.mode, self.buffer_size = reader, workers, mode, buffer_size
+        self.workers, self.mode, self.buffer_size = workers, mode, buffer_size
         self.ordered, self.start_method, self.restarts = ordered, start_method, restarts
-        self._last: list = []  # the latest pass's PassStats, shared with copies (see _with_parent)
+        self._last: list = []  # the latest pass's PassStats, shared with copies (see with_parents)
 
     def __getstate__(self) -> dict:
         return {**self.__dict__, "_last": []}
+
+    @property
+    def reader(self) -> Reader:
+        """The reader the workers run."""
+        return self.parents[0]
 
     # -- how the work is split ------------------------------------------------
     def _job(self) -> Reader:
@@ -90,20 +97,11 @@ class Prefetch(Stage):
 
     # -- positions ----------------------------------------------------------
     @property
-    def keeps_positions(self) -> bool:
-        return self.ordered and self._splits()
+    def positions(self) -> int | None:
+        return 1 if self.ordered and self._splits() else None  # the round-robin merge gives the reader's order
 
     @property
-    def per_entry(self) -> str | None:
-        """"same": entries come out as they went in, so a shard above may split below it."""
-        return "same" if self.keeps_positions else None
-
-    def _with_parent(self, parent: Any) -> Prefetch:
-        new = copy.copy(self)  # shares _last, so stats() still reports the passes
-        new.parents, new.reader = (parent,), parent
-        return new
-
-    def _unresumable(self) -> str | None:
+    def unresumable(self) -> str | None:
         if not self.ordered:
             return f"{self.name}(ordered=False) yields entries as they are ready, in no fixed order; give ordered=True"
         if not self._splits():
@@ -116,9 +114,6 @@ class Prefetch(Stage):
         return len(self.reader)
 
     # -- passes -------------------------------------------------------------
-    def _stream(self, pass_id: int) -> Iterator:
-        return self._seek(pass_id, 0)
-
     def _seek(self, pass_id: int, cursor: int) -> Iterator:
         jobs, labels = self._jobs()
         pool = Pool(self.name, jobs, _contexts(len(jobs)), processes=self.mode == "process", ordered=self.ordered,
@@ -258,6 +253,7 @@ def buffered(reader: Reader, size: int) -> Buffered:
 
 class XmapReaders(Prefetch):
     name = "xmap_readers"
+    per_entry = "map"  # each entry is the mapper's of the reader's alone
 
     def __init__(self, mapper: Callable, reader: Reader, process_num: int, buffer_size: int, order: bool,
                  mode: str, start_method: str | None, restarts: int):
@@ -265,21 +261,14 @@ class XmapReaders(Prefetch):
                          start_method, restarts)
         self.mapper, self.process_num, self.total_buffer = mapper, process_num, buffer_size
 
-    @property
-    def order(self) -> bool:
-        return self.ordered
-
     def _job(self) -> Reader:
-        return Mapped(self.mapper, (self.reader,))
+        return Mapped(self.mapper, self.reader)
 
     @property
-    def per_entry(self) -> str | None:
-        return "map" if self.keeps_positions else None
-
-    def _unresumable(self) -> str | None:
+    def unresumable(self) -> str | None:
         if not self.ordered:
             return "xmap_readers(order=False) yields entries as they finish, in no fixed order; give order=True"
-        return super()._unresumable()
+        return super().unresumable
 
     def _options(self) -> str:
         opts = (f"{describe(self.mapper)}, process_num={self.process_num}, "
@@ -334,19 +323,18 @@ class MultiprocessReader(Prefetch):
                  restarts: int):
         limit = max(1, math.ceil(queue_size / len(readers))) if queue_size > 0 else 0  # 0: unbounded
         super().__init__(readers[0], len(readers), "process", limit, False, start_method, restarts)
-        self.parents, self.readers, self.use_pipe, self.queue_size = readers, readers, use_pipe, queue_size
+        self.parents, self.use_pipe, self.queue_size = readers, use_pipe, queue_size
 
     def _jobs(self) -> tuple[list, list[str]]:
-        return list(self.readers), [describe(r) for r in self.readers]
+        return list(self.parents), [describe(r) for r in self.parents]
 
-    def _unresumable(self) -> str | None:
-        return "multiprocess_reader merges its readers in whatever order their entries arrive"
+    unresumable = "multiprocess_reader merges its readers in whatever order their entries arrive"
 
     def __len__(self) -> int:
         raise TypeError("multiprocess_reader has no length")
 
     def _options(self) -> str:
-        n = len(self.readers)
+        n = len(self.parents)
         opts = f"{n} reader{'' if n == 1 else 's'}, use_pipe={self.use_pipe}"
         opts += "" if self.use_pipe else f", queue_size={self.queue_size}"
         opts += "" if self.start_method is None else f", start_method={self.start_method!r}"

@@ -1,0 +1,88 @@
+"""Curried decorators: ``toolz.curry`` that waits only for the reader.
+
+``toolz.curry`` calls a function once its required arguments are all given
+and otherwise returns a partial application. A decorator's reader is one of
+them, so ``shuffle(buf_size=10, seed=0)`` waits for it, as ``toolz.pipe``
+needs; but once the reader is there the decorator runs at once, so a missing
+or wrong option is reported on that line rather than turned into a partial
+that fails later. A partial application shows itself as the call it stands
+for, and checks its keywords against the decorator's signature when made.
+"""
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+import toolz
+from toolz.functoolz import no_default
+
+from readers.pipeline import describe
+
+__all__ = ["Curried"]
+
+
+def _shown(value: Any) -> str:
+    return describe(value) if callable(value) else repr(value)
+
+
+class Curried(toolz.curry):
+    """A decorator that waits for its reader when only options are given.
+
+    Called with the reader (at position ``reader_at``, or by its name), it
+    runs at once, so a missing option is reported then; called without it, it
+    returns a partial application for ``toolz.pipe``. Pickles like ``toolz.curry``.
+
+    >>> def scale(reader, factor):
+    ...     '''Multiply every entry by ``factor``.'''
+    ...     return lambda: (x * factor for x in reader())
+    >>> times = Curried(scale)
+    >>> times(factor=3)
+    scale(factor=3)
+    >>> list(times(factor=3)(lambda: [1, 2])())
+    [3, 6]
+    >>> times(lambda: [1, 2])
+    Traceback (most recent call last):
+    ...
+    TypeError: scale() missing 1 required positional argument: 'factor'
+    >>> times(fator=3)
+    Traceback (most recent call last):
+    ...
+    TypeError: scale() got an unexpected keyword argument 'fator'; its options are reader, factor
+    """
+
+    def __init__(self, *args: Any, reader_at: int | None = None, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        inherited = getattr(args[0], "reader_at", 0) if args else 0  # a partial keeps its decorator's
+        self.reader_at = inherited if reader_at is None else reader_at
+
+    def _reader_given(self, args: tuple, kwargs: dict) -> bool:
+        if len(self.args) + len(args) > self.reader_at:
+            return True
+        params = list(inspect.signature(self.func).parameters.values())
+        named = params[self.reader_at] if self.reader_at < len(params) else None
+        return (named is not None and named.kind is not named.VAR_POSITIONAL
+                and (named.name in kwargs or named.name in (self.keywords or {})))
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if self._reader_given(args, kwargs):
+            return self._partial(*args, **kwargs)
+        try:
+            inspect.signature(self.func).bind_partial(*self.args, *args, **{**(self.keywords or {}), **kwargs})
+        except TypeError as exc:
+            names = ", ".join(inspect.signature(self.func).parameters)
+            raise TypeError(f"{self.__name__}() {exc}; its options are {names}") from None
+        return self.bind(*args, **kwargs)
+
+    @property
+    def __signature__(self) -> inspect.Signature:
+        sig = super().__signature__  # toolz marks what is still required with a sentinel default
+        return sig.replace(parameters=[p.replace(default=inspect.Parameter.empty) if p.default is no_default else p
+                                       for p in sig.parameters.values()])
+
+    def __repr__(self) -> str:
+        if not self.args and not self.keywords:
+            return f"<decorator {self.__module__}.{self.__name__}{inspect.signature(self.func)}>"
+        shown = [*map(_shown, self.args), *(f"{k}={_shown(v)}" for k, v in (self.keywords or {}).items())]
+        return f"{self.__name__}({', '.join(shown)})"
+
+    __str__ = __repr__

@@ -1,0 +1,153 @@
+"""A pipeline as a graph of nodes: each stage's parents, its name and options, and its declarations.
+
+Every readerkit reader is a ``Node``. A node knows the readers it reads (its
+``parents``), shows itself in reprs, and *declares* the four facts that
+``readers.position`` reads to say where a pass is and to resume there:
+
+``positions``
+    how a cursor counts its passes: its own entries (None), or its parent's
+    positions, k per entry (1 for a map, ``batch_size`` for a batch);
+``seed``
+    the seed that orders its passes, recorded in every state;
+``share()``
+    the share of its input's pass it keeps, for a shard;
+``unresumable``
+    why no position of its passes can be saved, if none can.
+
+A fifth, ``per_entry``, tells a shard above it whether it may split the pass
+below this node instead. ``readers.stage.Stage`` adds running passes.
+"""
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterator
+from typing import Any, ClassVar, NamedTuple
+
+__all__ = ["Node", "Share", "describe", "walk"]
+
+
+class Share(NamedTuple):
+    """The share of its input's pass a sharding stage keeps: shard ``index`` of ``count``.
+
+    ``index`` is None for a share whose positions count alike in every share
+    (a node's block: every node takes the same steps through a block of its
+    own). ``follows_workers``: the share is the worker's it runs in, looked
+    up as each pass starts, rather than given.
+
+    >>> Share(1, 4, False).count
+    4
+    """
+
+    index: int | None
+    count: int
+    follows_workers: bool
+
+
+class Node:
+    """A stage of a pipeline: its parents, its name and options, and its declarations.
+
+    The declarations are class attributes with the defaults below; a stage
+    overrides one with a class attribute, a field set in ``__init__`` or a
+    property when it depends on the options.
+
+    >>> class Twice(Node):
+    ...     name = "twice"
+    ...     positions = 1  # one entry per parent entry: its cursor is the parent's
+    >>> Twice(lambda: [1])
+    twice()
+    └─ <lambda>
+    """
+
+    #: The stage's name in reprs and error messages.
+    name: ClassVar[str] = "stage"
+    #: How a cursor counts this stage's passes: None, its own entries; k, its first
+    #: parent's positions, k per entry of this stage (1 for a map, batch_size for a batch).
+    positions: int | None = None
+    #: The seed that orders this stage's passes, recorded in every state; None for none.
+    seed: int | None = None
+    #: Why a position in this stage's passes cannot be saved, or None when it can.
+    unresumable: str | None = None
+    #: Whether a shard above may split the pass below this stage instead (a stage with
+    #: ``positions == 1``): None, no; "same", its entries are its parent's, unchanged;
+    #: "map", each is made from its parent's alone (so not below a padding shard).
+    per_entry: str | None = None
+
+    def __init__(self, *parents: Any):
+        self.parents = parents
+
+    def share(self) -> Share | None:
+        """The share of its input's pass this stage keeps, resolved now; None for a stage that keeps all."""
+        return None
+
+    def with_parents(self, *parents: Any) -> Node:
+        """A copy of this stage that reads ``parents`` instead (for a shard that splits below it).
+
+        >>> from readers import from_sequence, map_readers
+        >>> list(map_readers(str.upper, from_sequence("ab")).with_parents(from_sequence("cd"))())
+        ['C', 'D']
+        """
+        new = object.__new__(type(self))
+        new.__dict__.update(self.__dict__)
+        new.parents = parents
+        return new
+
+    # -- display ----------------------------------------------------------------
+    def _options(self) -> str:
+        """The options shown in the repr, e.g. ``"buf_size=10, seed=0"``."""
+        return ""
+
+    def title(self) -> str:
+        """This stage on one line: its name and options, without its parents.
+
+        >>> from readers import from_sequence, shuffle
+        >>> shuffle(from_sequence("ab"), 4, seed=0).title()
+        'shuffle(buf_size=4, seed=0)'
+        """
+        return f"{self.name}({self._options()})"
+
+    def _lines(self) -> list[str]:
+        lines = [self.title()]
+        for i, parent in enumerate(self.parents):
+            last = i == len(self.parents) - 1
+            sub = parent._lines() if isinstance(parent, Node) else [describe(parent)]
+            lines.append(("└─ " if last else "├─ ") + sub[0])
+            lines.extend(("   " if last else "│  ") + line for line in sub[1:])
+        return lines
+
+    def __repr__(self) -> str:
+        return "\n".join(self._lines())
+
+    def __bool__(self) -> bool:
+        return True  # a reader is never falsy, even when it has a length
+
+
+def describe(reader: Any) -> str:
+    """A one-line name for any reader, for error messages and reprs; no memory addresses.
+
+    >>> def numbers():
+    ...     yield 1
+    >>> describe(numbers)
+    'numbers'
+    >>> describe(functools.partial(numbers))
+    'partial(numbers)'
+    """
+    if isinstance(reader, Node):
+        return reader.title()
+    if isinstance(reader, functools.partial):
+        args = [describe(reader.func), *map(repr, reader.args), *(f"{k}={v!r}" for k, v in reader.keywords.items())]
+        return f"partial({', '.join(args)})"
+    name = getattr(reader, "__qualname__", None) or getattr(reader, "__name__", None)
+    return name or type(reader).__name__
+
+
+def walk(reader: Any) -> Iterator:
+    """Every stage of a pipeline, top down and depth first, ending with plain readers.
+
+    >>> from readers import from_sequence, shuffle
+    >>> [describe(s) for s in walk(shuffle(from_sequence("ab"), seed=0))]
+    ['shuffle(buf_size=None (global), seed=0)', 'from_sequence(str of 2)']
+    """
+    yield reader
+    if isinstance(reader, Node):
+        for parent in reader.parents:
+            yield from walk(parent)

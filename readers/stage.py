@@ -1,0 +1,459 @@
+"""The stage protocol: the base class every readerkit reader derives from, and every hook it may define.
+
+A stage is a reader (a zero-argument callable returning a fresh iterable of
+entries) that knows its parents, so a pipeline can print itself, be told
+which pass it is on, and say where a pass is. A pass runs in one of three
+ways, declared by ``access``: as a stream of entries, as an index plan (a
+source and the sample indices to read, which ``batch`` gathers with
+vectorised takes and ``shard`` splits by arithmetic), or over the stage itself
+when it has random access (``len`` and ``[i]``).
+
+The hooks, all in one place (a stage defines the ones it needs):
+
+=================  ==========================================================
+``name``           class attribute: the stage's name in reprs and errors
+``_options()``     the options shown in the repr
+``access``         "stream", "plan" or "index": how passes run (below)
+``_stream(p)``     pass p as an iterator of entries ("stream")
+``_seek(p, c)``    pass p from cursor c; the default reads past c entries of
+                   ``_stream(p)``, and a stage that can jump overrides it
+``_plan(p, c)``    pass p from cursor c as an index ``Plan`` ("plan")
+``positions``      how its cursor counts: own entries (None), or its parent's
+                   positions, k per entry (see ``readers.pipeline``)
+``seed``           the seed that orders its passes, recorded in states
+=================  ==========================================================
+
+Stages that shard or run workers also declare ``share()``, ``per_entry`` and
+``unresumable`` (``readers.pipeline.Node``). A stage with random access
+("index") defines ``__len__`` and ``_get(i)``, and may define ``gather``
+(entries at many indices: vectorised, or lazily made), ``gather_columns``
+(one array per column, for the collate fast path) and ``sample_ids`` (the
+source's sample IDs, for a stage that moves indices). ``IndexedReader`` is
+the base of such readers. Instance state must pickle: threads and processes
+belong to a pass, never to the stage. The guide ``readers.guide`` shows
+worked examples.
+"""
+from __future__ import annotations
+
+import inspect
+import itertools
+import operator
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, TypeVar
+
+import numpy as np
+
+from readers.checks import whole
+from readers.pipeline import Node, describe
+from readers.plans import Plan, index_chunks
+from readers.position import check_layout, check_state, state_of
+
+__all__ = ["IndexedReader", "PassIterator", "Reader", "Stage", "access_of", "as_indexed", "check_reader",
+           "close_iterator", "is_indexed", "is_planned", "iterate", "open_plan"]
+
+T = TypeVar("T")
+Reader = Callable[[], Iterable[T]]
+
+ACCESS = ("stream", "plan", "index")
+
+
+class Stage(Node):
+    """Base class of readerkit's readers: a picklable callable with parents (see the module doc for the hooks).
+
+    >>> class Doubled(Stage):
+    ...     name = "doubled"
+    ...     positions = 1  # one entry per parent entry, in order: it resumes at its parent's cursor
+    ...     def _seek(self, pass_id, cursor):
+    ...         return (2 * x for x in iterate(self.parents[0], pass_id, cursor))
+    >>> r = Doubled(lambda: iter(range(4)))
+    >>> list(r()), list(r.run(0, cursor=2))
+    ([0, 2, 4, 6], [4, 6])
+    """
+
+    #: How passes run: "stream" (``_stream``/``_seek``), "plan" (``_plan``) or "index" (random access).
+    access: str = "stream"
+
+    def __init__(self, *parents: Any):
+        super().__init__(*parents)
+        self._pass = 0
+
+    # -- the hooks ---------------------------------------------------------------------
+    def _stream(self, pass_id: int) -> Iterator:
+        """Pass ``pass_id`` from its start, as an iterator of entries."""
+        raise NotImplementedError(f"{type(self).__name__} defines neither _stream nor _seek")
+
+    def _seek(self, pass_id: int, cursor: int) -> Iterator:
+        """Pass ``pass_id`` from ``cursor`` (in this stage's position units): reads past by default."""
+        entries = self._stream(pass_id)
+        return itertools.islice(entries, cursor, None) if cursor else entries
+
+    def _plan(self, pass_id: int, cursor: int) -> Plan:
+        """Pass ``pass_id`` from ``cursor`` as an index plan; by default, this stage's own indices in order."""
+        if self.access != "index":
+            raise NotImplementedError(f"{type(self).__name__} declares access={self.access!r} and defines no _plan")
+        return Plan(self, index_chunks(len(self), start=cursor))
+
+    # -- running passes ------------------------------------------------------------------
+    def run(self, pass_id: int, cursor: int = 0) -> Iterator:
+        """The entries of pass ``pass_id`` from ``cursor``, whatever this stage's own count of calls says.
+
+        >>> from readers import from_sequence, shuffle
+        >>> r = shuffle(from_sequence(range(6)), seed=0)
+        >>> list(r.run(3)) == list(r.run(3)), list(r.run(3, cursor=4)) == list(r.run(3))[4:]
+        (True, True)
+        """
+        if self.access == "stream":
+            return self._seek(pass_id, cursor)
+        return self._plan(pass_id, cursor).entries()
+
+    def plan(self, pass_id: int, cursor: int = 0) -> Plan | None:
+        """Pass ``pass_id`` from ``cursor`` as an index plan, or None when passes are streams.
+
+        >>> from readers import from_sequence
+        >>> plan = from_sequence("abc").plan(0, 1)
+        >>> [plan.source[int(i)] for chunk in plan.chunks for i in chunk]
+        ['b', 'c']
+        """
+        return None if self.access == "stream" else self._plan(pass_id, cursor)
+
+    def __call__(self) -> PassIterator:
+        resume = self.__dict__.pop("_resume", None)
+        if resume is None:
+            pass_id, cursor = self._pass, 0
+        else:
+            pass_id, cursor, layout = resume
+            check_layout(self, layout, cursor)
+        self._pass = pass_id + 1
+        return PassIterator(self, pass_id, cursor)
+
+    def set_pass(self, pass_id: int) -> None:
+        """Make the next call start pass ``pass_id``; later calls go on from there.
+
+        >>> from readers import from_sequence, shuffle
+        >>> r = shuffle(from_sequence(range(5)), seed=1)
+        >>> first = list(r())
+        >>> r.set_pass(0)
+        >>> list(r()) == first
+        True
+        """
+        self._pass = whole(pass_id, "pass_id", "set_pass", floats=False)
+        self.__dict__.pop("_resume", None)
+
+    def set_state(self, state: dict) -> None:
+        """Make the next call resume where ``state`` (from ``get_state()`` of a pass) was taken.
+
+        The state is a small plain dict ``{"pass", "cursor", "seed"}``. Its
+        cursor counts entries in the pipeline's order before any shard, so a
+        state saved by one shard layout resumes on another: ranks that saved
+        at the same step with 4 shards can resume with 3, and together they see
+        the rest of the pass exactly once. Streams resume by reading past the
+        cursor; index-addressed pipelines jump there.
+
+        >>> from readers import from_sequence, shuffle
+        >>> r = shuffle(from_sequence(range(6)), seed=0)
+        >>> it = r()
+        >>> head = [next(it), next(it)]
+        >>> state = it.get_state()
+        >>> state
+        {'pass': 0, 'cursor': 2, 'seed': 0}
+        >>> r.set_state(state)
+        >>> head + list(r()) == list(shuffle(from_sequence(range(6)), seed=0)())
+        True
+        """
+        self._resume = check_state(self, state)
+        self._pass = self._resume[0]
+
+    # -- random access (access == "index") -----------------------------------------------
+    def _get(self, i: int) -> Any:
+        """Entry ``i``, for 0 <= i < len(self)."""
+        raise NotImplementedError(f"{type(self).__name__} defines no _get")
+
+    def __getitem__(self, i: int) -> Any:
+        if self.access != "index":
+            raise TypeError(f"{self.title()} has no random access ([i]): it is not built on an indexed reader")
+        n = len(self)
+        if isinstance(i, (bool, np.bool_)) or not isinstance(i, (int, np.integer)):
+            raise TypeError(f"sample index must be an int, got {type(i).__name__} {i!r}")
+        i = int(i)
+        if i < 0:
+            i += n
+        if not 0 <= i < n:
+            raise IndexError(f"sample index {i} out of range for {self.title()} of length {n}")
+        return self._get(i)
+
+    def gather(self, indices: np.ndarray) -> Iterable:
+        """The entries at ``indices`` (in range, non-negative), in order.
+
+        A pass reads through this, one chunk of a plan at a time: return a list
+        when the entries are made at once (a vectorised take), or an iterator
+        that makes each as it is read (per-entry work, such as a map).
+
+        >>> from readers import from_sequence, map_readers
+        >>> it = iter(map_readers(lambda x: 1 // x, from_sequence([1, 0])).gather(np.arange(2)))
+        >>> next(it)
+        1
+        """
+        return map(self._get, indices.tolist())
+
+    def gather_columns(self, indices: np.ndarray) -> tuple | np.ndarray | None:
+        """One array per column for ``indices``, or None when entries are not columnar."""
+        return None
+
+    def sample_ids(self, indices: np.ndarray) -> np.ndarray:
+        """The unique IDs of the samples at ``indices``: their index in the underlying source."""
+        return indices
+
+
+class IndexedReader(Stage):
+    """A reader with ``len(r)`` and ``r[i]``; iterating gives entries 0..len-1.
+
+    Subclasses define ``__len__`` and ``_get(i)`` for 0 <= i < len, and may
+    define ``gather`` (vectorised), ``gather_columns`` and ``sample_ids``.
+
+    >>> class Squares(IndexedReader):
+    ...     name = "squares"
+    ...     def __len__(self):
+    ...         return 4
+    ...     def _get(self, i):
+    ...         return i * i
+    >>> r = Squares()
+    >>> list(r()), r[-1]
+    ([0, 1, 4, 9], 9)
+    """
+
+    name = "indexed"
+    access = "index"
+
+    def __len__(self) -> int:
+        raise NotImplementedError(f"{type(self).__name__} defines no __len__")
+
+
+class _UserIndexed(IndexedReader):
+    """Adapter for a user's object that is callable and has len and [i]."""
+
+    def __init__(self, obj: Any):
+        super().__init__(obj)
+        self.obj = obj
+
+    def __len__(self) -> int:
+        return len(self.obj)
+
+    def _get(self, i: int) -> Any:
+        return self.obj[i]
+
+    def title(self) -> str:
+        return f"indexed({describe(self.obj)}, len={len(self.obj)})"
+
+    def _lines(self) -> list[str]:
+        return [self.title()]
+
+
+def _end_of(flag: list) -> Iterator:
+    """Chained after a pass's entries: runs once, when they run out, and yields nothing."""
+    flag.append(True)  # a list, not the PassIterator: a cycle would delay closing an abandoned pass
+    return
+    yield
+
+
+_first = operator.itemgetter(0)
+_MANY = 1 << 62  # more entries than any pass gives: the counter below never runs out
+
+
+class PassIterator:
+    """The iterator of one pass of a readerkit reader; ``get_state()`` says where it is.
+
+    It counts what it hands out at C speed (``zip`` with a range iterator,
+    whose ``length_hint`` tells how far it got), so a ``for`` loop over it
+    costs no Python call per entry.
+
+    >>> from readers import from_sequence
+    >>> it = from_sequence("abc")()
+    >>> next(it), it.get_state()
+    ('a', {'pass': 0, 'cursor': 1, 'seed': None})
+    >>> list(it), it.get_state()
+    (['b', 'c'], {'pass': 1, 'cursor': 0, 'seed': None})
+    """
+
+    __slots__ = ("reader", "pass_id", "start", "_ended", "_raw", "_counter", "_fast")
+
+    def __init__(self, reader: Stage, pass_id: int, start: int):
+        self.reader, self.pass_id, self.start, self._ended = reader, pass_id, start, []
+        self._raw = reader.run(pass_id, start)
+        self._counter = iter(range(_MANY))
+        # zip takes the entry first, so the counter moves only for entries handed out
+        self._fast = map(_first, zip(itertools.chain(self._raw, _end_of(self._ended)), self._counter))
+
+    @property
+    def done(self) -> bool:
+        """Whether the pass has run out."""
+        return bool(self._ended)
+
+    @property
+    def consumed(self) -> int:
+        """Entries handed out so far in this pass."""
+        return _MANY - operator.length_hint(self._counter)
+
+    def __iter__(self) -> Iterator:
+        return self._fast
+
+    def __next__(self) -> Any:
+        return next(self._fast)
+
+    def close(self) -> None:
+        close_iterator(self._raw)
+
+    def get_state(self) -> dict:
+        """Where this pass is, as a small JSON-able dict for ``reader.set_state``.
+
+        >>> from readers import from_sequence
+        >>> it = from_sequence(range(5))()
+        >>> [next(it) for _ in range(2)] and it.get_state()
+        {'pass': 0, 'cursor': 2, 'seed': None}
+        """
+        return state_of(self.reader, self.pass_id, self.start, self.consumed, self.done)
+
+
+def close_iterator(it: Any) -> None:
+    """Close ``it`` when it can be closed (a generator, a pass iterator); plain iterators need nothing.
+
+    >>> def numbers():
+    ...     yield 1
+    ...     yield 2
+    >>> g = numbers(); next(g); close_iterator(g); list(g)
+    1
+    []
+    >>> close_iterator(iter([1]))
+    """
+    close = getattr(it, "close", None)
+    if close is not None:
+        close()
+
+
+def check_reader(reader: Any, role: str = "reader") -> Any:
+    """Check eagerly that ``reader`` is a zero-argument callable; return it.
+
+    >>> check_reader(lambda: [1, 2]) is not None
+    True
+    >>> check_reader([1, 2])
+    Traceback (most recent call last):
+    ...
+    TypeError: reader must be a zero-argument callable returning an iterable, got list [1, 2]; wrap data with readers.from_sequence(...) or pass the generator function itself
+    """
+    if inspect.isgenerator(reader):
+        raise TypeError(
+            f"{role} must be a zero-argument callable, got a generator object "
+            f"{describe(reader)!r}; pass the generator function itself (without "
+            "calling it) so every pass can start afresh"
+        )
+    if not callable(reader):
+        shown = repr(reader)
+        if len(shown) > 60:
+            shown = shown[:57] + "..."
+        raise TypeError(
+            f"{role} must be a zero-argument callable returning an iterable, got "
+            f"{type(reader).__name__} {shown}; wrap data with readers.from_sequence(...) "
+            "or pass the generator function itself"
+        )
+    if not isinstance(reader, Stage):
+        try:
+            inspect.signature(reader).bind()
+        except TypeError:
+            raise TypeError(
+                f"{role} {describe(reader)!r} cannot be called with no arguments; a reader "
+                "takes none (use functools.partial or a reader creator to bind them)"
+            ) from None
+        except ValueError:  # builtins without a signature: accept and find out later
+            pass
+    return reader
+
+
+def iterate(reader: Reader, pass_id: int | None = None, cursor: int = 0) -> Iterator:
+    """Start a pass of ``reader`` and return its iterator, checking what it returned.
+
+    Stages start their parents' passes with their own ``pass_id``, so a whole
+    pipeline's randomness follows the pass of its outermost stage. A nonzero
+    ``cursor`` starts the pass there (in ``reader``'s position units, see
+    ``readers.position.advance``); a plain function's pass is read past its
+    first ``cursor`` entries.
+
+    >>> list(iterate(lambda: (x * x for x in range(3))))
+    [0, 1, 4]
+    >>> list(iterate(lambda: iter("abcd"), cursor=3))
+    ['d']
+    >>> iterate(lambda: 42)
+    Traceback (most recent call last):
+    ...
+    TypeError: reader <lambda> returned int, which is not iterable; a reader must return a fresh iterable (a list, or a generator from a generator function)
+    """
+    if isinstance(reader, Stage) and pass_id is not None:
+        return reader.run(pass_id, cursor)
+    result = reader()
+    try:
+        it = iter(result)
+        return itertools.islice(it, cursor, None) if cursor else it
+    except TypeError:
+        raise TypeError(
+            f"reader {describe(reader)} returned {type(result).__name__}, which is not "
+            "iterable; a reader must return a fresh iterable (a list, or a generator "
+            "from a generator function)"
+        ) from None
+
+
+def is_planned(reader: Any) -> bool:
+    """Whether ``reader``'s passes are index plans (indexed sources and what keeps them).
+
+    >>> from readers import from_sequence, shuffle
+    >>> is_planned(shuffle(from_sequence("abc"), seed=0)), is_planned(lambda: "abc")
+    (True, False)
+    """
+    return isinstance(reader, Stage) and reader.access != "stream"
+
+
+def access_of(reader: Any) -> str:
+    """How ``reader``'s passes run: its declared ``access``, or "stream" for a plain reader.
+
+    >>> from readers import from_sequence
+    >>> access_of(from_sequence("ab")), access_of(lambda: iter("ab"))
+    ('index', 'stream')
+    """
+    return reader.access if isinstance(reader, Stage) else "stream"
+
+
+def is_indexed(reader: Any) -> bool:
+    """Whether ``reader`` is a stage with random access (``len`` and ``[i]``).
+
+    >>> from readers import from_sequence, shuffle
+    >>> is_indexed(from_sequence("ab")), is_indexed(shuffle(from_sequence("ab"), seed=0))
+    (True, False)
+    """
+    return isinstance(reader, Stage) and reader.access == "index"
+
+
+def open_plan(reader: Any, pass_id: int, cursor: int = 0) -> Plan | None:
+    """Start pass ``pass_id`` of ``reader`` (at ``cursor``) as an index plan, or return None for a stream.
+
+    >>> from readers import from_sequence
+    >>> plan = open_plan(from_sequence("abc"), 0)
+    >>> [plan.source[int(i)] for chunk in plan.chunks for i in chunk]
+    ['a', 'b', 'c']
+    >>> open_plan(lambda: iter("abc"), 0) is None
+    True
+    """
+    return reader.plan(pass_id, cursor) if isinstance(reader, Stage) else None
+
+
+def as_indexed(reader: Any) -> Stage | None:
+    """``reader`` as a stage with random access when it has ``len`` and ``[i]``, else None.
+
+    >>> from readers import from_sequence
+    >>> r = from_sequence([3, 4])
+    >>> as_indexed(r) is r
+    True
+    >>> as_indexed(lambda: iter([3, 4])) is None
+    True
+    """
+    if isinstance(reader, Stage):
+        return reader if reader.access == "index" else None
+    if callable(reader) and hasattr(reader, "__len__") and hasattr(reader, "__getitem__"):
+        return _UserIndexed(reader)
+    return None
