@@ -210,7 +210,7 @@ def train(reader_name: str, data_dir: str | None, download: bool, model_name: st
 
 def _check_entry(name: str, reader: Any) -> Any:
     """The image of ``reader``'s first entry, after checking entries are (image, label)."""
-    from readers.stage import check_reader
+    from readers.checks import check_reader
 
     check_reader(reader, f"reader creator {name!r} returned something that")
     entry = _first_entry(reader)
@@ -404,7 +404,7 @@ def bench(reader_name: str, data_dir: str | None, download: bool, workers: int, 
     stage prefetch(2 threads): ... entries/s  input wait ...%  output wait ...%  consumer wait ...%  queue fill ...%
     bottleneck: the consumer — it waited for data ...% of the pass, ...; the training step is slower than the data: ...
     """
-    from readers.stage import check_reader
+    from readers.checks import check_reader
 
     train_reader, _ = _splits(reader_name, data_dir, download)
     check_reader(train_reader, f"reader creator {reader_name!r} returned something that")

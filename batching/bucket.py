@@ -7,8 +7,9 @@ from typing import Any
 
 import numpy as np
 
+from readers.checks import check_reader
 from readers.pipeline import describe
-from readers.stage import Reader, Stage, check_reader, iterate
+from readers.stage import Reader, Stage, iterate
 
 __all__ = ["bucket_by_length"]
 

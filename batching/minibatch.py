@@ -14,10 +14,10 @@ from typing import Any
 import numpy as np
 
 from batching.collate import collate, collate_column
-from readers.checks import whole
+from readers.checks import check_reader, whole
 from readers.pipeline import describe
 from readers.plans import rechunk
-from readers.stage import Stage, check_reader, is_planned, iterate, open_plan
+from readers.stage import Stage, is_planned, iterate, open_plan
 
 __all__ = ["batch", "collated"]
 

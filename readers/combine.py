@@ -11,8 +11,9 @@ from typing import Any
 
 import numpy as np
 
+from readers.checks import check_reader
 from readers.pipeline import describe
-from readers.stage import Stage, as_indexed, check_reader, is_indexed, iterate
+from readers.stage import Stage, as_indexed, is_indexed, iterate
 
 __all__ = ["ComposeNotAligned", "chain", "compose"]
 

@@ -12,11 +12,11 @@ import sys
 import warnings
 from typing import Any
 
-from readers.checks import whole
+from readers.checks import check_reader, whole
 from readers.launch import worker_info
 from readers.pipeline import Node, describe
 from readers.sharding import follows_workers, is_sharded
-from readers.stage import check_reader, iterate
+from readers.stage import iterate
 
 __all__ = ["torch_dataset"]
 

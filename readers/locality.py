@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from readers.checks import check_reader
 from readers.launch import worker_info
 from readers.pipeline import Share, describe
 from readers.plans import Plan
@@ -24,7 +25,7 @@ from readers.sharding import (
     stride_chunks,
 )
 from readers.shuffling import GlobalShuffle, check_seed
-from readers.stage import IndexedReader, Stage, as_indexed, check_reader, open_plan
+from readers.stage import IndexedReader, Stage, as_indexed, open_plan
 
 __all__ = ["NodeBlock", "NodeSplit", "node_shuffle"]
 

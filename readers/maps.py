@@ -14,10 +14,11 @@ from typing import Any
 
 import numpy as np
 
+from readers.checks import check_reader
 from readers.pipeline import describe
 from readers.plans import Plan
 from readers.position import is_native
-from readers.stage import Stage, access_of, as_indexed, check_reader, iterate, open_plan
+from readers.stage import Stage, access_of, as_indexed, iterate, open_plan
 
 __all__ = ["append_column", "map_readers", "with_index"]
 

@@ -17,12 +17,13 @@ import operator
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+from readers.checks import check_reader
 from readers.launch import local_worker
 from readers.maps import Mapped
 from readers.pipeline import describe
 from readers.pool_consumer import Pool, WorkerDiedError
 from readers.sharding import Shard, follows_workers
-from readers.stage import Reader, Stage, check_reader
+from readers.stage import Reader, Stage
 
 __all__ = ["Prefetch", "WorkerDiedError", "buffered", "multiprocess_reader", "prefetch", "xmap_readers"]
 

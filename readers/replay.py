@@ -5,9 +5,9 @@ import itertools
 from collections.abc import Iterator
 from typing import Any
 
-from readers.checks import whole
+from readers.checks import check_reader, whole
 from readers.pipeline import describe
-from readers.stage import Stage, check_reader, iterate
+from readers.stage import Stage, iterate
 
 __all__ = ["cache", "repeat"]
 

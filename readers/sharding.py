@@ -17,21 +17,14 @@ from typing import Any
 
 import numpy as np
 
-from readers.checks import whole
+from readers.checks import check_reader, whole
 from readers.launch import worker_info
 from readers.maps import append_column
+from readers.passes import close_iterator
 from readers.pipeline import Node, Share, describe, walk
 from readers.plans import CHUNK, Plan, rechunk
 from readers.shuffling import DrawnSeed
-from readers.stage import (
-    IndexedReader,
-    Stage,
-    access_of,
-    check_reader,
-    close_iterator,
-    iterate,
-    open_plan,
-)
+from readers.stage import IndexedReader, Stage, access_of, iterate, open_plan
 
 __all__ = ["check_equalize", "follows_workers", "is_sharded", "pad_with_weights", "shard", "stride_chunks"]
 

@@ -13,12 +13,12 @@ from typing import Any
 
 import numpy as np
 
-from readers.checks import whole
+from readers.checks import check_reader, whole
 from readers.permutation import KeyedPermutation
 from readers.pipeline import describe
 from readers.plans import Plan, index_chunks, rechunk, slice_chunks
 from readers.position import is_native
-from readers.stage import Stage, access_of, as_indexed, check_reader, iterate, open_plan
+from readers.stage import Stage, access_of, as_indexed, iterate, open_plan
 
 __all__ = ["DrawnSeed", "check_seed", "shuffle"]
 

@@ -35,21 +35,20 @@ worked examples.
 """
 from __future__ import annotations
 
-import inspect
 import itertools
-import operator
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, TypeVar
 
 import numpy as np
 
 from readers.checks import whole
+from readers.passes import PassIterator
 from readers.pipeline import Node, describe
 from readers.plans import Plan, index_chunks
-from readers.position import check_layout, check_state, state_of
+from readers.position import check_layout, check_state
 
-__all__ = ["IndexedReader", "PassIterator", "Reader", "Stage", "access_of", "as_indexed", "check_reader",
-           "close_iterator", "is_indexed", "is_planned", "iterate", "open_plan"]
+__all__ = ["IndexedReader", "Reader", "Stage", "access_of", "as_indexed", "is_indexed", "is_planned", "iterate",
+           "open_plan"]
 
 T = TypeVar("T")
 Reader = Callable[[], Iterable[T]]
@@ -246,125 +245,6 @@ class _UserIndexed(IndexedReader):
 
     def _lines(self) -> list[str]:
         return [self.title()]
-
-
-def _end_of(flag: list) -> Iterator:
-    """Chained after a pass's entries: runs once, when they run out, and yields nothing."""
-    flag.append(True)  # a list, not the PassIterator: a cycle would delay closing an abandoned pass
-    return
-    yield
-
-
-_first = operator.itemgetter(0)
-_MANY = 1 << 62  # more entries than any pass gives: the counter below never runs out
-
-
-class PassIterator:
-    """The iterator of one pass of a readerkit reader; ``get_state()`` says where it is.
-
-    It counts what it hands out at C speed (``zip`` with a range iterator,
-    whose ``length_hint`` tells how far it got), so a ``for`` loop over it
-    costs no Python call per entry.
-
-    >>> from readers import from_sequence
-    >>> it = from_sequence("abc")()
-    >>> next(it), it.get_state()
-    ('a', {'pass': 0, 'cursor': 1, 'seed': None})
-    >>> list(it), it.get_state()
-    (['b', 'c'], {'pass': 1, 'cursor': 0, 'seed': None})
-    """
-
-    __slots__ = ("reader", "pass_id", "start", "_ended", "_raw", "_counter", "_fast")
-
-    def __init__(self, reader: Stage, pass_id: int, start: int):
-        self.reader, self.pass_id, self.start, self._ended = reader, pass_id, start, []
-        self._raw = reader.run(pass_id, start)
-        self._counter = iter(range(_MANY))
-        # zip takes the entry first, so the counter moves only for entries handed out
-        self._fast = map(_first, zip(itertools.chain(self._raw, _end_of(self._ended)), self._counter))
-
-    @property
-    def done(self) -> bool:
-        """Whether the pass has run out."""
-        return bool(self._ended)
-
-    @property
-    def consumed(self) -> int:
-        """Entries handed out so far in this pass."""
-        return _MANY - operator.length_hint(self._counter)
-
-    def __iter__(self) -> Iterator:
-        return self._fast
-
-    def __next__(self) -> Any:
-        return next(self._fast)
-
-    def close(self) -> None:
-        close_iterator(self._raw)
-
-    def get_state(self) -> dict:
-        """Where this pass is, as a small JSON-able dict for ``reader.set_state``.
-
-        >>> from readers import from_sequence
-        >>> it = from_sequence(range(5))()
-        >>> [next(it) for _ in range(2)] and it.get_state()
-        {'pass': 0, 'cursor': 2, 'seed': None}
-        """
-        return state_of(self.reader, self.pass_id, self.start, self.consumed, self.done)
-
-
-def close_iterator(it: Any) -> None:
-    """Close ``it`` when it can be closed (a generator, a pass iterator); plain iterators need nothing.
-
-    >>> def numbers():
-    ...     yield 1
-    ...     yield 2
-    >>> g = numbers(); next(g); close_iterator(g); list(g)
-    1
-    []
-    >>> close_iterator(iter([1]))
-    """
-    close = getattr(it, "close", None)
-    if close is not None:
-        close()
-
-
-def check_reader(reader: Any, role: str = "reader") -> Any:
-    """Check eagerly that ``reader`` is a zero-argument callable; return it.
-
-    >>> check_reader(lambda: [1, 2]) is not None
-    True
-    >>> check_reader([1, 2])
-    Traceback (most recent call last):
-    ...
-    TypeError: reader must be a zero-argument callable returning an iterable, got list [1, 2]; wrap data with readers.from_sequence(...) or pass the generator function itself
-    """
-    if inspect.isgenerator(reader):
-        raise TypeError(
-            f"{role} must be a zero-argument callable, got a generator object "
-            f"{describe(reader)!r}; pass the generator function itself (without "
-            "calling it) so every pass can start afresh"
-        )
-    if not callable(reader):
-        shown = repr(reader)
-        if len(shown) > 60:
-            shown = shown[:57] + "..."
-        raise TypeError(
-            f"{role} must be a zero-argument callable returning an iterable, got "
-            f"{type(reader).__name__} {shown}; wrap data with readers.from_sequence(...) "
-            "or pass the generator function itself"
-        )
-    if not isinstance(reader, Stage):
-        try:
-            inspect.signature(reader).bind()
-        except TypeError:
-            raise TypeError(
-                f"{role} {describe(reader)!r} cannot be called with no arguments; a reader "
-                "takes none (use functools.partial or a reader creator to bind them)"
-            ) from None
-        except ValueError:  # builtins without a signature: accept and find out later
-            pass
-    return reader
 
 
 def iterate(reader: Reader, pass_id: int | None = None, cursor: int = 0) -> Iterator:

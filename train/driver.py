@@ -20,10 +20,9 @@ import batching
 import readers
 from batching.collate import Padded
 from readers.allocator import tune_allocator
-from readers.checks import whole
+from readers.checks import check_reader, whole
 from readers.position import check_resumable, start_of
 from readers.sharding import check_equalize, is_sharded
-from readers.stage import check_reader
 from train.checkpoint import (
     CheckpointError,
     load_for_rank,

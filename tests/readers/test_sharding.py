@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 
 import batching
 import readers
-from readers.stage import IndexedReader
 from readers.launch import worker_context, worker_info
+from readers.stage import IndexedReader
 
 LAUNCHER_PREFIXES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE",
                      "SLURM_", "OMPI_", "PMI_", "MPI_LOCAL")

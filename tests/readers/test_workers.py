@@ -17,7 +17,12 @@ import toolz
 
 import readers
 from readers import from_sequence, np_array
-from readers.parallel import WorkerDiedError, buffered, multiprocess_reader, xmap_readers
+from readers.parallel import (
+    WorkerDiedError,
+    buffered,
+    multiprocess_reader,
+    xmap_readers,
+)
 
 # Generous bound for "nothing hangs": far above what any step needs.
 HANG = 10.0

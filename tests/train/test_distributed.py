@@ -11,12 +11,11 @@ import numpy as np
 import pytest
 
 import readers
+from tests.train.recording import MAPPING, N, RecordingModel, dataset
 from train.checkpoint import load_checkpoint
 from train.driver import train
 from train.events import EndIteration
 from train.models import SoftmaxRegression
-
-from tests.train.recording import MAPPING, N, RecordingModel, dataset
 
 
 class WeightedRecorder(RecordingModel):

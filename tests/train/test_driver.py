@@ -10,12 +10,11 @@ import numpy as np
 import pytest
 
 import readers
+from tests.train.recording import MAPPING, N, RecordingModel, dataset
 from train.checkpoint import CheckpointError, load_checkpoint
 from train.driver import train
 from train.events import BeginIteration, BeginPass, EndIteration, EndPass, TestResult
 from train.models import SoftmaxRegression
-
-from tests.train.recording import MAPPING, N, RecordingModel, dataset
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 

@@ -1,0 +1,255 @@
+"""The consumer's channels to a pool's workers: threads with a queue, or processes with pipes and rings.
+
+``Threads`` and ``Processes`` each start one pass's workers (``readers.pool_worker``
+runs inside them), hand the consumer their messages (``recv``), report back
+what it received (``ack``: credit for more), restart a dead process worker,
+and stop every worker however the pass ends. ``readers.pool_consumer`` merges
+what they receive.
+
+Process workers: one duplex pipe each (messages out, credit back) and a shared
+ring for array bytes (``readers.shm``). The consumer waits on the pipe and the
+process sentinel together, so a worker that dies is noticed at once and named
+with its exit code or signal.
+"""
+from __future__ import annotations
+
+import math
+import multiprocessing
+import os
+import pickle
+import queue
+import signal
+import sys
+import threading
+import time
+import warnings
+from multiprocessing.connection import wait
+from typing import Any
+
+from readers import pool_worker, shm
+from readers.pipeline import describe
+
+__all__ = ["GRACE", "Died", "Processes", "Threads", "pick_start_method"]
+
+GRACE = 1.0  # seconds a stopped worker gets to exit before it is terminated
+
+
+class Died(Exception):
+    """A process worker ended without a last word: ``worker`` and ``how`` (its exit code or signal)."""
+
+    def __init__(self, worker: int, how: str):
+        super().__init__(worker, how)
+        self.worker, self.how = worker, how
+
+
+def pick_start_method(requested: str | None) -> str:
+    """``requested``, or fork when this process has no other threads to break, else spawn.
+
+    >>> pick_start_method("spawn")
+    'spawn'
+    >>> pick_start_method(None) in ("fork", "spawn")
+    True
+    """
+    if requested is not None:
+        return requested
+    if sys.platform.startswith("linux") and threading.active_count() == 1:
+        return "fork"
+    return "spawn"
+
+
+# -- statistics ------------------------------------------------------------------------
+
+
+class Threads:
+    """A pass's thread workers, as the consumer sees them."""
+
+    def __init__(self, pool: Any, pass_id: int, cursors: list[int]):
+        self.pool, self.out = pool, queue.SimpleQueue()
+        self.credits = [pool_worker.Credits(pool.limit, pool.stats.per_worker[w]) for w in range(len(pool.jobs))]
+        self.held: list[list] = [[] for _ in pool.jobs]  # messages for a worker the ordered merge is not at
+        self.threads = [
+            threading.Thread(target=pool_worker.thread_main, name=f"readerkit-{pool.name}-{w}", daemon=True,
+                             args=(w, job, pass_id, cursors[w], pool.contexts[w], self.out,
+                                   self.credits[w], pool.stats.per_worker[w]))
+            for w, job in enumerate(pool.jobs)]
+        for t in self.threads:
+            t.start()
+
+    def recv(self, w: int | None) -> tuple:
+        if w is None:
+            return self.out.get()
+        while not self.held[w]:
+            msg = self.out.get()
+            self.held[msg[0]].append(msg)
+        return self.held[w].pop(0)
+
+    def ack(self, w: int, n: int) -> None:
+        self.credits[w].give(n)
+
+    def fill(self) -> float:
+        return sum(c.fill() for c in self.credits) / len(self.credits)
+
+    def stop(self) -> None:
+        for c in self.credits:
+            c.close()
+        deadline = time.monotonic() + GRACE
+        stuck = []
+        for t in self.threads:
+            t.join(max(0.0, deadline - time.monotonic()))
+            if t.is_alive():
+                stuck.append(t.name)
+        if stuck:
+            warnings.warn(ResourceWarning(
+                f"readerkit {self.pool.name}: {', '.join(stuck)} did not return from its source within "
+                f"{GRACE} s of the pass ending; it will exit when the source's next() returns"))
+
+
+class Processes:
+    """A pass's process workers, as the consumer sees them."""
+
+    def __init__(self, pool: Any, pass_id: int, cursors: list[int]):
+        self.pool, self.pass_id = pool, pass_id
+        self.method = pick_start_method(pool.start_method)
+        self.ctx = multiprocessing.get_context(self.method)
+        n = len(pool.jobs)
+        self.procs: list[Any] = [None] * n
+        self.conns: list[Any] = [None] * n
+        self.rings: list[shm.RingReader | None] = [None] * n
+        self.watches: dict = {}  # of recv (see _watch); cleared whenever a pipe opens or closes
+        self.jobs = pool.jobs if self.method == "fork" else [self._pickled(w, j) for w, j in enumerate(pool.jobs)]
+        try:
+            for w in range(n):
+                if shm.available():
+                    self.rings[w] = shm.RingReader()
+                self.start(w, cursors[w])
+        except BaseException:
+            self.stop()
+            raise
+
+    def _pickled(self, w: int, job: Any) -> bytes:
+        try:
+            return pickle.dumps(job, pickle.HIGHEST_PROTOCOL)
+        except Exception as exc:
+            raise TypeError(
+                f"{self.pool.name}: the reader of worker {w} ({describe(job)}) cannot be pickled for the "
+                f"{self.method!r} start method ({exc}); build it from module-level functions (a "
+                "module-level generator function, functools.partial of one, or readers.* creators), "
+                "or pass start_method='fork'") from exc
+
+    def start(self, w: int, cursor: int) -> None:
+        mine, theirs = self.ctx.Pipe(duplex=True)
+        ring = self.rings[w]
+        spec = None if ring is None else (shm.SharedFd(ring.fd), ring.size, ring.restart_at())
+        self.conns[w] = mine
+        self.watches.clear()
+        inherited = [c for c in self.conns if c is not None] if self.method == "fork" else []
+        p = self.ctx.Process(
+            target=pool_worker.process_main, name=f"readerkit-{self.pool.name}-{w}", daemon=True,
+            args=(w, self.jobs[w] if self.method == "fork" else None, self.pass_id, cursor,
+                  self.pool.contexts[w], theirs, self.pool.limit, spec, os.getpid(), inherited))
+        try:
+            p.start()
+        finally:
+            theirs.close()  # now only the worker holds its end: its death reads as end of file
+        self.procs[w] = p
+        if self.method != "fork":
+            # On the pipe, not in the process arguments: multiprocessing writes those to a
+            # pipe the child may never read (a script without a main guard dies first), and
+            # blocks for good once they outgrow its buffer; this pipe breaks when the worker dies.
+            try:
+                mine.send_bytes(self.jobs[w])
+            except OSError:
+                pass  # it died: the first recv says how
+
+    def _watch(self, w: int | None) -> tuple[pool_worker.Watch, dict]:
+        """A watch on worker ``w``'s pipe and sentinel (None: every live worker's), and whose each is."""
+        if w not in self.watches:
+            live = [w] if w is not None else [i for i, c in enumerate(self.conns) if c is not None]
+            owner = {self.conns[i]: i for i in live} | {self.procs[i].sentinel: i for i in live}
+            self.watches[w] = (pool_worker.Watch(list(owner)), owner)
+        return self.watches[w]
+
+    def recv(self, w: int | None) -> tuple:
+        watch, owner = self._watch(w)
+        while True:
+            for ready in watch.ready():
+                i = owner[ready]
+                conn = self.conns[i]
+                if ready is conn or conn.poll():
+                    try:
+                        data = conn.recv_bytes()
+                    except (EOFError, OSError):
+                        raise Died(i, self._how(i)) from None
+                    kind, stats, payload = shm.unpack(data, self.rings[i])
+                    self.pool.stats.per_worker[i] = list(stats)
+                    if kind == pool_worker.ENTRIES:
+                        payload = shm.unfold(payload)
+                    else:
+                        self._retire(i)
+                    return i, kind, payload
+                raise Died(i, self._how(i))  # exited, and nothing it sent is left unread
+
+    def _retire(self, w: int) -> None:
+        """A worker that has said its last word: stop waiting on it."""
+        self.conns[w].close()
+        self.conns[w] = None
+        self.watches.clear()
+
+    def _how(self, w: int) -> str:
+        p = self.procs[w]
+        p.join(GRACE)
+        code = p.exitcode
+        if code is None:
+            return "closed its pipe"
+        if code >= 0:
+            return f"exited with code {code}"
+        return f"was killed by {signal.Signals(-code).name if -code in signal.valid_signals() else -code}"
+
+    def ack(self, w: int, n: int) -> None:
+        ring = self.rings[w]
+        if ring is not None:
+            ring.collect()
+        try:
+            self.conns[w].send_bytes(n.to_bytes(4, "little"))
+        except (OSError, AttributeError):
+            pass  # it has finished, or died: its next recv says which
+
+    def fill(self) -> float:
+        fills = []
+        for w, ring in enumerate(self.rings):
+            bound = pool_worker.cap(self.pool.limit, self.pool.stats.per_worker[w])
+            if ring is not None and bound != math.inf:
+                fills.append(min(1.0, max(0, ring.made() - self.pool.received[w]) / bound))
+        return sum(fills) / len(fills) if fills else 0.0
+
+    def restart(self, w: int, cursor: int) -> None:
+        self.procs[w].join(GRACE)
+        self.procs[w].close()
+        self.conns[w].close()
+        self.start(w, cursor)
+
+    def stop(self) -> None:
+        """Close every pipe (a worker's next send or credit wait then ends it), then join; terminate late ones."""
+        self.watches.clear()
+        for i, c in enumerate(self.conns):
+            if c is not None:
+                c.close()
+                self.conns[i] = None
+        procs = [p for p in self.procs if p is not None]
+        deadline = time.monotonic() + GRACE
+        alive = [p for p in procs if p.is_alive()]
+        while alive and (left := deadline - time.monotonic()) > 0:
+            wait([p.sentinel for p in alive], left)
+            alive = [p for p in alive if p.is_alive()]
+        for p in alive:
+            p.terminate()
+        for p in alive:
+            p.join(GRACE)
+            if p.exitcode is None:
+                p.kill()
+        for p in procs:
+            p.join()
+            p.close()
+        for ring in self.rings:
+            if ring is not None:
+                ring.close()
