@@ -40,7 +40,7 @@ from readers import (
     xmap_readers,
 )
 from tests.readers import worker_jobs as jobs
-from tests.readers.restoring import assert_resumes_at_every_step, assert_same
+from readers.testing import assert_resumes_at_every_step, assert_same
 from tests.readers.test_workers import _wait_until
 
 HANG = 5.0  # seconds: the spec's bound for "stops, raises or cleans up without hanging"

@@ -7,7 +7,7 @@ import pytest
 
 import batching
 import readers
-from tests.readers.restoring import assert_resumes_at_every_step
+from readers.testing import assert_resumes_at_every_step
 
 N = 11
 X = np.arange(N * 2, dtype=np.float32).reshape(N, 2)

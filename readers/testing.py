@@ -1,4 +1,6 @@
-"""One generic check for resumable readers, in the manner of Grain's checkpoint test helper.
+"""Checks for writing your own stages: does a reader resume exactly at every step of a pass?
+
+One generic check for resumable readers, in the manner of Grain's checkpoint test helper.
 
 ``assert_resumes_at_every_step(make)`` takes a zero-argument factory of fresh
 readers, records passes 0 and 1, and then, at every step of pass 0 (or at a
