@@ -16,7 +16,6 @@ import json
 import math
 import os
 import sys
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -264,97 +263,6 @@ def inspect_reader(reader_name: str, data_dir: str | None, download: bool, count
         click.echo(f"entry {i}: " + ", ".join(repr(v) if np.ndim(v) == 0 else np.array2string(np.asarray(v)) for v in shown))
 
 
-_BOUND = 0.5  # a side that waits half its time or more is waiting on the other side
-
-
-def _pct(share: float) -> str:
-    return f"{100 * share:.0f}%"
-
-
-def _bench_figures(name: str, reader: Any, *, workers: int, mode: str, batch_size: int, limit: int,
-                   step_ms: float, passes: int) -> dict[str, Any]:
-    """Time ``batch(prefetch(firstn(reader, limit)))`` with a sleeping consumer, then the reader alone.
-
-    Each is run ``passes`` times and the last pass counts. The reader's own
-    prefetch stages are reported from the reader-alone pass, which runs them in
-    this process (in the pipeline they run inside the workers, out of sight).
-    """
-    import batching
-    import readers
-    from readers.parallel import Prefetch
-    from readers.pipeline import describe, walk
-
-    alone = readers.firstn(reader, limit)
-    stage = readers.prefetch(alone, workers, mode=mode)
-    pipeline = batching.batch(stage, batch_size)
-    pause = step_ms / 1000
-    for _ in range(passes):
-        entries = batches = 0
-        stepping = 0.0
-        start = time.perf_counter()
-        for minibatch in pipeline():
-            entries, batches = entries + len(minibatch), batches + 1
-            if pause:
-                t = time.perf_counter()
-                time.sleep(pause)
-                stepping += time.perf_counter() - t
-        seconds = max(time.perf_counter() - start, 1e-9)
-        outer = stage.stats()
-        start = time.perf_counter()
-        serial_entries = sum(1 for _ in alone())
-        serial = max(time.perf_counter() - start, 1e-9)
-    stages = [{"stage": describe(stage), "measured": "pipeline", **outer}]
-    stages += [{"stage": describe(s), "measured": "reader alone", **s.stats()}
-               for s in walk(reader) if isinstance(s, Prefetch) and s.stats() is not None]
-    return {"reader": name, "mode": mode, "workers": workers, "batch_size": batch_size, "limit": limit,
-            "step_ms": step_ms, "passes": passes,
-            "alone": {"entries": serial_entries, "seconds": serial, "entries_per_s": serial_entries / serial},
-            "pipeline": {"entries": entries, "batches": batches, "seconds": seconds, "entries_per_s": entries / seconds,
-                         "without_prefetch_s": serial + stepping},
-            "stages": stages}
-
-
-def _bottleneck(f: dict[str, Any]) -> tuple[str, str]:
-    """What limits the pipeline bench measured, as (kind, the ``bottleneck:`` line); the rule is in bench's help.
-
-    >>> stage = {"stage": "prefetch(2 processes)", "input_wait": 0.92, "output_wait": 0.0,
-    ...          "consumer_wait": 0.95, "queue_fill": 0.1}
-    >>> f = {"reader": "mnist", "mode": "process", "step_ms": 0, "stages": [stage],
-    ...      "pipeline": {"seconds": 1.0, "without_prefetch_s": 1.8}}
-    >>> _bottleneck(f)[1]
-    'bottleneck: the reader (mnist) — workers spent 92% of their time waiting on it; add workers (--workers) or make it faster'
-    >>> _bottleneck({**f, "pipeline": {"seconds": 1.0, "without_prefetch_s": 0.2}})[1]
-    'bottleneck: prefetch overhead — the pipeline was 80% slower than the reader alone; handing entries over costs more than reading them: read without prefetch, try --mode thread, or prefetch whole batches (batch, then prefetch)'
-    >>> _bottleneck({**f, "step_ms": 20, "stages": [{**stage, "consumer_wait": 0.03, "queue_fill": 0.9}]})[1]
-    'bottleneck: the consumer — it waited for data 3% of the pass, the queue was 90% full on average; the training step is slower than the data: more workers will not help'
-    """
-    outer, inner = f["stages"][0], f["stages"][1:]
-    waited, p = outer["consumer_wait"], f["pipeline"]
-    switch = "--mode thread" if f["mode"] == "process" else "fewer workers"
-    if p["seconds"] > 1.1 * p["without_prefetch_s"]:
-        plus = " plus the same steps" if f["step_ms"] else ""
-        return "prefetch overhead", (
-            f"bottleneck: prefetch overhead — the pipeline was {_pct(1 - p['without_prefetch_s'] / p['seconds'])} "
-            f"slower than the reader alone{plus}; handing entries over costs more than reading them: "
-            f"read without prefetch, try {switch}, or prefetch whole batches (batch, then prefetch)")
-    if waited < _BOUND:
-        work = "the training step is" if f["step_ms"] else "batching (with no training step) is"
-        return "consumer", (f"bottleneck: the consumer — it waited for data {_pct(waited)} of the pass, the queue was "
-                            f"{_pct(outer['queue_fill'])} full on average; {work} slower than the data: "
-                            "more workers will not help")
-    at, label, hint = outer, f"the reader ({f['reader']})", "add workers (--workers) or make it faster"
-    for s in inner:  # follow the wait down the reader's own prefetch stages while each waits on the next
-        if at["input_wait"] < _BOUND or s["consumer_wait"] < _BOUND:
-            break
-        at, label, hint = s, f"the work under {s['stage']}", "give that stage more workers or make its work faster"
-    if at["input_wait"] >= _BOUND:
-        return "reader", f"bottleneck: {label} — workers spent {_pct(at['input_wait'])} of their time waiting on it; {hint}"
-    return "hand-off", (f"bottleneck: the hand-off — the consumer waited {_pct(waited)} of the pass, but workers spent "
-                        f"only {_pct(outer['input_wait'])} of their time reading and {_pct(outer['output_wait'])} "
-                        f"sending; starting workers and moving entries dominate: try a larger --limit, {switch}, "
-                        "or prefetch whole batches (batch, then prefetch)")
-
-
 @main.command("bench")
 @_reader_options
 @click.option("--workers", default=2, show_default=True, type=click.IntRange(min=1), help="Prefetch workers.")
@@ -389,21 +297,9 @@ def bench(reader_name: str, data_dir: str | None, download: bool, workers: int, 
     more waiting on their reader: that reader (or, following the wait down,
     the work under the reader's own prefetch stage whose consumer also
     waited); otherwise the hand-off between workers and consumer.
-
-    \f
-    >>> from click.testing import CliRunner
-    >>> from readers.registry import register_reader, unregister
-    >>> register_reader("squares", lambda: lambda: (i * i for i in range(1000)))
-    >>> result = CliRunner().invoke(main, ["bench", "--reader", "squares", "--mode", "thread",
-    ...                                    "--limit", "500", "--step-ms", "20"])
-    >>> unregister("readers", "squares")
-    >>> print(result.output)
-    bench: squares, first 500 entries, 2 thread workers, batches of 64, step 20 ms
-    reader alone: 500 entries, ... entries/s (serial, no prefetch)
-    pipeline: 500 entries in 8 batches, ... entries/s (...x the reader alone plus the steps)
-    stage prefetch(2 threads): ... entries/s  input wait ...%  output wait ...%  consumer wait ...%  queue fill ...%
-    bottleneck: the consumer — it waited for data ...% of the pass, ...; the training step is slower than the data: ...
     """
+    from readers.allocator import tune_allocator
+    from readers.bench import bottleneck, measure, report
     from readers.checks import check_reader
 
     train_reader, _ = _splits(reader_name, data_dir, download)
@@ -411,25 +307,15 @@ def bench(reader_name: str, data_dir: str | None, download: bool, workers: int, 
     _first_entry(train_reader)  # an empty reader is reported before anything is timed
     click.echo(f"bench: {reader_name}, first {limit:,} entries, {workers} {mode} worker{'s' if workers > 1 else ''}, "
                f"batches of {batch_size}, step {step_ms:g} ms")
-    f = _bench_figures(reader_name, train_reader, workers=workers, mode=mode, batch_size=batch_size, limit=limit,
-                       step_ms=step_ms, passes=passes)
-    alone, p = f["alone"], f["pipeline"]
-    click.echo(f"reader alone: {alone['entries']:,} entries, {alone['entries_per_s']:,.0f} entries/s (serial, no prefetch)")
-    click.echo(f"pipeline: {p['entries']:,} entries in {p['batches']:,} batches, {p['entries_per_s']:,.0f} entries/s "
-               f"({p['without_prefetch_s'] / p['seconds']:.2f}x the reader alone{' plus the steps' if step_ms else ''})")
-    for s in f["stages"]:
-        where = "" if s["measured"] == "pipeline" else " (the reader's own, measured alone)"
-        click.echo(f"stage {s['stage']}{where}: {s['entries_per_s']:,.0f} entries/s  input wait {_pct(s['input_wait'])}  "
-                   f"output wait {_pct(s['output_wait'])}  consumer wait {_pct(s['consumer_wait'])}  "
-                   f"queue fill {_pct(s['queue_fill'])}")
-    f["bottleneck"], f["verdict"] = _bottleneck(f)
-    click.echo(f["verdict"])
+    tune_allocator()  # as train does: the figures then match a training run's
+    f = measure(reader_name, train_reader, workers=workers, mode=mode, batch_size=batch_size, limit=limit,
+                step_ms=step_ms, passes=passes)
+    f["bottleneck"], f["verdict"] = bottleneck(f)
+    for line in [*report(f), f["verdict"]]:
+        click.echo(line)
     if log_json:
         with open(log_json, "w", encoding="utf-8") as out:
             out.write(json.dumps(f) + "\n")
-
-
-__test__ = {"bench": bench.callback}  # doctest does not look inside click commands
 
 
 if __name__ == "__main__":

@@ -184,20 +184,6 @@ def test_cli_missing_test_split_fails_before_training(tiny_mnist, tmp_path):
 # -- bench ---------------------------------------------------------------------------
 
 
-def _slow_square(x):
-    import time
-
-    time.sleep(0.02)  # stands for decoding: far slower than anything else in these pipelines
-    return x * x
-
-
-def slow_reader():
-    """Sixteen entries of 20 ms each; indexed, so every prefetch worker makes only its share."""
-    import readers
-
-    return readers.map_readers(_slow_square, readers.from_sequence(range(16)))
-
-
 def buffered_reader():
     """A reader with a prefetch stage of its own."""
     import readers
@@ -239,25 +225,6 @@ def test_cli_bench_runs_process_workers_by_default():
     assert lines[-1].startswith("bottleneck: ")
 
 
-def test_cli_bench_names_a_slow_consumer():
-    # 16 steps of 20 ms against 64 entries made in well under a millisecond
-    result = run("bench", "--reader", "tests.test_cli:tiny_reader", "--mode", "thread", "--batch-size", "4",
-                 "--step-ms", "20")
-    assert result.exit_code == 0, result.output
-    last = result.stdout.splitlines()[-1]
-    assert last.startswith("bottleneck: the consumer — it waited for data "), last
-    assert last.endswith("; the training step is slower than the data: more workers will not help")
-
-
-def test_cli_bench_names_a_slow_reader():
-    # two workers share 16 entries of 20 ms each while the consumer does nearly nothing
-    result = run("bench", "--reader", "tests.test_cli:slow_reader", "--mode", "thread")
-    assert result.exit_code == 0, result.output
-    last = result.stdout.splitlines()[-1]
-    assert re.fullmatch(r"bottleneck: the reader \(tests\.test_cli:slow_reader\) — workers spent \d+% of their time "
-                        r"waiting on it; add workers \(--workers\) or make it faster", last), last
-
-
 def test_cli_bench_reports_the_readers_own_prefetch_stages():
     result = run("bench", "--reader", "tests.test_cli:buffered_reader", "--mode", "thread")
     assert result.exit_code == 0, result.output
@@ -265,40 +232,6 @@ def test_cli_bench_reports_the_readers_own_prefetch_stages():
     assert re.fullmatch(STAGE.format(re.escape("prefetch(2 threads)")), lines[3])
     assert re.fullmatch(STAGE.format(re.escape("buffered(size=8) (the reader's own, measured alone)")), lines[4])
     assert lines[5].startswith("bottleneck: ") and len(lines) == 6
-
-
-def _figures(consumer_wait, input_wait, seconds=1.0, inner=()):
-    """bench's figures for the verdict alone: one prefetch stage, then the reader's own."""
-    stage = {"stage": "prefetch(2 processes)", "input_wait": input_wait, "output_wait": 0.05,
-             "consumer_wait": consumer_wait, "queue_fill": 0.25}
-    return {"reader": "mnist", "mode": "process", "step_ms": 5, "stages": [stage, *inner],
-            "pipeline": {"seconds": seconds, "without_prefetch_s": 1.0}}
-
-
-XMAP = {"stage": "xmap_readers(decode, process_num=2, buffer_size=4, order=True)", "input_wait": 0.97,
-        "output_wait": 0.0, "consumer_wait": 0.9, "queue_fill": 0.1}
-
-
-@pytest.mark.parametrize("figures, line", [
-    (_figures(0.1, 0.2), "bottleneck: the consumer — it waited for data 10% of the pass, the queue was 25% full "
-                         "on average; the training step is slower than the data: more workers will not help"),
-    (_figures(0.1, 0.2, seconds=2.0), "bottleneck: prefetch overhead — the pipeline was 50% slower than the reader "
-                                      "alone plus the same steps; handing entries over costs more than reading them: "
-                                      "read without prefetch, try --mode thread, or prefetch whole batches (batch, then prefetch)"),
-    (_figures(0.9, 0.8), "bottleneck: the reader (mnist) — workers spent 80% of their time waiting on it; "
-                         "add workers (--workers) or make it faster"),
-    (_figures(0.9, 0.8, inner=[XMAP]), f"bottleneck: the work under {XMAP['stage']} — workers spent 97% of their "
-                                       "time waiting on it; give that stage more workers or make its work faster"),
-    (_figures(0.9, 0.8, inner=[{**XMAP, "consumer_wait": 0.2}]), "bottleneck: the reader (mnist) — workers spent 80% "
-                                                                 "of their time waiting on it; add workers (--workers) or make it faster"),
-    (_figures(0.9, 0.1), "bottleneck: the hand-off — the consumer waited 90% of the pass, but workers spent only 10% "
-                         "of their time reading and 5% sending; starting workers and moving entries dominate: try a "
-                         "larger --limit, --mode thread, or prefetch whole batches (batch, then prefetch)"),
-])
-def test_cli_bench_bottleneck_rule(figures, line):
-    from cli import _bottleneck
-
-    assert _bottleneck(figures)[1] == line
 
 
 @pytest.mark.parametrize("args, message", [
