@@ -25,6 +25,21 @@ def _shown(value: Any) -> str:
     return describe(value) if callable(value) else repr(value)
 
 
+def _signature(func: Any) -> inspect.Signature:
+    """``func``'s signature with its annotations evaluated (modules here postpone them)."""
+    try:
+        return inspect.signature(func, eval_str=True)
+    except (NameError, TypeError, SyntaxError):  # an annotation naming what only a type checker sees
+        return inspect.signature(func)
+
+
+def _plain(sig: inspect.Signature) -> str:
+    """A signature without annotations, as a call would read it."""
+    empty = inspect.Parameter.empty
+    return str(sig.replace(parameters=[p.replace(annotation=empty) for p in sig.parameters.values()],
+                           return_annotation=inspect.Signature.empty))
+
+
 class Curried(toolz.curry):
     """A decorator that waits for its reader when only options are given.
 
@@ -58,7 +73,7 @@ class Curried(toolz.curry):
     def _reader_given(self, args: tuple, kwargs: dict) -> bool:
         if len(self.args) + len(args) > self.reader_at:
             return True
-        params = list(inspect.signature(self.func).parameters.values())
+        params = list(_signature(self.func).parameters.values())
         named = params[self.reader_at] if self.reader_at < len(params) else None
         return (named is not None and named.kind is not named.VAR_POSITIONAL
                 and (named.name in kwargs or named.name in (self.keywords or {})))
@@ -67,21 +82,25 @@ class Curried(toolz.curry):
         if self._reader_given(args, kwargs):
             return self._partial(*args, **kwargs)
         try:
-            inspect.signature(self.func).bind_partial(*self.args, *args, **{**(self.keywords or {}), **kwargs})
+            _signature(self.func).bind_partial(*self.args, *args, **{**(self.keywords or {}), **kwargs})
         except TypeError as exc:
-            names = ", ".join(inspect.signature(self.func).parameters)
+            names = ", ".join(_signature(self.func).parameters)
             raise TypeError(f"{self.__name__}() {exc}; its options are {names}") from None
         return self.bind(*args, **kwargs)
 
     @property
     def __signature__(self) -> inspect.Signature:
+        """The signature still to be given: the decorator's, less what is bound (shown as defaults)."""
+        sig = _signature(self.func)
+        if not self.args and not self.keywords:
+            return sig
         sig = super().__signature__  # toolz marks what is still required with a sentinel default
         return sig.replace(parameters=[p.replace(default=inspect.Parameter.empty) if p.default is no_default else p
                                        for p in sig.parameters.values()])
 
     def __repr__(self) -> str:
         if not self.args and not self.keywords:
-            return f"<decorator {self.__module__}.{self.__name__}{inspect.signature(self.func)}>"
+            return f"<decorator {self.__name__}{_plain(_signature(self.func))}>"
         shown = [*map(_shown, self.args), *(f"{k}={_shown(v)}" for k, v in (self.keywords or {}).items())]
         return f"{self.__name__}({', '.join(shown)})"
 
