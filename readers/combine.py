@@ -5,11 +5,11 @@ vectorised batch still works over the combination; otherwise it streams.
 """
 from __future__ import annotations
 
-import itertools
 from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
+import toolz
 
 from readers.checks import check_reader
 from readers.pipeline import describe
@@ -64,7 +64,7 @@ class Chained(Stage):
         return map(next, map(parts.__getitem__, owner.tolist()))
 
     def _stream(self, pass_id: int) -> Iterator:
-        return itertools.chain.from_iterable(iterate(r, pass_id) for r in self.parents)
+        return toolz.concat(iterate(r, pass_id) for r in self.parents)
 
 
 def chain(*readers: Any) -> Chained:

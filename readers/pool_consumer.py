@@ -18,13 +18,14 @@ with the process that started them.
 from __future__ import annotations
 
 import collections
-import itertools
 import operator
 import signal
 import time
 import warnings
 from collections.abc import Iterator, Sequence
 from typing import Any
+
+import toolz
 
 from readers import pool_worker
 from readers.pool_channels import Died, Processes, Threads
@@ -89,7 +90,7 @@ class _Merged:
     frame runs per entry; ``close()`` stops the workers."""
 
     def __init__(self, pieces: Iterator):
-        self.pieces, self.flat = pieces, itertools.chain.from_iterable(pieces)
+        self.pieces, self.flat = pieces, toolz.concat(pieces)
 
     def __iter__(self) -> Iterator:
         return self.flat

@@ -5,6 +5,8 @@ import itertools
 from collections.abc import Iterator
 from typing import Any
 
+import toolz
+
 from readers.checks import check_reader, whole
 from readers.pipeline import describe
 from readers.stage import Stage, iterate
@@ -24,7 +26,7 @@ class Repeated(Stage):
     def _stream(self, pass_id: int) -> Iterator:
         if self.times is not None:
             # repetition j of pass k is the parent's pass k * times + j: passes never overlap
-            return itertools.chain.from_iterable(
+            return toolz.concat(
                 iterate(self.parents[0], pass_id * self.times + j) for j in range(self.times))
         return self._forever(pass_id)
 

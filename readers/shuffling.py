@@ -12,6 +12,7 @@ from operator import itemgetter
 from typing import Any
 
 import numpy as np
+import toolz
 
 from readers.checks import check_reader, whole
 from readers.permutation import KeyedPermutation
@@ -134,7 +135,7 @@ class BufferShuffle(Stage):
         if cursor and not is_native(parent):  # the parent's cursor counts other things: read past
             return itertools.islice(self._seek(pass_id, 0), cursor, None)
         rng, start, offset = self._where(pass_id, cursor)
-        blocks = itertools.chain.from_iterable(self._blocks(iterate(parent, pass_id, start), rng))
+        blocks = toolz.concat(self._blocks(iterate(parent, pass_id, start), rng))
         return itertools.islice(blocks, offset, None) if offset else blocks
 
     def _blocks(self, source: Iterator, rng: np.random.Generator) -> Iterator[tuple]:
