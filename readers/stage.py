@@ -231,7 +231,7 @@ class _UserIndexed(IndexedReader):
     """Adapter for a user's object that is callable and has len and [i]."""
 
     def __init__(self, obj: Any):
-        super().__init__(obj)
+        super().__init__()  # the object is shown in the options, not as a parent: it is no reader
         self.obj = obj
 
     def __len__(self) -> int:
@@ -240,11 +240,8 @@ class _UserIndexed(IndexedReader):
     def _get(self, i: int) -> Any:
         return self.obj[i]
 
-    def title(self) -> str:
-        return f"indexed({describe(self.obj)}, len={len(self.obj)})"
-
-    def _lines(self) -> list[str]:
-        return [self.title()]
+    def _options(self) -> str:
+        return f"{describe(self.obj)}, len={len(self.obj)}"
 
 
 def iterate(reader: Reader, pass_id: int | None = None, cursor: int = 0) -> Iterator:
