@@ -109,7 +109,7 @@ class Node:
         lines = [self.title()]
         for i, parent in enumerate(self.parents):
             last = i == len(self.parents) - 1
-            sub = parent._lines() if isinstance(parent, Node) else [describe(parent)]
+            sub = repr(parent).splitlines() if isinstance(parent, Node) else [describe(parent)]
             lines.append(("└─ " if last else "├─ ") + sub[0])
             lines.extend(("   " if last else "│  ") + line for line in sub[1:])
         return lines

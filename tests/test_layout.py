@@ -1,0 +1,97 @@
+"""The code's layout: no import cycles, modules of a readable size, no calls into another object's private methods."""
+import ast
+import pathlib
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+PACKAGES = ("readers", "batching", "train")
+NAMEDTUPLE_API = {"_make", "_replace", "_asdict"}  # public, underscored only to stay clear of field names
+MODULES = sorted(p for pkg in PACKAGES for p in (ROOT / pkg).glob("*.py")) + [ROOT / "cli.py"]
+MAX_LINES = 400
+
+
+def _name(path: pathlib.Path) -> str:
+    rel = path.relative_to(ROOT).with_suffix("")
+    parts = rel.parts[:-1] if rel.name == "__init__" else rel.parts
+    return ".".join(parts)
+
+
+def _imports() -> dict[str, set[str]]:
+    """Module -> the package modules it imports (``from pkg import mod`` counts as importing ``pkg.mod``)."""
+    names = {_name(p) for p in MODULES}
+    graph = {}
+    for path in MODULES:
+        found = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                found |= {a.name for a in node.names if a.name in names}
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                subs = {f"{node.module}.{a.name}" for a in node.names} & names
+                found |= subs or ({node.module} & names)
+        graph[_name(path)] = found - {_name(path)}
+    return graph
+
+
+def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import cycle among the packages' modules, or None; a package's __init__ is left out as a
+    target (importing the package namespace from inside it is how its own submodules are reached)."""
+    state: dict[str, int] = {}
+
+    def visit(node: str, path: list[str]) -> list[str] | None:
+        state[node] = 1
+        for nxt in sorted(graph.get(node, ())):
+            if nxt in PACKAGES:
+                continue
+            if state.get(nxt) == 1:
+                return path[path.index(nxt):] + [nxt]
+            if nxt not in state and (found := visit(nxt, path + [nxt])):
+                return found
+        state[node] = 2
+        return None
+
+    for start in sorted(graph):
+        if start not in state and (found := visit(start, [start])):
+            return found
+    return None
+
+
+def test_no_import_cycles():
+    assert _cycle(_imports()) is None, f"import cycle: {' -> '.join(_cycle(_imports()))}"
+
+
+def test_cycle_finder_finds_a_cycle():
+    assert _cycle({"a.x": {"a.y"}, "a.y": {"a.z"}, "a.z": {"a.x"}}) == ["a.x", "a.y", "a.z", "a.x"]
+    assert _cycle({"a.x": {"a.y"}, "a.y": set()}) is None
+
+
+@pytest.mark.parametrize("path", MODULES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_module_is_of_a_readable_size(path):
+    lines = len(path.read_text().splitlines())
+    assert lines <= MAX_LINES, f"{path.relative_to(ROOT)} has {lines} lines; split it by job (aim under {MAX_LINES})"
+
+
+def _private_calls(tree: ast.AST) -> list[str]:
+    """Calls of ``obj._method(...)`` where obj is not self, cls or super(): a reach into another's privates."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            attr, owner = node.func.attr, node.func.value
+            if not attr.startswith("_") or attr.startswith("__") or attr in NAMEDTUPLE_API:
+                continue
+            if isinstance(owner, ast.Name) and owner.id in ("self", "cls"):
+                continue
+            if isinstance(owner, ast.Call) and isinstance(owner.func, ast.Name) and owner.func.id == "super":
+                continue
+            found.append(f"line {node.lineno}: {ast.unparse(node.func)}()")
+    return found
+
+
+@pytest.mark.parametrize("path", MODULES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_no_calls_into_other_objects_private_methods(path):
+    assert _private_calls(ast.parse(path.read_text())) == []
+
+
+def test_private_call_finder_tells_self_from_others():
+    tree = ast.parse("self._a()\nsuper()._b()\nparent._c()\nx.public()\n")
+    assert _private_calls(tree) == ["line 3: parent._c()"]
