@@ -8,30 +8,43 @@ source and the sample indices to read, which ``batch`` gathers with
 vectorised takes and ``shard`` splits by arithmetic), or over the stage itself
 when it has random access (``len`` and ``[i]``).
 
-The hooks, all in one place (a stage defines the ones it needs):
+Every hook a stage may define, each with its contract. Every stage:
 
 =================  ==========================================================
 ``name``           class attribute: the stage's name in reprs and errors
 ``_options()``     the options shown in the repr
-``access``         "stream", "plan" or "index": how passes run (below)
+``access``         "stream", "plan" or "index": how its passes run (above)
 ``_stream(p)``     pass p as an iterator of entries ("stream")
 ``_seek(p, c)``    pass p from cursor c; the default reads past c entries of
                    ``_stream(p)``, and a stage that can jump overrides it
 ``_plan(p, c)``    pass p from cursor c as an index ``Plan`` ("plan")
-``positions``      how its cursor counts: own entries (None), or its parent's
-                   positions, k per entry (see ``readers.pipeline``)
+``positions``      how its cursor counts: its own entries (None), or its
+                   parent's positions, k per entry (``readers.pipeline``)
 ``seed``           the seed that orders its passes, recorded in states
 =================  ==========================================================
 
-Stages that shard or run workers also declare ``share()``, ``per_entry`` and
-``unresumable`` (``readers.pipeline.Node``). A stage with random access
-("index") defines ``__len__`` and ``_get(i)``, and may define ``gather``
-(entries at many indices: vectorised, or lazily made), ``gather_columns``
-(one array per column, for the collate fast path) and ``sample_ids`` (the
-source's sample IDs, for a stage that moves indices). ``IndexedReader`` is
-the base of such readers. Instance state must pickle: threads and processes
-belong to a pass, never to the stage. The guide ``readers.guide`` shows
-worked examples.
+A stage with random access ("index"; ``IndexedReader`` is their base):
+
+=================  ==========================================================
+``__len__()``      the number of entries
+``_get(i)``        entry i, for 0 <= i < len
+``gather(idx)``    the entries at many indices, as any iterable: a list made
+                   at once (vectorised), or an iterator making each as read
+``gather_columns`` one array per column for many indices, or None
+``sample_ids``     the source's sample IDs of many indices (a stage that
+                   moves indices maps them back)
+=================  ==========================================================
+
+Stages that shard or run workers (``readers.pipeline.Node``):
+
+=================  ==========================================================
+``share()``        the share of its input's pass it keeps, or None
+``per_entry``      whether a shard above may split the pass below it
+``unresumable``    why no position of its passes can be saved, or None
+=================  ==========================================================
+
+Instance state must pickle: threads and processes belong to a pass, never
+to the stage. The guide ``readers.guide`` works through two examples.
 """
 from __future__ import annotations
 
