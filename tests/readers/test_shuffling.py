@@ -1,11 +1,8 @@
-"""shuffle: seeded buffer shuffle and the O(1)-memory global shuffle."""
-import numpy as np
+"""readers.shuffling: seeded buffer shuffle and the O(1)-memory global shuffle."""
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 import readers
-from readers.permutation import KeyedPermutation
+from tests.readers.toys import ten_reader
 
 
 def stream_of(n):
@@ -15,29 +12,15 @@ def stream_of(n):
     return reader
 
 
-@given(n=st.integers(0, 5000), seed=st.integers(0, 2**63 - 1), pass_id=st.integers(0, 1000))
-@settings(max_examples=60, deadline=None)
-def test_keyed_permutation_is_a_bijection(n, seed, pass_id):
-    out = KeyedPermutation(n, seed, pass_id)(np.arange(n))
-    assert out.dtype == np.int64
-    assert np.array_equal(np.sort(out), np.arange(n))
+@pytest.mark.parametrize("buf_size", [0, 1])
+def test_shuffle_small_buffer_keeps_order(buf_size):
+    assert list(readers.shuffle(ten_reader(), buf_size)()) == list(range(10))
 
 
-def test_keyed_permutation_maps_any_chunking_the_same():
-    p = KeyedPermutation(1000, 5, 2)
-    whole = p(np.arange(1000))
-    parts = np.concatenate([p(np.arange(a, min(a + 77, 1000))) for a in range(0, 1000, 77)])
-    assert np.array_equal(whole, parts)
-
-
-def test_global_shuffle_positions_are_close_to_uniform():
-    # where sample 0 lands, over 4000 passes of 8 samples: a chi-square check
-    n, passes = 8, 4000
-    counts = np.zeros(n)
-    for k in range(passes):
-        counts[int(np.flatnonzero(KeyedPermutation(n, 11, k)(np.arange(n)) == 0)[0])] += 1
-    chi2 = ((counts - passes / n) ** 2 / (passes / n)).sum()
-    assert chi2 < 30, counts  # 7 degrees of freedom: p < 1e-4 beyond 30
+@pytest.mark.parametrize("buf_size", [3, 10, 100])
+def test_shuffle_buffer_keeps_every_entry(buf_size):
+    out = list(readers.shuffle(ten_reader(), buf_size, seed=0)())
+    assert sorted(out) == list(range(10))
 
 
 @pytest.mark.parametrize("buf_size", [None, 7])
@@ -112,3 +95,16 @@ def test_global_shuffle_of_a_tiny_reader_reaches_every_order_uniformly(n):
     expected = passes / math.factorial(n)
     chi2 = sum((c - expected) ** 2 / expected for c in counts.values())
     assert chi2 < 3 * math.factorial(n)  # about dof + 7 sigma for these sizes
+
+
+@pytest.mark.parametrize(
+    "make, match",
+    [
+        (lambda: readers.shuffle(ten_reader(), -3), "buf_size must be an int >= 0"),
+        (lambda: readers.shuffle(ten_reader(), 3, seed="x"), "seed must be an int"),
+        (lambda: readers.shuffle(ten_reader()), "needs an indexed reader"),
+    ],
+)
+def test_shuffle_bad_options_raise_value_error_when_applied(make, match):
+    with pytest.raises(ValueError, match=match):
+        make()

@@ -1,4 +1,4 @@
-"""Module-level readers and mappers for the prefetch tests (``test_prefetch.py``).
+"""Module-level readers and mappers for the worker-pool tests (test_parallel.py, test_pool_*.py, test_shm.py).
 
 A spawned worker process imports what it runs, so whatever a test hands to a
 ``start_method="spawn"`` worker lives here, in an importable module (not the
@@ -25,7 +25,9 @@ __all__ = [
     "fails_at",
     "odd_entries",
     "odd_stream",
+    "plus_one",
     "remainder",
+    "slow_plus_one",
     "tag_pid",
     "tag_worker",
 ]
@@ -107,6 +109,15 @@ def tag_worker(x: Any) -> tuple:
 def tag_pid(x: Any) -> tuple:
     """(x, the pid of the process that maps x)."""
     return x, os.getpid()
+
+
+def plus_one(x: int) -> int:
+    return x + 1
+
+
+def slow_plus_one(x: int) -> int:
+    time.sleep((x * 7 % 5) * 0.002)  # uneven work, so completion order differs from input order
+    return x + 1
 
 
 def remainder(x: int, m: int) -> int:

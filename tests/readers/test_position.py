@@ -1,4 +1,4 @@
-"""Reader state: every stateful stage and typical pipelines resume exactly at every step."""
+"""readers.position: states and cursors; every stateful stage and typical pipelines resume exactly at every step."""
 import functools
 import json
 

@@ -1,0 +1,75 @@
+"""readers.passes: the iterator of one pass, what it has handed out, and closing it."""
+import gc
+
+import pytest
+
+import readers
+from readers.passes import PassIterator, close_iterator
+
+
+def test_pass_iterator_counts_only_entries_handed_out():
+    it = readers.from_sequence(range(10))()
+    assert isinstance(it, PassIterator) and it.consumed == 0 and not it.done
+    assert [next(it) for _ in range(3)] == [0, 1, 2]
+    for x in it:
+        if x == 6:
+            break
+    assert it.consumed == 7 and not it.done
+    assert list(it) == [7, 8, 9] and it.consumed == 10 and it.done
+
+
+def test_pass_iterator_state_moves_to_the_next_pass_only_once_the_pass_ran_out():
+    r = readers.shuffle(readers.from_sequence(range(3)), seed=2)
+    it = r()
+    [next(it) for _ in range(3)]
+    assert it.get_state() == {"pass": 0, "cursor": 3, "seed": 2}  # the end is not known yet
+    assert list(it) == []
+    assert it.get_state() == {"pass": 1, "cursor": 0, "seed": 2}
+
+
+def test_pass_iterator_of_a_resumed_pass_counts_from_its_start():
+    r = readers.from_sequence(range(10))
+    r.set_state({"pass": 0, "cursor": 4, "seed": None})
+    it = r()
+    assert (it.pass_id, it.start) == (0, 4)
+    assert next(it) == 4 and it.get_state()["cursor"] == 5
+
+
+def test_close_stops_the_pass_and_runs_the_sources_cleanup():
+    closed = []
+
+    class Source(readers.Stage):
+        def _stream(self, pass_id):
+            try:
+                yield from range(100)
+            finally:
+                closed.append(pass_id)
+
+    it = Source()()
+    assert next(it) == 0
+    it.close()
+    assert closed == [0] and list(it) == []
+
+
+def test_an_abandoned_pass_is_closed_by_garbage_collection():
+    """The pass iterator holds no reference cycle that would keep an abandoned pass open."""
+    closed = []
+
+    def source():
+        try:
+            yield from range(100)
+        finally:
+            closed.append(True)
+
+    it = readers.map_readers(abs, source)()
+    next(it)
+    del it
+    gc.collect()
+    assert closed == [True]
+
+
+@pytest.mark.parametrize("it", [iter([1, 2]), map(abs, [1]), (x for x in [1])])
+def test_close_iterator_closes_what_can_be_closed(it):
+    close_iterator(it)
+    if hasattr(it, "close"):
+        assert list(it) == []

@@ -1,0 +1,101 @@
+"""readers.plans: index plans, and the chunk arithmetic that slices and regroups them."""
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import readers
+from readers.plans import Plan, index_chunks, rechunk, slice_chunks
+from readers.stage import as_indexed
+
+chunkings = st.lists(st.integers(0, 9), max_size=8)
+
+
+def chunked(sizes):
+    """Chunks of consecutive indices 0.. of the given sizes."""
+    bounds = np.cumsum([0, *sizes])
+    return [np.arange(lo, hi, dtype=np.int64) for lo, hi in zip(bounds[:-1], bounds[1:])]
+
+
+def flat(chunks):
+    return [int(i) for c in chunks for i in c]
+
+
+@settings(max_examples=100, deadline=None)
+@given(n=st.integers(0, 50), size=st.integers(1, 9), start=st.integers(0, 60))
+def test_index_chunks_cover_start_to_n_in_chunks_of_size(n, size, start):
+    chunks = list(index_chunks(n, size, start=start))
+    assert flat(chunks) == list(range(start, n))
+    assert all(0 < len(c) <= size and c.dtype == np.int64 for c in chunks)
+
+
+@settings(max_examples=100, deadline=None)
+@given(sizes=chunkings, start=st.integers(0, 60), count=st.one_of(st.none(), st.integers(0, 60)))
+def test_slice_chunks_is_a_slice_of_the_flat_stream(sizes, start, count):
+    whole = flat(chunked(sizes))
+    stop = None if count is None else start + count
+    got = list(slice_chunks(iter(chunked(sizes)), start, count))
+    assert flat(got) == whole[start:stop] and all(len(c) for c in got)
+
+
+def test_slice_chunks_stops_reading_once_the_slice_is_complete():
+    def endless():
+        k = 0
+        while True:
+            yield np.arange(k, k + 4)
+            k += 4
+
+    assert flat(slice_chunks(endless(), 3, 6)) == [3, 4, 5, 6, 7, 8]
+
+
+@settings(max_examples=100, deadline=None)
+@given(sizes=chunkings, size=st.integers(1, 9))
+def test_rechunk_regroups_into_chunks_of_exactly_size(sizes, size):
+    got = list(rechunk(iter(chunked(sizes)), size))
+    assert flat(got) == flat(chunked(sizes))
+    assert all(len(c) == size for c in got[:-1]) and (not got or 0 < len(got[-1]) <= size)
+
+
+def test_plan_entries_gather_chunk_by_chunk_in_order():
+    plan = Plan(readers.from_sequence("abcdef"), iter([np.array([4, 0]), np.array([], dtype=np.int64),
+                                                       np.array([5])]))
+    assert list(plan.entries()) == ["e", "a", "f"]
+
+
+@pytest.mark.parametrize("wrap", [
+    lambda r: r,
+    lambda r: readers.shuffle(r, seed=3),
+    lambda r: readers.skip(r, 2),
+    lambda r: readers.compose(r, readers.from_sequence(range(10_000))),
+    readers.with_index,
+    lambda r: readers.shard(r, 1, 2),
+    lambda r: readers.shard(r, 0, 3, equalize="pad"),
+    lambda r: readers.chain(r, readers.from_sequence(range(5))),
+    lambda r: readers.shuffle(readers.chain(readers.from_sequence(range(5)), r), seed=1),
+])
+@pytest.mark.parametrize("kind", ["map", "user", "sequence"])
+def test_indexed_pass_does_per_entry_work_only_for_entries_read(wrap, kind):
+    calls = []
+
+    class Loud:  # a user's indexed object whose r[i] is the work
+        def __len__(self):
+            return 10_000
+
+        def __getitem__(self, i):
+            calls.append(i)
+            return i
+
+        def __call__(self):
+            return iter(range(10_000))
+
+    def record(x):
+        calls.append(x)
+        return x
+
+    base = {"map": lambda: readers.map_readers(record, readers.from_sequence(range(10_000))),
+            "user": lambda: as_indexed(Loud()),
+            "sequence": lambda: readers.from_sequence(Loud())}[kind]()
+    it = iter(wrap(base)())
+    first = [next(it) for _ in range(3)]
+    assert len(calls) == 3, f"{len(calls)} entries made for the first 3 read (a plan chunk ahead)"
+    assert first == list(wrap(base)())[:3]

@@ -1,0 +1,212 @@
+"""readers.stage: the stage protocol, and the rules every decorator built on it keeps."""
+import pickle
+
+import numpy as np
+import pytest
+
+import batching
+import readers
+from readers.stage import access_of, as_indexed, is_indexed, iterate, open_plan
+from tests.readers.toys import CountingReader, add_one, double, is_odd
+
+# -- rules every decorator keeps ------------------------------------------------------
+
+DECORATORS = {
+    "map_readers": lambda r: readers.map_readers(add_one, r),
+    "shuffle_buffer": lambda r: readers.shuffle(r, 4, seed=1),
+    "chain": lambda r: readers.chain(r, r),
+    "compose": lambda r: readers.compose(r, r),
+    "firstn": lambda r: readers.firstn(r, 3),
+    "skip": lambda r: readers.skip(r, 2),
+    "filter_entries": lambda r: readers.filter_entries(r, is_odd),
+    "repeat": lambda r: readers.repeat(r, 2),
+    "with_index": readers.with_index,
+    "cache": readers.cache,
+    "batch": lambda r: batching.batch(r, 3),
+}
+
+
+@pytest.mark.parametrize("name", sorted(DECORATORS))
+def test_decorator_is_lazy(name):
+    source = CountingReader(range(10))
+    DECORATORS[name](source)
+    assert source.calls == 0 and source.pulled == 0
+
+
+@pytest.mark.parametrize("name", sorted(DECORATORS))
+def test_decorator_is_recallable_and_deterministic(name):
+    r = DECORATORS[name](CountingReader(range(10)))
+    twin = DECORATORS[name](CountingReader(range(10)))
+    passes = [list(r()) for _ in range(3)]
+    assert passes[0] and [list(twin()) for _ in range(3)] == passes
+    if name != "shuffle_buffer":
+        assert passes[0] == passes[1] == passes[2]
+
+
+@pytest.mark.parametrize("name", sorted(DECORATORS))
+def test_decorator_pickles_with_module_level_functions(name):
+    r = DECORATORS[name](readers.from_sequence(list(range(10))))
+    clone = pickle.loads(pickle.dumps(r))
+    assert list(clone()) == list(r())
+
+
+@pytest.mark.parametrize("name", sorted(DECORATORS))
+def test_decorator_repr_shows_one_stage_per_line(name):
+    r = DECORATORS[name](readers.from_sequence(list(range(10))))
+    lines = repr(r).splitlines()
+    assert len(lines) >= 2
+    assert lines[-1].endswith("from_sequence(list of 10)")
+
+
+@pytest.mark.parametrize("name", sorted(set(DECORATORS) - {"map_readers", "filter_entries"}))
+@pytest.mark.parametrize("indexed", [False, True])
+def test_decorator_passes_arrays_none_and_empty_strings_unharmed(name, indexed):
+    items = [np.arange(3), None, "", np.zeros((2, 2)), None, "", np.ones(1)]
+    source = readers.from_sequence(items) if indexed else (lambda: iter(items))
+    out = list(DECORATORS[name](source)())
+    flat = []
+    for entry in out:
+        parts = entry if isinstance(entry, (tuple, list)) else (entry,)
+        flat.extend(p for p in parts if not isinstance(p, int))
+    expected = {"firstn": items[:3], "skip": items[2:], "chain": items * 2, "repeat": items * 2}.get(name, items)
+    if name == "compose":
+        expected = [x for item in items for x in (item, item)]
+    if name == "shuffle_buffer":  # the same items in another order: compare as multisets of (kind, value)
+        flat, expected = sorted(map(_key, flat)), sorted(map(_key, expected))
+        assert flat == expected
+        return
+    assert len(flat) == len(expected)
+    for got, want in zip(flat, expected):
+        if want is None or isinstance(want, str):
+            assert got is want or got == want and type(got) is type(want), name
+        else:
+            assert isinstance(got, np.ndarray) and got.shape == want.shape and (got == want).all()
+
+
+def _key(x):
+    return (type(x).__name__, repr(x))
+
+
+# -- passes ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("make", [
+    lambda r: readers.repeat(r, 2),
+    lambda r: readers.chain(r, r),
+    lambda r: readers.compose(r, r),
+    lambda r: readers.map_readers(add_one, r),
+])
+def test_set_pass_replays_the_bare_pass_through_stages_that_call_a_parent_twice(make):
+    """Regression from the review of issue 2."""
+    r = make(readers.shuffle(readers.from_sequence(list(range(8))), seed=0))
+    bare = [list(r()) for _ in range(3)]
+    for k in (2, 0, 1):
+        r.set_pass(k)
+        assert list(r()) == bare[k]
+
+
+def test_set_pass_accepts_numpy_ints():
+    """Regression from the review of issue 2."""
+    r = readers.shuffle(readers.from_sequence(list(range(5))), seed=0)
+    r.set_pass(np.int64(1))
+    assert r._pass == 1
+
+
+@pytest.mark.parametrize("bad", [-1, 1.0, True])
+def test_set_pass_refuses_what_is_not_a_pass_number(bad):
+    with pytest.raises(ValueError, match="set_pass: pass_id must be an int >= 0"):
+        readers.from_sequence("ab").set_pass(bad)
+
+
+def test_run_gives_any_pass_from_any_cursor_without_moving_the_pass_count():
+    r = readers.shuffle(readers.from_sequence(range(10)), seed=1)
+    second = list(r.run(1))
+    assert list(r.run(1, cursor=4)) == second[4:]
+    assert list(r()) == list(r.run(0))  # run() did not count as a call
+
+
+def test_reader_returning_non_iterable_gets_a_type_error():
+    r = readers.map_readers(double, lambda: 42)
+    with pytest.raises(TypeError, match="returned int, which is not iterable"):
+        list(r())
+
+
+def test_iterate_of_a_plain_reader_reads_past_the_cursor():
+    assert list(iterate(lambda: iter("abcd"), pass_id=3, cursor=2)) == ["c", "d"]
+
+
+def test_a_stage_without_stream_or_seek_says_which_hook_is_missing():
+    class Empty(readers.Stage):
+        name = "empty"
+
+    with pytest.raises(NotImplementedError, match="Empty defines neither _stream nor _seek"):
+        list(Empty()())
+
+
+# -- random access ---------------------------------------------------------------------
+
+
+def test_indexed_reader_index_out_of_range_names_the_index_and_length():
+    src = readers.from_sequence(list("abcdefgh"))
+    with pytest.raises(IndexError, match="sample index 8 out of range"):
+        src[8]
+    assert src[-1] == "h"
+
+
+@pytest.mark.parametrize("index", ["1", 1.0, True])
+def test_indexed_reader_index_must_be_an_int(index):
+    with pytest.raises(TypeError, match="sample index must be an int"):
+        readers.from_sequence("abc")[index]
+
+
+def test_stream_stage_has_no_random_access():
+    with pytest.raises(TypeError, match="has no random access"):
+        readers.shuffle(readers.from_sequence("abc"), seed=0)[0]
+
+
+def test_indexed_subclass_gather_may_wrap_the_default():
+    class Logged(readers.IndexedReader):
+        calls: list = []
+
+        def __len__(self):
+            return 10
+
+        def _get(self, i):
+            return i * i
+
+        def gather(self, indices):
+            self.calls.append(len(indices))
+            return super().gather(indices)
+
+    assert list(Logged()()) == [i * i for i in range(10)] and Logged.calls == [10]
+
+
+def test_user_class_with_len_and_getitem_is_indexed():
+    class Squares:
+        def __len__(self):
+            return 5
+
+        def __getitem__(self, i):
+            return i * i
+
+        def __call__(self):
+            return (self[i] for i in range(5))
+
+    r = readers.shuffle(Squares(), seed=0)
+    assert sorted(r()) == [0, 1, 4, 9, 16]
+    adapted = as_indexed(Squares())
+    assert is_indexed(adapted) and adapted[3] == 9 and len(adapted) == 5
+
+
+@pytest.mark.parametrize("reader, access", [
+    (readers.from_sequence("ab"), "index"),
+    (readers.shuffle(readers.from_sequence("ab"), seed=0), "plan"),
+    (readers.filter_entries(readers.from_sequence("ab"), bool), "stream"),
+    (lambda: iter("ab"), "stream"),
+])
+def test_access_of_says_how_passes_run(reader, access):
+    assert access_of(reader) == access
+    plan = open_plan(reader, 0)
+    assert (plan is None) == (access == "stream")
+    if plan is not None:
+        assert sorted(e for chunk in plan.chunks for e in plan.source.gather(chunk)) == ["a", "b"]

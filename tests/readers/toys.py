@@ -1,0 +1,42 @@
+"""Small readers and functions the decorator tests share (module level, so pipelines of them pickle)."""
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+
+def ten(offset: int = 0) -> Iterator[int]:
+    """Paddle's test reader: entries offset..offset+9."""
+    yield from range(offset, offset + 10)
+
+
+def ten_reader(offset: int = 0):
+    return functools.partial(ten, offset)
+
+
+def double(x: Any) -> Any:
+    return 2 * x
+
+
+def add_one(x: Any) -> Any:
+    return x + 1
+
+
+def is_odd(x: int) -> bool:
+    return x % 2 == 1
+
+
+class CountingReader:
+    """A stream that counts the passes started and entries pulled."""
+
+    def __init__(self, items: Iterable):
+        self.items = list(items)
+        self.calls = 0
+        self.pulled = 0
+
+    def __call__(self) -> Iterator:
+        self.calls += 1
+        for item in self.items:
+            self.pulled += 1
+            yield item
