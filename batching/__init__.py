@@ -11,12 +11,12 @@
 from batching import bucket as _bucket
 from batching import minibatch as _batch
 from batching.collate import Padded, collate, collate_column
-from readers.currying import Curried
+from readers.currying import Curried as _Curried
 
 __all__ = ["Padded", "batch", "bucket_by_length", "collate", "collate_column", "collated"]
 
 # The curried namespace, one line per decorator (toolz.curry): given only options, a decorator
 # waits for its reader (toolz.pipe); given the reader, it runs, so a missing option is an error.
-batch = Curried(_batch.batch)
-bucket_by_length = Curried(_bucket.bucket_by_length)
-collated = Curried(_batch.collated)
+batch = _Curried(_batch.batch)
+bucket_by_length = _Curried(_bucket.bucket_by_length)
+collated = _Curried(_batch.collated)

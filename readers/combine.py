@@ -9,7 +9,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
-import toolz
 
 from readers.checks import check_reader
 from readers.pipeline import describe
@@ -64,7 +63,8 @@ class Chained(Stage):
         return map(next, map(parts.__getitem__, owner.tolist()))
 
     def _stream(self, pass_id: int) -> Iterator:
-        return toolz.concat(iterate(r, pass_id) for r in self.parents)
+        for reader in self.parents:  # a generator, so closing the pass closes the input it is in
+            yield from iterate(reader, pass_id)
 
 
 def chain(*readers: Any) -> Chained:

@@ -3,12 +3,29 @@ from __future__ import annotations
 
 import itertools
 import operator
+import threading
 from collections.abc import Iterator
 from typing import Any
 
 from readers.position import state_of
 
-__all__ = ["PassIterator", "close_iterator"]
+__all__ = ["PassIterator", "close_iterator", "opened"]
+
+_starting = threading.local()  # .opened: what the pass being started in this thread opens, to close with it
+
+
+def opened(it: Any) -> Any:
+    """Note that the pass being started opened ``it`` (a parent's pass), so closing the pass closes it; return it.
+
+    ``readers.stage.iterate`` notes every pass it starts. A stage's pass is
+    often a C-level ``map`` or ``islice`` over its parents', which has no
+    ``close``: without this, closing it would leave a generator (a file, a
+    worker pool) below it running until the pass is garbage-collected.
+    """
+    found = getattr(_starting, "opened", None)
+    if found is not None and hasattr(it, "close"):
+        found.append(it)
+    return it
 
 
 def _end_of(flag: list) -> Iterator:
@@ -37,11 +54,16 @@ class PassIterator:
     (['b', 'c'], {'pass': 1, 'cursor': 0, 'seed': None})
     """
 
-    __slots__ = ("reader", "pass_id", "start", "_ended", "_raw", "_counter", "_fast")
+    __slots__ = ("reader", "pass_id", "start", "_ended", "_raw", "_opened", "_counter", "_fast")
 
     def __init__(self, reader: Any, pass_id: int, start: int):
         self.reader, self.pass_id, self.start, self._ended = reader, pass_id, start, []
-        self._raw = reader.run(pass_id, start)
+        outer, self._opened = getattr(_starting, "opened", None), []
+        _starting.opened = self._opened
+        try:
+            self._raw = reader.run(pass_id, start)
+        finally:
+            _starting.opened = outer
         self._counter = iter(range(_MANY))
         # zip takes the entry first, so the counter moves only for entries handed out
         self._fast = map(_first, zip(itertools.chain(self._raw, _end_of(self._ended)), self._counter))
@@ -57,13 +79,41 @@ class PassIterator:
         return _MANY - operator.length_hint(self._counter)
 
     def __iter__(self) -> Iterator:
-        return self._fast
+        return self._fast if self._opened is not None else iter(())
 
     def __next__(self) -> Any:
+        if self._opened is None:  # closed
+            raise StopIteration
         return next(self._fast)
 
     def close(self) -> None:
+        """Stop the pass: close it and every pass it opened, outermost first (files, worker pools...).
+
+        Afterwards ``next`` ends the pass. A ``for`` loop that closes its own
+        pass midway may still get what a stage had read ahead (the rest of a
+        buffer shuffle's block), then ends.
+
+        >>> from readers import map_readers
+        >>> def numbers():
+        ...     try:
+        ...         yield from range(5)
+        ...     finally:
+        ...         print("numbers closed")
+        >>> it = map_readers(str, numbers)()
+        >>> next(it)
+        '0'
+        >>> it.close()
+        numbers closed
+        >>> list(it), it.get_state()["cursor"]
+        ([], 1)
+        """
+        if self._opened is None:
+            return
+        opened, self._opened = self._opened, None  # None: closed
+        self._ended = []  # whatever the closed chain does now, this pass did not run out
         close_iterator(self._raw)
+        for it in reversed(opened):
+            close_iterator(it)
 
     def get_state(self) -> dict:
         """Where this pass is, as a small JSON-able dict for ``reader.set_state``.

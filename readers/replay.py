@@ -5,8 +5,6 @@ import itertools
 from collections.abc import Iterator
 from typing import Any
 
-import toolz
-
 from readers.checks import check_reader, whole
 from readers.pipeline import describe
 from readers.stage import Stage, iterate
@@ -26,9 +24,12 @@ class Repeated(Stage):
     def _stream(self, pass_id: int) -> Iterator:
         if self.times is not None:
             # repetition j of pass k is the parent's pass k * times + j: passes never overlap
-            return toolz.concat(
-                iterate(self.parents[0], pass_id * self.times + j) for j in range(self.times))
+            return self._passes(pass_id * self.times + j for j in range(self.times))
         return self._forever(pass_id)
+
+    def _passes(self, passes: Iterator[int]) -> Iterator:
+        for pass_id in passes:  # a generator, so closing the pass closes the repetition it is in
+            yield from iterate(self.parents[0], pass_id)
 
     def _forever(self, pass_id: int) -> Iterator:
         for j in itertools.count():

@@ -55,7 +55,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from readers.checks import whole
-from readers.passes import PassIterator
+from readers.passes import PassIterator, opened
 from readers.pipeline import Node, describe
 from readers.plans import Plan, index_chunks
 from readers.position import check_layout, check_state
@@ -276,8 +276,8 @@ def iterate(reader: Reader, pass_id: int | None = None, cursor: int = 0) -> Iter
     TypeError: reader <lambda> returned int, which is not iterable; a reader must return a fresh iterable (a list, or a generator from a generator function)
     """
     if isinstance(reader, Stage) and pass_id is not None:
-        return reader.run(pass_id, cursor)
-    result = reader()
+        return opened(reader.run(pass_id, cursor))
+    result = opened(reader())
     try:
         it = iter(result)
         return itertools.islice(it, cursor, None) if cursor else it

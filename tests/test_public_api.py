@@ -13,9 +13,8 @@ from tests.readers.toys import add_one, is_odd, ten_reader
 PACKAGES = [readers, batching, train]
 #: Exported type aliases: an alias reports the module of what it aliases (collections.abc), not ours.
 ALIASES = {"Reader"}
-#: Public names a package imports for its own use and does not export: batching builds its curried
-#: namespace with readers' Curried, which users find in readers.
-IMPORTED = {"batching": {"Curried"}}
+#: Public names a package imports for its own use and does not export (none: such imports are _named).
+IMPORTED: dict[str, set[str]] = {}
 
 
 def _defined_in(package, obj) -> bool:

@@ -1,9 +1,12 @@
 """readers.passes: the iterator of one pass, what it has handed out, and closing it."""
 import gc
+import multiprocessing
 
 import pytest
 
+import batching
 import readers
+from tests.conftest import HANG, wait_until, worker_threads
 from readers.passes import PassIterator, close_iterator
 
 
@@ -49,6 +52,50 @@ def test_close_stops_the_pass_and_runs_the_sources_cleanup():
     assert next(it) == 0
     it.close()
     assert closed == [0] and list(it) == []
+
+
+def _closing_source(closed: list):
+    def source():
+        try:
+            yield from range(40)
+        finally:
+            closed.append(True)
+    return source
+
+
+@pytest.mark.parametrize("wrap", [
+    lambda r: readers.map_readers(abs, r),
+    lambda r: readers.map_readers(lambda a, b: a + b, r, r),
+    readers.with_index,
+    lambda r: readers.firstn(r, 30),
+    lambda r: readers.skip(r, 3),
+    lambda r: readers.filter_entries(r, bool),
+    lambda r: readers.shuffle(r, 4, seed=0),
+    lambda r: readers.shard(r, 1, 2, equalize="pad"),
+    lambda r: readers.chain(r, r),
+    lambda r: readers.compose(r, r),
+    lambda r: readers.repeat(r, 2),
+    lambda r: batching.collated(batching.batch(readers.map_readers(abs, r), 4)),
+], ids=["map", "map2", "with_index", "firstn", "skip", "filter", "shuffle", "shard", "chain", "compose", "repeat",
+        "collated"])
+def test_close_reaches_a_generator_under_c_level_stages(wrap):
+    # a map, filter or islice has no close() of its own: closing the pass closes the passes it opened
+    closed = []
+    it = wrap(_closing_source(closed))()
+    next(it)
+    it.close()
+    assert closed and set(closed) == {True}
+    assert list(it) == [] and not it.done
+
+
+@pytest.mark.parametrize("mode", ["thread", "process"])
+def test_close_stops_workers_under_a_map(mode, no_leaks):
+    pipeline = readers.map_readers(abs, readers.prefetch(readers.from_sequence(range(10_000)), 2, mode=mode))
+    it = pipeline()
+    next(it)
+    it.close()
+    wait_until(lambda: not worker_threads() and not multiprocessing.active_children(), HANG,
+               "the prefetch workers under the map to stop once the pass was closed")
 
 
 def test_an_abandoned_pass_is_closed_by_garbage_collection():

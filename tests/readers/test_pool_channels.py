@@ -56,9 +56,17 @@ def session_members(sid: int) -> list[int]:
     return members
 
 
-def ctrl_c_while_draining(it) -> None:
-    """Read the rest of the pass ``it``, and press Ctrl-C (SIGINT to the main thread) 0.1 s in: it must raise."""
-    ctrl_c = threading.Timer(0.1, signal.pthread_kill, (threading.main_thread().ident, signal.SIGINT))
+def ctrl_c_while_draining(it, then: threading.Event | None = None) -> None:
+    """Read the rest of the pass ``it``, and press Ctrl-C (SIGINT to the main thread) 0.1 s in: it must raise.
+
+    ``then`` is set right after Ctrl-C is pressed: a source that waits for it is still blocked when it comes.
+    """
+    def press() -> None:
+        signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+        if then is not None:
+            then.set()
+
+    ctrl_c = threading.Timer(0.1, press)
     ctrl_c.start()
     try:
         with pytest.raises(KeyboardInterrupt):
@@ -267,14 +275,16 @@ DECORATORS = {
 
 @pytest.mark.parametrize("make", DECORATORS.values(), ids=DECORATORS.keys())
 def test_workers_keyboard_interrupt_in_consumer_cleans_up(make, no_leaks):
+    pressed = threading.Event()
+
     def slow():
         yield 1
-        time.sleep(0.5)  # the consumer is blocked waiting for entry 2 when Ctrl-C comes
+        pressed.wait(HANG)  # the consumer is blocked waiting for entry 2 when Ctrl-C comes, however late
         yield 2
 
     it = make(slow)()
     next(it)
-    ctrl_c_while_draining(it)
+    ctrl_c_while_draining(it, then=pressed)
 
 
 @pytest.mark.parametrize("start_method", METHODS)
