@@ -95,3 +95,10 @@ def test_no_calls_into_other_objects_private_methods(path):
 def test_private_call_finder_tells_self_from_others():
     tree = ast.parse("self._a()\nsuper()._b()\nparent._c()\nx.public()\n")
     assert _private_calls(tree) == ["line 3: parent._c()"]
+
+
+@pytest.mark.parametrize("path", [p for p in MODULES if p.parent != ROOT and p.name != "__init__.py"],
+                         ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_module_has_its_test_module(path):
+    test = ROOT / "tests" / path.parent.name / f"test_{path.name}"
+    assert test.is_file(), f"{path.relative_to(ROOT)} has no test module: tests mirror the package, add {test.relative_to(ROOT)}"

@@ -19,13 +19,27 @@ import pytest
 import toolz
 
 import readers
-from readers import from_sequence, map_readers, multiprocess_reader, prefetch, shard, xmap_readers
+from readers import (
+    from_sequence,
+    map_readers,
+    multiprocess_reader,
+    prefetch,
+    shard,
+    xmap_readers,
+)
 from readers.launch import worker_context
 from readers.parallel import buffered
 from readers.testing import assert_resumes_at_every_step, assert_same
 from tests.conftest import worker_threads
 from tests.readers import worker_jobs as jobs
-from tests.readers.pool_helpers import METHODS, MODES, count_to, options, shuffled, source
+from tests.readers.pool_helpers import (
+    METHODS,
+    MODES,
+    count_to,
+    options,
+    shuffled,
+    source,
+)
 
 # -- buffered -----------------------------------------------------------------------------
 

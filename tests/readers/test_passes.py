@@ -6,8 +6,8 @@ import pytest
 
 import batching
 import readers
-from tests.conftest import HANG, wait_until, worker_threads
 from readers.passes import PassIterator, close_iterator
+from tests.conftest import HANG, wait_until, worker_threads
 
 
 def test_pass_iterator_counts_only_entries_handed_out():

@@ -26,7 +26,14 @@ from readers.parallel import buffered
 from readers.pool_channels import pick_start_method
 from tests.conftest import HANG, finishes, wait_until, worker_threads
 from tests.readers import worker_jobs as jobs
-from tests.readers.pool_helpers import METHODS, assert_rings_gone, closed_by_its_thread, dev_shm, endless, views_ring
+from tests.readers.pool_helpers import (
+    METHODS,
+    assert_rings_gone,
+    closed_by_its_thread,
+    dev_shm,
+    endless,
+    views_ring,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 

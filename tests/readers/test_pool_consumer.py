@@ -13,12 +13,26 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import readers
-from readers import from_sequence, map_readers, multiprocess_reader, prefetch, xmap_readers
+from readers import (
+    from_sequence,
+    map_readers,
+    multiprocess_reader,
+    prefetch,
+    xmap_readers,
+)
 from readers.pool_consumer import Pool, WorkerDiedError
 from readers.testing import assert_same
 from tests.conftest import finishes
 from tests.readers import worker_jobs as jobs
-from tests.readers.pool_helpers import METHODS, MODES, count_to, kill_a_worker, options, shuffled, source
+from tests.readers.pool_helpers import (
+    METHODS,
+    MODES,
+    count_to,
+    kill_a_worker,
+    options,
+    shuffled,
+    source,
+)
 
 STATS_KEYS = {"mode", "workers", "entries", "seconds", "entries_per_s", "input_wait", "output_wait",
               "consumer_wait", "queue_fill", "shm_bytes", "restarts"}

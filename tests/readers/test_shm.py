@@ -11,10 +11,24 @@ import numpy as np
 import pytest
 
 import readers
-from readers import from_arrays, from_sequence, multiprocess_reader, np_array, prefetch, shm
+from readers import (
+    from_arrays,
+    from_sequence,
+    multiprocess_reader,
+    np_array,
+    prefetch,
+    shm,
+)
 from readers.testing import assert_same
 from tests.readers import worker_jobs as jobs
-from tests.readers.pool_helpers import METHODS, assert_rings_gone, dev_shm, kill_a_worker, ring_maps, views_ring
+from tests.readers.pool_helpers import (
+    METHODS,
+    assert_rings_gone,
+    dev_shm,
+    kill_a_worker,
+    ring_maps,
+    views_ring,
+)
 
 
 @pytest.fixture

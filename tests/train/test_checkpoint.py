@@ -5,7 +5,13 @@ import numpy as np
 import pytest
 
 from tests.train.recording import MAPPING, RecordingModel, dataset
-from train.checkpoint import CheckpointError, load_checkpoint, load_for_rank, rank_folder, save_checkpoint
+from train.checkpoint import (
+    CheckpointError,
+    load_checkpoint,
+    load_for_rank,
+    rank_folder,
+    save_checkpoint,
+)
 from train.driver import train
 
 

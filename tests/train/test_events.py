@@ -3,7 +3,14 @@ import dataclasses
 
 import pytest
 
-from train.events import BeginIteration, BeginPass, EndIteration, EndPass, Event, TestResult
+from train.events import (
+    BeginIteration,
+    BeginPass,
+    EndIteration,
+    EndPass,
+    Event,
+    TestResult,
+)
 
 EVENTS = [BeginPass, BeginIteration, EndIteration, EndPass, TestResult]
 
