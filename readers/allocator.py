@@ -9,8 +9,8 @@ it. Raising the mmap and trim thresholds keeps such blocks in the heap.
 Nothing does this behind your back: ``train()`` and the command line call
 ``tune_allocator()`` once before their first pass, and a loop of your own
 can call it too. It changes the whole process's allocator, so it is left
-alone when the user has set glibc's ``MALLOC_*`` variables or
-``READERKIT_MALLOC=system``.
+alone when the user has set glibc's ``MALLOC_MMAP_THRESHOLD_``,
+``MALLOC_TRIM_THRESHOLD_`` or ``MALLOC_TOP_PAD_``, or ``READERKIT_MALLOC=system``.
 """
 from __future__ import annotations
 
@@ -47,9 +47,12 @@ def tune_allocator(*, mmap_threshold: int = 32 << 20, trim_threshold: int = 64 <
     Arrays up to ``mmap_threshold`` bytes come from the heap, and the process
     keeps up to ``trim_threshold`` bytes of freed heap for reuse instead of
     handing it back to the system after every batch. Does nothing (and
-    returns False) with ``READERKIT_MALLOC=system``, when glibc's own
-    ``MALLOC_*_`` variables are set, or off glibc. ``train()`` and the command
-    line call it; call it yourself before a training loop of your own.
+    returns False) with ``READERKIT_MALLOC=system``, when glibc's
+    ``MALLOC_MMAP_THRESHOLD_``, ``MALLOC_TRIM_THRESHOLD_`` or
+    ``MALLOC_TOP_PAD_`` is set, or off glibc. Only the first call in a process
+    acts: later ones, whatever their thresholds, report its outcome.
+    ``train()`` and the command line call it; call it yourself before a
+    training loop of your own.
 
     >>> tune_allocator() in (True, False)
     True

@@ -89,7 +89,7 @@ def bottleneck(f: dict[str, Any]) -> tuple[str, str]:
     >>> bottleneck(f)[1]
     'bottleneck: the reader (mnist) — workers spent 92% of their time waiting on it; add workers (--workers) or make it faster'
     >>> bottleneck({**f, "pipeline": {"seconds": 1.0, "without_prefetch_s": 0.2}})[1]
-    'bottleneck: prefetch overhead — the pipeline was 80% slower than the reader alone; handing entries over costs more than reading them: read without prefetch, try --mode thread, or prefetch whole batches (batch, then prefetch)'
+    'bottleneck: prefetch overhead — the pipeline took 5.0x as long as the reader alone; handing entries over costs more than reading them: read without prefetch, try --mode thread, or prefetch whole batches (batch, then prefetch)'
     >>> bottleneck({**f, "step_ms": 20, "stages": [{**stage, "consumer_wait": 0.03, "queue_fill": 0.9}]})[1]
     'bottleneck: the consumer — it waited for data 3% of the pass, the queue was 90% full on average; the training step is slower than the data: more workers will not help'
     """
@@ -99,8 +99,8 @@ def bottleneck(f: dict[str, Any]) -> tuple[str, str]:
     if p["seconds"] > 1.1 * p["without_prefetch_s"]:
         plus = " plus the same steps" if f["step_ms"] else ""
         return "prefetch overhead", (
-            f"bottleneck: prefetch overhead — the pipeline was {_pct(1 - p['without_prefetch_s'] / p['seconds'])} "
-            f"slower than the reader alone{plus}; handing entries over costs more than reading them: "
+            f"bottleneck: prefetch overhead — the pipeline took {p['seconds'] / p['without_prefetch_s']:.1f}x as long "
+            f"as the reader alone{plus}; handing entries over costs more than reading them: "
             f"read without prefetch, try {switch}, or prefetch whole batches (batch, then prefetch)")
     if waited < BOUND:
         work = "the training step is" if f["step_ms"] else "batching (with no training step) is"

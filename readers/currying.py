@@ -80,13 +80,29 @@ class Curried(toolz.curry):
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if self._reader_given(args, kwargs):
-            return self._partial(*args, **kwargs)
+            try:
+                return self._partial(*args, **kwargs)
+            except TypeError as exc:
+                hint = self._hint(exc, (*self.args, *args))
+                if hint is None:
+                    raise
+                raise hint from None
+
         try:
             _signature(self.func).bind_partial(*self.args, *args, **{**(self.keywords or {}), **kwargs})
         except TypeError as exc:
             names = ", ".join(_signature(self.func).parameters)
             raise TypeError(f"{self.__name__}() {exc}; its options are {names}") from None
         return self.bind(*args, **kwargs)
+
+    def _hint(self, exc: TypeError, args: tuple) -> TypeError | None:
+        """``exc`` saying that an option was taken for the reader (``toolz.pipe(r, batch(32))``); None if it was not."""
+        if len(args) <= self.reader_at or callable(args[self.reader_at]) or "required" not in str(exc):
+            return None
+        params = list(_signature(self.func).parameters)
+        value, option = args[self.reader_at], params[min(self.reader_at + 1, len(params) - 1)]
+        return TypeError(f"{exc}; {value!r} was taken as the reader: to give options first and the reader "
+                         f"later (toolz.pipe), name them, e.g. {self.__name__}({option}={value!r})")
 
     @property
     def __signature__(self) -> inspect.Signature:

@@ -31,7 +31,10 @@ across a pass. A stage subclasses ``readers.Stage`` and defines a few hooks
   ``"plan"``: ``_plan`` rewrites its parent's index plan (``readers.plans``).
 - ``positions``: how a cursor counts its passes. None (the default): its own
   entries; 1: its entries are its parent's, one for one, so its cursor is
-  the parent's; k: each entry stands for k of the parent's (a batch).
+  the parent's; k: each entry stands for k of the parent's (a batch). A
+  stage that declares positions defines ``_seek``: its cursor is in its
+  parent's units, so it starts the parent there (reading past its own
+  entries would resume in the wrong place, and the default refuses to).
 - ``seed``: a stage with randomness declares its seed and draws pass k's
   order from ``(seed, k)`` only; the seed then goes into every state.
 
@@ -69,6 +72,9 @@ reading only the samples they need. Over a stream it keeps every step-th entry.
 ...     def gather(self, indices):  # many samples at once: one gather of the parent's
 ...         return self.parents[0].gather(indices * self.step)
 ...
+...     def gather_columns(self, indices):  # collated batches: one vectorised take per column
+...         return self.parents[0].gather_columns(indices * self.step)
+...
 ...     def sample_ids(self, indices):  # so with_index names the source's samples
 ...         return self.parents[0].sample_ids(indices * self.step)
 ...
@@ -78,12 +84,14 @@ reading only the samples they need. Over a stream it keeps every step-th entry.
 ...     def _options(self):
 ...         return f"step={self.step}"
 
-The decorator checks its options when it is called, adapts a user's own
-``len``/``[i]`` object, and is curried like readerkit's own, so options may
-come first in ``toolz.pipe``:
+The decorator checks its reader and options when it is called, adapts a
+user's own ``len``/``[i]`` object, and is curried like readerkit's own, so
+options may come first in ``toolz.pipe``:
 
+>>> from readers.checks import check_reader
 >>> def every(reader, step):
 ...     '''Samples 0, step, 2 * step, ... of each pass.'''
+...     check_reader(reader)
 ...     if isinstance(step, bool) or not isinstance(step, int) or step < 1:
 ...         raise ValueError(f"every: step must be an int >= 1, got {step!r}")
 ...     return Every(as_indexed(reader) or reader, step)
@@ -156,7 +164,13 @@ entry c, so when the parent's cursor counts its own entries too
 ...
 ...     def _options(self):
 ...         return f"size={self.size}"
->>> sliding = readers.Curried(lambda reader, size: Sliding(reader, size))
+>>> def sliding(reader, size):
+...     '''Every run of ``size`` consecutive entries, as a tuple.'''
+...     check_reader(reader)
+...     if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+...         raise ValueError(f"sliding: size must be an int >= 1, got {size!r}")
+...     return Sliding(reader, size)
+>>> sliding = readers.Curried(sliding)
 
 >>> list(sliding(numbers, 3)())[:3]
 [(0, 1, 2), (1, 2, 3), (2, 3, 4)]
@@ -165,6 +179,18 @@ entry c, so when the parent's cursor counts its own entries too
 >>> _ = assert_resumes_at_every_step(lambda: sliding(numbers, 3))
 >>> _ = assert_resumes_at_every_step(lambda: sliding(readers.shuffle(readers.from_sequence(range(12)), seed=2), 3))
 >>> _ = assert_resumes_at_every_step(lambda: readers.shuffle(sliding(every(numbers, 2), 2), 3, seed=0))
+
+Helpers for writing stages
+--------------------------
+
+``readers.stage``: ``iterate(reader, pass_id, cursor)`` starts a parent's pass
+(any reader, a plain function too); ``access_of(reader)`` and
+``as_indexed(reader)`` tell what a parent offers; ``open_plan(reader, pass_id,
+cursor)`` gives a planned parent's ``Plan`` (``readers.plans``: its source and
+chunks of indices, with ``slice_chunks`` and ``rechunk`` to rewrite them, as
+``firstn`` and the buffer ``shuffle`` do). ``readers.position.is_native(reader)``
+tells whether a parent's cursor counts its own entries. ``readers.checks``:
+``check_reader`` and ``whole`` for eager argument checks.
 
 Stages that shard or run workers
 --------------------------------

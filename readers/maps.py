@@ -186,7 +186,9 @@ def with_index(reader: Any) -> Stage:
     For an indexed pipeline the ID is the sample's index in its source, the
     same through firstn, skip, maps and shuffles; for a stream it is the
     entry's position in the pass, so put ``with_index`` before any shuffle of
-    a stream. Appending keeps existing column numbers (and mappings) valid.
+    a stream. prefetch, filter_entries and buffer shuffles make a pipeline a
+    stream: put ``with_index`` below them to get sample IDs. Appending keeps
+    existing column numbers (and mappings) valid.
 
     >>> list(with_index(lambda: [("a", 1), ("b", 0)])())
     [('a', 1, 0), ('b', 0, 1)]

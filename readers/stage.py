@@ -96,6 +96,12 @@ class Stage(Node):
 
     def _seek(self, pass_id: int, cursor: int) -> Iterator:
         """Pass ``pass_id`` from ``cursor`` (in this stage's position units): reads past by default."""
+        if cursor and self.positions is not None:
+            raise NotImplementedError(
+                f"{type(self).__name__} declares positions={self.positions!r}, so its cursor counts its parent's "
+                f"positions, not its own entries, and reading past {cursor} of them would resume in the wrong "
+                "place: define _seek(pass_id, cursor), starting the parent there with "
+                "iterate(self.parents[0], pass_id, cursor)")
         entries = self._stream(pass_id)
         return itertools.islice(entries, cursor, None) if cursor else entries
 
@@ -116,6 +122,8 @@ class Stage(Node):
         """
         if self.access == "stream":
             return self._seek(pass_id, cursor)
+        if self.access not in ACCESS:
+            raise ValueError(f"{type(self).__name__} declares access={self.access!r}; access is one of {ACCESS}")
         return self._plan(pass_id, cursor).entries()
 
     def plan(self, pass_id: int, cursor: int = 0) -> Plan | None:
@@ -129,6 +137,9 @@ class Stage(Node):
         return None if self.access == "stream" else self._plan(pass_id, cursor)
 
     def __call__(self) -> PassIterator:
+        if "parents" not in self.__dict__:
+            raise TypeError(f"{type(self).__name__}.__init__ must call super().__init__(*parents) with the readers "
+                            "the stage reads (none for a source)")
         resume = self.__dict__.pop("_resume", None)
         if resume is None:
             pass_id, cursor = self._pass, 0

@@ -25,8 +25,8 @@ XMAP = {"stage": "xmap_readers(decode, process_num=2, buffer_size=4, order=True)
 @pytest.mark.parametrize("figures, line", [
     (_figures(0.1, 0.2), "bottleneck: the consumer — it waited for data 10% of the pass, the queue was 25% full "
                          "on average; the training step is slower than the data: more workers will not help"),
-    (_figures(0.1, 0.2, seconds=2.0), "bottleneck: prefetch overhead — the pipeline was 50% slower than the reader "
-                                      "alone plus the same steps; handing entries over costs more than reading them: "
+    (_figures(0.1, 0.2, seconds=2.0), "bottleneck: prefetch overhead — the pipeline took 2.0x as long as the "
+                                      "reader alone plus the same steps; handing entries over costs more than reading them: "
                                       "read without prefetch, try --mode thread, or prefetch whole batches (batch, then prefetch)"),
     (_figures(0.9, 0.8), "bottleneck: the reader (mnist) — workers spent 80% of their time waiting on it; "
                          "add workers (--workers) or make it faster"),

@@ -105,3 +105,9 @@ def test_curried_user_decorator_waits_for_its_reader_at_the_position_given():
     times = Curried(scale, reader_at=1)
     assert list(times(3)(lambda: [1, 2])()) == [3, 6]
     assert list(times(3, lambda: [1, 2])()) == [3, 6]
+
+
+def test_an_option_taken_for_the_reader_is_named_in_the_error():
+    with pytest.raises(TypeError, match=r"32 was taken as the reader: to give options first and the reader later "
+                                        r"\(toolz.pipe\), name them, e.g. batch\(batch_size=32\)"):
+        toolz.pipe(SOURCE, batching.batch(32))

@@ -6,7 +6,7 @@ import pytest
 
 import batching
 import readers
-from readers.stage import access_of, as_indexed, is_indexed, iterate, open_plan
+from readers.stage import Stage, access_of, as_indexed, is_indexed, iterate, open_plan
 from tests.readers.toys import CountingReader, add_one, double, is_odd
 
 # -- rules every decorator keeps ------------------------------------------------------
@@ -210,3 +210,39 @@ def test_access_of_says_how_passes_run(reader, access):
     assert (plan is None) == (access == "stream")
     if plan is not None:
         assert sorted(e for chunk in plan.chunks for e in plan.source.gather(chunk)) == ["a", "b"]
+
+
+class _Pairs(Stage):
+    """Declares positions = 2 (its cursor is its parent's) but defines only _stream."""
+
+    name = "pairs"
+    positions = 2
+
+    def _stream(self, pass_id):
+        entries = iterate(self.parents[0], pass_id)
+        return zip(entries, entries)
+
+
+def test_a_stage_with_positions_but_no_seek_refuses_to_resume_in_the_wrong_place():
+    r = _Pairs(readers.from_sequence(range(6)))
+    assert list(r()) == [(0, 1), (2, 3), (4, 5)]
+    with pytest.raises(NotImplementedError, match=r"declares positions=2, so its cursor counts its parent's "
+                                                  r"positions.*define _seek\(pass_id, cursor\)"):
+        list(r.run(0, cursor=2))
+
+
+def test_a_stage_that_forgot_super_init_says_so():
+    class NoSuper(Stage):
+        def __init__(self, reader):
+            self.reader = reader
+
+    with pytest.raises(TypeError, match=r"NoSuper.__init__ must call super\(\).__init__\(\*parents\)"):
+        NoSuper(readers.from_sequence("ab"))()
+
+
+def test_a_stage_with_an_unknown_access_says_which_there_are():
+    class Wrong(Stage):
+        access = "indexed"
+
+    with pytest.raises(ValueError, match=r"Wrong declares access='indexed'; access is one of \('stream', 'plan', 'index'\)"):
+        list(Wrong()())
