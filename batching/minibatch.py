@@ -15,9 +15,10 @@ import numpy as np
 
 from batching.collate import collate, collate_column
 from readers.checks import check_reader, whole
+from readers.parents import is_planned, iterate, open_plan
 from readers.pipeline import describe
 from readers.plans import rechunk
-from readers.stage import Stage, is_planned, iterate, open_plan
+from readers.stage import Stage
 
 __all__ = ["batch", "collated"]
 

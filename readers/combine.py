@@ -11,8 +11,9 @@ from typing import Any
 import numpy as np
 
 from readers.checks import check_reader
+from readers.parents import as_indexed, is_indexed, iterate
 from readers.pipeline import describe
-from readers.stage import Stage, as_indexed, is_indexed, iterate
+from readers.stage import Stage
 
 __all__ = ["ComposeNotAligned", "chain", "compose"]
 
@@ -50,7 +51,7 @@ class Chained(Stage):
     def _get(self, i: int) -> Any:
         offsets = self._offsets()
         k = int(np.searchsorted(offsets, i, side="right")) - 1
-        return self.parents[k][i - int(offsets[k])]
+        return self.parents[k].at(i - int(offsets[k]))
 
     def gather(self, indices: np.ndarray) -> Iterator:
         offsets = self._offsets()
@@ -123,7 +124,7 @@ class Composed(Stage):
         return min(lengths)
 
     def _get(self, i: int) -> tuple:
-        return _flatten(tuple(r[i] for r in self.parents))
+        return _flatten(tuple(r.at(i) for r in self.parents))
 
     def gather(self, indices: np.ndarray) -> Iterator:
         return map(_flatten, zip(*(r.gather(indices) for r in self.parents)))

@@ -87,13 +87,20 @@ class Curried(toolz.curry):
                 if hint is None:
                     raise
                 raise hint from None
-
+        keywords = {**(self.keywords or {}), **kwargs}
         try:
-            _signature(self.func).bind_partial(*self.args, *args, **{**(self.keywords or {}), **kwargs})
+            _signature(self.func).bind_partial(*self.args, *args, **keywords)
         except TypeError as exc:
             names = ", ".join(_signature(self.func).parameters)
             raise TypeError(f"{self.__name__}() {exc}; its options are {names}") from None
-        return self.bind(*args, **kwargs)
+        # what comes before the reader, given by name (map_readers(func=f)), is bound by position, so
+        # that the reader, given later by position, lands in its place
+        given = [*self.args, *args]
+        for param in list(_signature(self.func).parameters.values())[len(given):self.reader_at]:
+            if param.name not in keywords or param.kind is not param.POSITIONAL_OR_KEYWORD:
+                break
+            given.append(keywords.pop(param.name))
+        return type(self)(self.func, *given, reader_at=self.reader_at, **keywords)
 
     def _hint(self, exc: TypeError, args: tuple) -> TypeError | None:
         """``exc`` saying that an option was taken for the reader (``toolz.pipe(r, batch(32))``); None if it was not."""

@@ -51,7 +51,8 @@ reader it is indexed too: its sample i is the parent's sample ``i * step``,
 so a global shuffle, a shard and a batch all work on it by index arithmetic,
 reading only the samples they need. Over a stream it keeps every step-th entry.
 
->>> from readers.stage import Stage, access_of, as_indexed, iterate
+>>> from readers.parents import access_of, as_indexed, iterate
+>>> from readers.stage import Stage
 >>> class Every(Stage):
 ...     name = "every"
 ...
@@ -67,7 +68,7 @@ reading only the samples they need. Over a stream it keeps every step-th entry.
 ...         return -(-len(self.parents[0]) // self.step)
 ...
 ...     def _get(self, i):
-...         return self.parents[0][i * self.step]
+...         return self.parents[0].at(i * self.step)  # at(i): the parent's entry i, unchecked
 ...
 ...     def gather(self, indices):  # many samples at once: one gather of the parent's
 ...         return self.parents[0].gather(indices * self.step)
@@ -137,10 +138,10 @@ A stream-only decorator: sliding windows
 as tuples. Each entry depends on the ones before it, so it is a stream. Its
 cursor counts its own entries (``positions`` stays None), and resuming at
 cursor c could read past c windows; but window c starts at the parent's
-entry c, so when the parent's cursor counts its own entries too
-(``readers.position.is_native``), ``_seek`` jumps there instead.
+entry c, so ``_seek`` jumps there instead. (Where the parent's cursor counts
+other things, a batch's or a shard's, readerkit reads past for it: ``_seek``
+only meets a nonzero cursor when every parent can start there.)
 
->>> from readers.position import is_native
 >>> class Sliding(Stage):
 ...     name = "sliding"
 ...
@@ -151,9 +152,7 @@ entry c, so when the parent's cursor counts its own entries too
 ...     def _stream(self, pass_id):
 ...         return self._windows(iterate(self.parents[0], pass_id))
 ...
-...     def _seek(self, pass_id, cursor):
-...         if not is_native(self.parents[0]):
-...             return super()._seek(pass_id, cursor)  # read past: the parent counts other things
+...     def _seek(self, pass_id, cursor):  # window ``cursor`` starts at the parent's entry ``cursor``
 ...         return self._windows(iterate(self.parents[0], pass_id, cursor))
 ...
 ...     def _windows(self, entries):
@@ -183,8 +182,9 @@ entry c, so when the parent's cursor counts its own entries too
 Helpers for writing stages
 --------------------------
 
-``readers.stage``: ``iterate(reader, pass_id, cursor)`` starts a parent's pass
-(any reader, a plain function too); ``access_of(reader)`` and
+``readers.parents``: ``iterate(reader, pass_id, cursor)`` starts a parent's pass
+(any reader, a plain function too); a parent's ``at(i)`` is its entry i
+without the checks of ``[i]``; ``access_of(reader)`` and
 ``as_indexed(reader)`` tell what a parent offers; ``open_plan(reader, pass_id,
 cursor)`` gives a planned parent's ``Plan`` (``readers.plans``: its source and
 chunks of indices, with ``slice_chunks`` and ``rechunk`` to rewrite them, as

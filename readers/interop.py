@@ -14,9 +14,9 @@ from typing import Any
 
 from readers.checks import check_reader, whole
 from readers.launch import worker_info
+from readers.parents import iterate
 from readers.pipeline import Node, describe
 from readers.sharding import follows_workers, is_sharded
-from readers.stage import iterate
 
 __all__ = ["torch_dataset"]
 

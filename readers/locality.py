@@ -16,6 +16,7 @@ import numpy as np
 
 from readers.checks import check_reader
 from readers.launch import worker_info
+from readers.parents import as_indexed, open_plan
 from readers.pipeline import Share, describe
 from readers.plans import Plan
 from readers.sharding import (
@@ -25,7 +26,7 @@ from readers.sharding import (
     stride_chunks,
 )
 from readers.shuffling import GlobalShuffle, check_seed
-from readers.stage import IndexedReader, Stage, as_indexed, open_plan
+from readers.stage import IndexedReader, Stage
 
 __all__ = ["NodeBlock", "NodeSplit", "node_shuffle"]
 
@@ -53,7 +54,7 @@ class NodeBlock(IndexedReader):
         return hi - lo
 
     def _get(self, i: int) -> Any:
-        return self.parents[0][self._bounds()[0] + i]
+        return self.parents[0].at(self._bounds()[0] + i)
 
     def gather(self, indices: np.ndarray) -> Iterable:
         return self.parents[0].gather(indices + self._bounds()[0])

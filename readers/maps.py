@@ -15,10 +15,10 @@ from typing import Any
 import numpy as np
 
 from readers.checks import check_reader
+from readers.parents import access_of, as_indexed, iterate, open_plan
 from readers.pipeline import describe
 from readers.plans import Plan
-from readers.position import is_native
-from readers.stage import Stage, access_of, as_indexed, iterate, open_plan
+from readers.stage import Stage
 
 __all__ = ["append_column", "map_readers", "with_index"]
 
@@ -72,7 +72,7 @@ class Mapped(Stage):
         return len(self.parents[0])
 
     def _get(self, i: int) -> Any:
-        return self.func(self.parents[0][i])
+        return self.func(self.parents[0].at(i))
 
     def gather(self, indices: np.ndarray) -> Iterator:
         return map(self.func, self.parents[0].gather(indices))
@@ -86,8 +86,6 @@ class Mapped(Stage):
         return _replan(functools.partial(Mapped, self.func), self.parents[0], pass_id, cursor)
 
     def _seek(self, pass_id: int, cursor: int) -> Iterator:
-        if cursor and len(self.parents) > 1 and not all(map(is_native, self.parents)):
-            return itertools.islice(self._seek(pass_id, 0), cursor, None)  # cursors count other things
         return map(self.func, *[iterate(r, pass_id, cursor) for r in self.parents])
 
     def _options(self) -> str:
@@ -152,7 +150,7 @@ class WithId(Stage):
         return len(self.parents[0])
 
     def _get(self, i: int) -> Any:
-        return _add_id(self.parents[0][i], int(self.parents[0].sample_ids(np.array([i]))[0]))
+        return _add_id(self.parents[0].at(i), int(self.parents[0].sample_ids(np.array([i]))[0]))
 
     def gather(self, indices: np.ndarray) -> Iterable:
         parent = self.parents[0]
@@ -174,10 +172,7 @@ class WithId(Stage):
         return _replan(WithId, self.parents[0], pass_id, cursor)
 
     def _seek(self, pass_id: int, cursor: int) -> Iterator:
-        parent = self.parents[0]
-        if cursor and not is_native(parent):  # the parent's cursor counts other things: read past
-            return itertools.islice(self._seek(pass_id, 0), cursor, None)
-        return map(_add_id, iterate(parent, pass_id, cursor), itertools.count(cursor))
+        return map(_add_id, iterate(self.parents[0], pass_id, cursor), itertools.count(cursor))
 
 
 def with_index(reader: Any) -> Stage:

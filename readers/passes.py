@@ -110,7 +110,7 @@ class PassIterator:
         if self._opened is None:
             return
         opened, self._opened = self._opened, None  # None: closed
-        self._ended = []  # whatever the closed chain does now, this pass did not run out
+        self._ended = list(self._ended)  # what the closed chain does now changes nothing: done stays as it was
         close_iterator(self._raw)
         for it in reversed(opened):
             close_iterator(it)

@@ -57,9 +57,6 @@ def pick_start_method(requested: str | None) -> str:
     return "spawn"
 
 
-# -- statistics ------------------------------------------------------------------------
-
-
 class Threads:
     """A pass's thread workers, as the consumer sees them."""
 

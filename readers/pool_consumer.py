@@ -84,7 +84,6 @@ class PassStats:
         }
 
 
-
 class _Merged:
     """A pool's entries: iterating gives a C-level chain over the merge's runs, so no Python
     frame runs per entry; ``close()`` stops the workers."""

@@ -32,8 +32,8 @@ from typing import Any
 
 from readers import shm
 from readers.launch import worker_context
+from readers.parents import iterate
 from readers.passes import close_iterator
-from readers.stage import iterate
 
 __all__ = ["Credits", "PipeCredits", "Watch", "cap", "in_context", "pack_error", "process_main", "pump", "thread_main",
            "unpack_error"]

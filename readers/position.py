@@ -64,24 +64,25 @@ def advance(reader: Any, start: int, consumed: int) -> int:
 def end_of(reader: Any) -> int | None:
     """The cursor at the end of a pass, where one applies on every shard: else None.
 
-    It is the length of the stage whose entries the cursor counts; there is
-    none for a stream, nor inside a node's block (blocks differ in size, and
-    a position counts alike on every node).
+    It is the length of the stage whose entries the cursor counts (below
+    every stage that counts its parent's positions); there is none for a
+    stream, nor inside a node's block (blocks differ in size, and a position
+    counts alike on every node).
 
     >>> from readers import from_sequence, shard
     >>> end_of(shard(from_sequence("abcde"), 0, 2)), end_of(lambda: iter("ab"))
     (5, None)
     """
     stage = reader
-    while isinstance(stage, Node) and not is_native(stage):
+    while isinstance(stage, Node) and stage.positions is not None:
         stage = stage.parents[0]
     for node in walk(stage):
-        split = node.share() if isinstance(node, Node) else None
-        if split is not None and split.index is None:
+        share = node.share() if isinstance(node, Node) else None
+        if share is not None and share.index is None:
             return None
     try:
         return len(stage)
-    except TypeError:  # a stream: it has no length
+    except Exception:  # a stream has no length; a reader's own __len__ may refuse to say: no end is known
         return None
 
 

@@ -6,8 +6,9 @@ from collections.abc import Iterator
 from typing import Any
 
 from readers.checks import check_reader, whole
+from readers.parents import iterate
 from readers.pipeline import describe
-from readers.stage import Stage, iterate
+from readers.stage import Stage
 
 __all__ = ["cache", "repeat"]
 

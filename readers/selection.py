@@ -13,10 +13,11 @@ from typing import Any
 import numpy as np
 
 from readers.checks import check_reader, whole
+from readers.parents import access_of, as_indexed, iterate, open_plan
 from readers.pipeline import describe
 from readers.plans import Plan, slice_chunks
 from readers.position import is_native
-from readers.stage import Stage, access_of, as_indexed, iterate, open_plan
+from readers.stage import Stage
 
 __all__ = ["filter_entries", "firstn", "skip"]
 
@@ -37,7 +38,7 @@ class Sliced(Stage):
         return rest if self.count is None else min(self.count, rest)
 
     def _get(self, i: int) -> Any:
-        return self.parents[0][i + self.start]
+        return self.parents[0].at(i + self.start)
 
     def gather(self, indices: np.ndarray) -> Iterable:
         return self.parents[0].gather(indices + self.start)
@@ -59,15 +60,16 @@ class Sliced(Stage):
         if is_native(self.parents[0]):  # jump straight to the parent's position
             plan = open_plan(self.parents[0], pass_id, self.start + cursor)
             return Plan(plan.source, slice_chunks(plan.chunks, 0, count))
+        # the parent counts other things (cursor is 0 here: run() reads past one): slice its whole pass
         plan = open_plan(self.parents[0], pass_id)
-        return Plan(plan.source, slice_chunks(plan.chunks, self.start + cursor, count))
+        return Plan(plan.source, slice_chunks(plan.chunks, self.start, count))
 
     def _seek(self, pass_id: int, cursor: int) -> Iterator:
         count = self._left(cursor)
         if is_native(self.parents[0]):
             return itertools.islice(iterate(self.parents[0], pass_id, self.start + cursor), count)
-        stop = None if count is None else self.start + cursor + count
-        return itertools.islice(iterate(self.parents[0], pass_id), self.start + cursor, stop)
+        # the parent counts other things (cursor is 0 here: run() reads past one): read past its first entries
+        return itertools.islice(iterate(self.parents[0], pass_id), self.start, None if count is None else self.start + count)
 
     def _options(self) -> str:
         return f"n={self.start if self.count is None else self.count}"

@@ -20,11 +20,12 @@ import numpy as np
 from readers.checks import check_reader, whole
 from readers.launch import worker_info
 from readers.maps import append_column
+from readers.parents import access_of, iterate, open_plan
 from readers.passes import close_iterator
 from readers.pipeline import Node, Share, describe, walk
 from readers.plans import CHUNK, Plan, rechunk
 from readers.shuffling import DrawnSeed
-from readers.stage import IndexedReader, Stage, access_of, iterate, open_plan
+from readers.stage import IndexedReader, Stage
 
 __all__ = ["check_equalize", "follows_workers", "is_sharded", "pad_with_weights", "shard", "stride_chunks"]
 
@@ -115,7 +116,7 @@ class _Weighted(IndexedReader):
         return np.where(real, indices, -1 - indices), real
 
     def _get(self, i: int) -> tuple:
-        return append_column(self.source[i], 1.0)
+        return append_column(self.source.at(i), 1.0)
 
     def gather(self, indices: np.ndarray) -> Iterator:
         idx, real = self._split(indices)

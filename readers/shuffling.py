@@ -15,11 +15,11 @@ import numpy as np
 import toolz
 
 from readers.checks import check_reader, whole
+from readers.parents import access_of, as_indexed, iterate, open_plan
 from readers.permutation import KeyedPermutation
 from readers.pipeline import describe
 from readers.plans import Plan, index_chunks, rechunk, slice_chunks
-from readers.position import is_native
-from readers.stage import Stage, access_of, as_indexed, iterate, open_plan
+from readers.stage import Stage
 
 __all__ = ["DrawnSeed", "check_seed", "shuffle"]
 
@@ -116,11 +116,8 @@ class BufferShuffle(Stage):
         return rng, cursor - offset, offset
 
     def _plan(self, pass_id: int, cursor: int) -> Plan:
-        if self.buf_size <= 1 or cursor and not is_native(self.parents[0]):
-            plan = open_plan(self.parents[0], pass_id, cursor if self.buf_size <= 1 else 0)
-            if self.buf_size <= 1:
-                return plan
-            return Plan(plan.source, slice_chunks(self._permuted(plan.chunks, _rng(self.seed, pass_id)), cursor))
+        if self.buf_size <= 1:
+            return open_plan(self.parents[0], pass_id, cursor)
         rng, start, offset = self._where(pass_id, cursor)
         plan = open_plan(self.parents[0], pass_id, start)
         return Plan(plan.source, slice_chunks(self._permuted(plan.chunks, rng), offset))
@@ -132,8 +129,6 @@ class BufferShuffle(Stage):
         parent = self.parents[0]
         if self.buf_size <= 1:
             return iterate(parent, pass_id, cursor)
-        if cursor and not is_native(parent):  # the parent's cursor counts other things: read past
-            return itertools.islice(self._seek(pass_id, 0), cursor, None)
         rng, start, offset = self._where(pass_id, cursor)
         blocks = toolz.concat(self._blocks(iterate(parent, pass_id, start), rng))
         return itertools.islice(blocks, offset, None) if offset else blocks

@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from readers.parents import is_indexed
 from readers.stage import IndexedReader, Stage
 
 __all__ = ["from_arrays", "from_sequence", "np_array", "text_file"]
@@ -147,7 +148,7 @@ def from_sequence(seq: Sequence) -> FromSequence:
     ...
     TypeError: from_sequence needs a sequence with len and [i], got generator; for a one-shot iterable write a generator function and use it as the reader
     """
-    if not (hasattr(seq, "__len__") and hasattr(seq, "__getitem__")):
+    if not (hasattr(seq, "__len__") and hasattr(seq, "__getitem__")) or isinstance(seq, Stage) and not is_indexed(seq):
         raise TypeError(
             f"from_sequence needs a sequence with len and [i], got {type(seq).__name__}; for a "
             "one-shot iterable write a generator function and use it as the reader"

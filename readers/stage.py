@@ -44,24 +44,25 @@ Stages that shard or run workers (``readers.pipeline.Node``):
 =================  ==========================================================
 
 Instance state must pickle: threads and processes belong to a pass, never
-to the stage. The guide ``readers.guide`` works through two examples.
+to the stage. The guide ``readers.guide`` works through two examples;
+``readers.parents`` has the helpers a stage uses on its parents.
 """
 from __future__ import annotations
 
 import itertools
+import warnings
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, TypeVar
 
 import numpy as np
 
 from readers.checks import whole
-from readers.passes import PassIterator, opened
-from readers.pipeline import Node, describe
-from readers.plans import Plan, index_chunks
-from readers.position import check_layout, check_state
+from readers.passes import PassIterator
+from readers.pipeline import Node
+from readers.plans import Plan, index_chunks, slice_chunks
+from readers.position import check_layout, check_state, is_native
 
-__all__ = ["IndexedReader", "Reader", "Stage", "access_of", "as_indexed", "is_indexed", "is_planned", "iterate",
-           "open_plan"]
+__all__ = ["ACCESS", "IndexedReader", "Reader", "Stage"]
 
 T = TypeVar("T")
 Reader = Callable[[], Iterable[T]]
@@ -72,6 +73,7 @@ ACCESS = ("stream", "plan", "index")
 class Stage(Node):
     """Base class of readerkit's readers: a picklable callable with parents (see the module doc for the hooks).
 
+    >>> from readers.parents import iterate
     >>> class Doubled(Stage):
     ...     name = "doubled"
     ...     positions = 1  # one entry per parent entry, in order: it resumes at its parent's cursor
@@ -112,8 +114,16 @@ class Stage(Node):
         return Plan(self, index_chunks(len(self), start=cursor))
 
     # -- running passes ------------------------------------------------------------------
+    def _reads_past(self, cursor: int) -> bool:
+        """Whether a pass from ``cursor`` must read past entries: the stage counts its own entries (positions
+        None), and a parent's cursor counts other things (a batch's, a shard's), so no parent can jump there."""
+        return bool(cursor) and self.positions is None and not all(map(is_native, self.parents))
+
     def run(self, pass_id: int, cursor: int = 0) -> Iterator:
         """The entries of pass ``pass_id`` from ``cursor``, whatever this stage's own count of calls says.
+
+        Where no parent can jump to the cursor, the pass is read past it, so
+        ``_seek`` and ``_plan`` meet a nonzero cursor only when they can.
 
         >>> from readers import from_sequence, shuffle
         >>> r = shuffle(from_sequence(range(6)), seed=0)
@@ -121,10 +131,10 @@ class Stage(Node):
         (True, True)
         """
         if self.access == "stream":
+            if self._reads_past(cursor):
+                return itertools.islice(self._seek(pass_id, 0), cursor, None)
             return self._seek(pass_id, cursor)
-        if self.access not in ACCESS:
-            raise ValueError(f"{type(self).__name__} declares access={self.access!r}; access is one of {ACCESS}")
-        return self._plan(pass_id, cursor).entries()
+        return self.plan(pass_id, cursor).entries()
 
     def plan(self, pass_id: int, cursor: int = 0) -> Plan | None:
         """Pass ``pass_id`` from ``cursor`` as an index plan, or None when passes are streams.
@@ -134,7 +144,25 @@ class Stage(Node):
         >>> [plan.source[int(i)] for chunk in plan.chunks for i in chunk]
         ['b', 'c']
         """
-        return None if self.access == "stream" else self._plan(pass_id, cursor)
+        if self.access == "stream":
+            return None
+        if self.access not in ACCESS:
+            raise ValueError(f"{type(self).__name__} declares access={self.access!r}; access is one of {ACCESS}")
+        if self._reads_past(cursor):
+            plan = self._plan(pass_id, 0)
+            return Plan(plan.source, slice_chunks(plan.chunks, cursor))
+        return self._plan(pass_id, cursor)
+
+    @property
+    def next_pass(self) -> int:
+        """The pass the next call starts (``set_pass`` and ``set_state`` choose it; each call moves it on).
+
+        >>> from readers import from_sequence
+        >>> r = from_sequence("ab")
+        >>> _ = list(r()); r.next_pass
+        1
+        """
+        return self._pass
 
     def __call__(self) -> PassIterator:
         if "parents" not in self.__dict__:
@@ -186,10 +214,25 @@ class Stage(Node):
         self._resume = check_state(self, state)
         self._pass = self._resume[0]
 
+    def __iter__(self) -> Iterator:
+        if self.access != "index":
+            raise TypeError(f"{type(self).__name__!r} object is not iterable: a reader is called for a pass, so "
+                            f"iterate {self.name}(...)() rather than {self.name}(...)")
+        return map(self._get, range(len(self)))  # a sequence's entries, as before random access had its own __iter__
+
     # -- random access (access == "index") -----------------------------------------------
     def _get(self, i: int) -> Any:
         """Entry ``i``, for 0 <= i < len(self)."""
         raise NotImplementedError(f"{type(self).__name__} defines no _get")
+
+    def at(self, i: int) -> Any:
+        """Entry ``i`` without the checks of ``[i]`` (0 <= i < len): what a stage asks of its parent.
+
+        >>> from readers import from_sequence
+        >>> from_sequence("abc").at(1)
+        'b'
+        """
+        return self._get(i)
 
     def __getitem__(self, i: int) -> Any:
         if self.access != "index":
@@ -211,12 +254,27 @@ class Stage(Node):
         when the entries are made at once (a vectorised take), or an iterator
         that makes each as it is read (per-entry work, such as a map).
 
+        Callers that want a sequence call ``list(r.gather(indices))``.
+
         >>> from readers import from_sequence, map_readers
         >>> it = iter(map_readers(lambda x: 1 // x, from_sequence([1, 0])).gather(np.arange(2)))
         >>> next(it)
         1
         """
         return map(self._get, indices.tolist())
+
+    def iter_gather(self, indices: np.ndarray) -> Iterator:
+        """Deprecated: ``gather`` itself may give the entries lazily now; use ``iter(r.gather(indices))``."""
+        warnings.warn("iter_gather is deprecated: gather may give the entries lazily now; use iter(r.gather(...))",
+                      DeprecationWarning, stacklevel=2)
+        return iter(self.gather(indices))
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "iter_gather" in vars(cls) and "gather" not in vars(cls):  # written for the two gathers of readerkit 0.1
+            warnings.warn(f"{cls.__name__} defines iter_gather, which is now gather (it may return an iterator); "
+                          "rename it", DeprecationWarning, stacklevel=2)
+            cls.gather = vars(cls)["iter_gather"]
 
     def gather_columns(self, indices: np.ndarray) -> tuple | np.ndarray | None:
         """One array per column for ``indices``, or None when entries are not columnar."""
@@ -249,112 +307,3 @@ class IndexedReader(Stage):
 
     def __len__(self) -> int:
         raise NotImplementedError(f"{type(self).__name__} defines no __len__")
-
-
-class _UserIndexed(IndexedReader):
-    """Adapter for a user's object that is callable and has len and [i]."""
-
-    def __init__(self, obj: Any):
-        super().__init__()  # the object is shown in the options, not as a parent: it is no reader
-        self.obj = obj
-
-    def __len__(self) -> int:
-        return len(self.obj)
-
-    def _get(self, i: int) -> Any:
-        return self.obj[i]
-
-    def _options(self) -> str:
-        return f"{describe(self.obj)}, len={len(self.obj)}"
-
-
-def iterate(reader: Reader, pass_id: int | None = None, cursor: int = 0) -> Iterator:
-    """Start a pass of ``reader`` and return its iterator, checking what it returned.
-
-    Stages start their parents' passes with their own ``pass_id``, so a whole
-    pipeline's randomness follows the pass of its outermost stage. A nonzero
-    ``cursor`` starts the pass there (in ``reader``'s position units, see
-    ``readers.position.advance``); a plain function's pass is read past its
-    first ``cursor`` entries.
-
-    >>> list(iterate(lambda: (x * x for x in range(3))))
-    [0, 1, 4]
-    >>> list(iterate(lambda: iter("abcd"), cursor=3))
-    ['d']
-    >>> iterate(lambda: 42)
-    Traceback (most recent call last):
-    ...
-    TypeError: reader <lambda> returned int, which is not iterable; a reader must return a fresh iterable (a list, or a generator from a generator function)
-    """
-    if isinstance(reader, Stage) and pass_id is not None:
-        return opened(reader.run(pass_id, cursor))
-    result = opened(reader())
-    try:
-        it = iter(result)
-        return itertools.islice(it, cursor, None) if cursor else it
-    except TypeError:
-        raise TypeError(
-            f"reader {describe(reader)} returned {type(result).__name__}, which is not "
-            "iterable; a reader must return a fresh iterable (a list, or a generator "
-            "from a generator function)"
-        ) from None
-
-
-def is_planned(reader: Any) -> bool:
-    """Whether ``reader``'s passes are index plans (indexed sources and what keeps them).
-
-    >>> from readers import from_sequence, shuffle
-    >>> is_planned(shuffle(from_sequence("abc"), seed=0)), is_planned(lambda: "abc")
-    (True, False)
-    """
-    return isinstance(reader, Stage) and reader.access != "stream"
-
-
-def access_of(reader: Any) -> str:
-    """How ``reader``'s passes run: its declared ``access``, or "stream" for a plain reader.
-
-    >>> from readers import from_sequence
-    >>> access_of(from_sequence("ab")), access_of(lambda: iter("ab"))
-    ('index', 'stream')
-    """
-    return reader.access if isinstance(reader, Stage) else "stream"
-
-
-def is_indexed(reader: Any) -> bool:
-    """Whether ``reader`` is a stage with random access (``len`` and ``[i]``).
-
-    >>> from readers import from_sequence, shuffle
-    >>> is_indexed(from_sequence("ab")), is_indexed(shuffle(from_sequence("ab"), seed=0))
-    (True, False)
-    """
-    return isinstance(reader, Stage) and reader.access == "index"
-
-
-def open_plan(reader: Any, pass_id: int, cursor: int = 0) -> Plan | None:
-    """Start pass ``pass_id`` of ``reader`` (at ``cursor``) as an index plan, or return None for a stream.
-
-    >>> from readers import from_sequence
-    >>> plan = open_plan(from_sequence("abc"), 0)
-    >>> [plan.source[int(i)] for chunk in plan.chunks for i in chunk]
-    ['a', 'b', 'c']
-    >>> open_plan(lambda: iter("abc"), 0) is None
-    True
-    """
-    return reader.plan(pass_id, cursor) if isinstance(reader, Stage) else None
-
-
-def as_indexed(reader: Any) -> Stage | None:
-    """``reader`` as a stage with random access when it has ``len`` and ``[i]``, else None.
-
-    >>> from readers import from_sequence
-    >>> r = from_sequence([3, 4])
-    >>> as_indexed(r) is r
-    True
-    >>> as_indexed(lambda: iter([3, 4])) is None
-    True
-    """
-    if isinstance(reader, Stage):
-        return reader if reader.access == "index" else None
-    if callable(reader) and hasattr(reader, "__len__") and hasattr(reader, "__getitem__"):
-        return _UserIndexed(reader)
-    return None

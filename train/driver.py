@@ -22,6 +22,7 @@ from batching.collate import Padded
 from readers.allocator import tune_allocator
 from readers.checks import check_reader, whole
 from readers.position import check_resumable, start_of
+from readers.registry import find_model
 from readers.sharding import check_equalize, is_sharded
 from train.checkpoint import (
     CheckpointError,
@@ -164,8 +165,6 @@ def evaluate(model: Any, provider: Any, mapping: Mapping[str, Any] | Sequence[st
 
 def _resolve_model(model: Any, seed: int, mapping: dict[str, Any], checkpoints: bool) -> Any:
     if isinstance(model, str):
-        from readers.registry import find_model
-
         model = find_model(model)(seed=seed)
     needed = ("step", "evaluate") + (("state_dict", "load_state_dict") if checkpoints else ())
     for method in needed:

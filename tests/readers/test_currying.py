@@ -111,3 +111,9 @@ def test_an_option_taken_for_the_reader_is_named_in_the_error():
     with pytest.raises(TypeError, match=r"32 was taken as the reader: to give options first and the reader later "
                                         r"\(toolz.pipe\), name them, e.g. batch\(batch_size=32\)"):
         toolz.pipe(SOURCE, batching.batch(32))
+
+
+def test_what_comes_before_the_reader_may_be_given_by_name():
+    square = readers.map_readers(func=lambda x: x * x)
+    assert list(square(SOURCE)())[:3] == [0, 1, 4]
+    assert list(readers.xmap_readers(mapper=abs, process_num=2, buffer_size=2, order=True)(SOURCE)())[:2] == [0, 1]

@@ -120,3 +120,11 @@ def test_close_iterator_closes_what_can_be_closed(it):
     close_iterator(it)
     if hasattr(it, "close"):
         assert list(it) == []
+
+
+def test_closing_a_pass_that_ran_out_keeps_its_state_at_the_next_pass():
+    r = readers.shuffle(readers.from_sequence(range(4)), seed=0)
+    it = r()
+    list(it)
+    it.close()
+    assert it.done and it.get_state() == {"pass": 1, "cursor": 0, "seed": 0}

@@ -5,8 +5,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import readers
+from readers.parents import as_indexed
 from readers.plans import Plan, index_chunks, rechunk, slice_chunks
-from readers.stage import as_indexed
 
 chunkings = st.lists(st.integers(0, 9), max_size=8)
 

@@ -349,3 +349,21 @@ def test_plain_function_state_via_stage_above_counts_entries():
     it = r()
     [next(it) for _ in range(4)]
     assert it.get_state() == {"pass": 0, "cursor": 4, "seed": None}
+
+
+def test_a_cursor_past_a_batch_of_one_is_refused_as_past_the_end():
+    with pytest.raises(ValueError, match="past the end"):
+        batching.batch(readers.from_sequence(range(3)), 1).set_state({"pass": 0, "cursor": 10, "seed": None})
+
+
+def test_a_plain_reader_whose_len_refuses_still_says_where_it_is():
+    class Lines:
+        def __call__(self):
+            return iter(range(6))
+
+        def __len__(self):
+            raise NotImplementedError
+
+    it = batching.batch(Lines(), 2)()
+    next(it)
+    assert it.get_state() == {"pass": 0, "cursor": 2, "seed": None}

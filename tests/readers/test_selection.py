@@ -2,7 +2,7 @@
 import pytest
 
 import readers
-from readers.stage import is_planned
+from readers.parents import is_planned
 from tests.readers.toys import CountingReader, is_odd, ten_reader
 
 

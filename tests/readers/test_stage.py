@@ -6,8 +6,9 @@ import pytest
 
 import batching
 import readers
-from readers.stage import Stage, access_of, as_indexed, is_indexed, iterate, open_plan
-from tests.readers.toys import CountingReader, add_one, double, is_odd
+from readers.parents import iterate
+from readers.stage import Stage
+from tests.readers.toys import CountingReader, add_one, is_odd
 
 # -- rules every decorator keeps ------------------------------------------------------
 
@@ -125,16 +126,6 @@ def test_run_gives_any_pass_from_any_cursor_without_moving_the_pass_count():
     assert list(r()) == list(r.run(0))  # run() did not count as a call
 
 
-def test_reader_returning_non_iterable_gets_a_type_error():
-    r = readers.map_readers(double, lambda: 42)
-    with pytest.raises(TypeError, match="returned int, which is not iterable"):
-        list(r())
-
-
-def test_iterate_of_a_plain_reader_reads_past_the_cursor():
-    assert list(iterate(lambda: iter("abcd"), pass_id=3, cursor=2)) == ["c", "d"]
-
-
 def test_a_stage_without_stream_or_seek_says_which_hook_is_missing():
     class Empty(readers.Stage):
         name = "empty"
@@ -181,37 +172,6 @@ def test_indexed_subclass_gather_may_wrap_the_default():
     assert list(Logged()()) == [i * i for i in range(10)] and Logged.calls == [10]
 
 
-def test_user_class_with_len_and_getitem_is_indexed():
-    class Squares:
-        def __len__(self):
-            return 5
-
-        def __getitem__(self, i):
-            return i * i
-
-        def __call__(self):
-            return (self[i] for i in range(5))
-
-    r = readers.shuffle(Squares(), seed=0)
-    assert sorted(r()) == [0, 1, 4, 9, 16]
-    adapted = as_indexed(Squares())
-    assert is_indexed(adapted) and adapted[3] == 9 and len(adapted) == 5
-
-
-@pytest.mark.parametrize("reader, access", [
-    (readers.from_sequence("ab"), "index"),
-    (readers.shuffle(readers.from_sequence("ab"), seed=0), "plan"),
-    (readers.filter_entries(readers.from_sequence("ab"), bool), "stream"),
-    (lambda: iter("ab"), "stream"),
-])
-def test_access_of_says_how_passes_run(reader, access):
-    assert access_of(reader) == access
-    plan = open_plan(reader, 0)
-    assert (plan is None) == (access == "stream")
-    if plan is not None:
-        assert sorted(e for chunk in plan.chunks for e in plan.source.gather(chunk)) == ["a", "b"]
-
-
 class _Pairs(Stage):
     """Declares positions = 2 (its cursor is its parent's) but defines only _stream."""
 
@@ -246,3 +206,66 @@ def test_a_stage_with_an_unknown_access_says_which_there_are():
 
     with pytest.raises(ValueError, match=r"Wrong declares access='indexed'; access is one of \('stream', 'plan', 'index'\)"):
         list(Wrong()())
+
+
+class _CountsLen(readers.IndexedReader):
+    calls = 0
+
+    def __len__(self):
+        type(self).calls += 1
+        return 100
+
+    def _get(self, i):
+        return i
+
+
+def test_random_access_through_a_deep_pipeline_checks_bounds_once_per_level():
+    source = _CountsLen()
+    r = source
+    for _ in range(8):
+        r = readers.map_readers(abs, readers.skip(r, 1))
+    _CountsLen.calls = 0
+    assert r[3] == 11
+    assert _CountsLen.calls == 1  # one len() down the pipeline for [i]; the stages below ask each other at(i)
+
+
+def test_a_stream_stage_is_not_iterable_and_says_to_call_it():
+    with pytest.raises(TypeError, match=r"'BufferShuffle' object is not iterable: a reader is called for a pass"):
+        list(readers.shuffle(readers.from_sequence(range(3)), 2, seed=0))
+    assert list(readers.from_sequence("ab")) == ["a", "b"]  # an indexed one iterates its entries
+
+
+def test_from_sequence_refuses_a_stage_without_random_access():
+    with pytest.raises(TypeError, match="from_sequence needs a sequence with len and"):
+        readers.from_sequence(readers.shuffle(readers.from_sequence(range(3)), 2, seed=0))
+
+
+def test_a_stage_written_with_iter_gather_still_works_but_is_told_to_rename_it():
+    with pytest.warns(DeprecationWarning, match="defines iter_gather, which is now gather"):
+        class Old(readers.IndexedReader):
+            def __len__(self):
+                return 3
+
+            def _get(self, i):
+                return -i
+
+            def iter_gather(self, indices):
+                return (10 * i for i in indices.tolist())
+
+    assert list(Old()()) == [0, 10, 20]
+    with pytest.warns(DeprecationWarning, match="iter_gather is deprecated"):
+        assert list(readers.from_sequence("abc").iter_gather(np.arange(2))) == ["a", "b"]
+
+
+def test_a_stage_that_jumps_its_parent_meets_a_cursor_only_where_the_parent_can_jump():
+    seen = []
+
+    class Jumps(Stage):
+        def _seek(self, pass_id, cursor):
+            seen.append(cursor)
+            return iterate(self.parents[0], pass_id, cursor)
+
+    r = Jumps(batching.batch(readers.from_sequence(range(6)), 2))  # the batch's cursor counts entries
+    assert list(r.run(0, cursor=1)) == [[2, 3], [4, 5]] and seen == [0]  # read past: one batch
+    seen.clear()
+    assert list(Jumps(readers.from_sequence(range(6))).run(0, cursor=4)) == [4, 5] and seen == [4]

@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 
 import readers
-from readers.stage import Stage, iterate
+from readers.parents import iterate
+from readers.stage import Stage
 from readers.testing import assert_resumes_at_every_step, assert_same, steps_to_check
 
 
