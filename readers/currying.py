@@ -87,16 +87,16 @@ class Curried(toolz.curry):
                 if hint is None:
                     raise
                 raise hint from None
-        keywords = {**(self.keywords or {}), **kwargs}
+        keywords, signature = {**(self.keywords or {}), **kwargs}, _signature(self.func)
         try:
-            _signature(self.func).bind_partial(*self.args, *args, **keywords)
+            signature.bind_partial(*self.args, *args, **keywords)
         except TypeError as exc:
-            names = ", ".join(_signature(self.func).parameters)
+            names = ", ".join(signature.parameters)
             raise TypeError(f"{self.__name__}() {exc}; its options are {names}") from None
         # what comes before the reader, given by name (map_readers(func=f)), is bound by position, so
         # that the reader, given later by position, lands in its place
         given = [*self.args, *args]
-        for param in list(_signature(self.func).parameters.values())[len(given):self.reader_at]:
+        for param in list(signature.parameters.values())[len(given):self.reader_at]:
             if param.name not in keywords or param.kind is not param.POSITIONAL_OR_KEYWORD:
                 break
             given.append(keywords.pop(param.name))

@@ -8,7 +8,6 @@ whole job when asked. A node so reads, and caches, only its own block.
 """
 from __future__ import annotations
 
-import functools
 from collections.abc import Iterable
 from typing import Any
 
@@ -16,15 +15,10 @@ import numpy as np
 
 from readers.checks import check_reader
 from readers.launch import worker_info
-from readers.parents import as_indexed, open_plan
+from readers.parents import as_indexed
 from readers.pipeline import Share, describe
 from readers.plans import Plan
-from readers.sharding import (
-    check_equalize,
-    first_index,
-    pad_with_weights,
-    stride_chunks,
-)
+from readers.sharding import check_equalize, strided_plan
 from readers.shuffling import GlobalShuffle, check_seed
 from readers.stage import IndexedReader, Stage
 
@@ -113,11 +107,7 @@ class NodeSplit(Stage):
 
     def _plan(self, pass_id: int, cursor: int) -> Plan:
         k, count = self.share()[:2]
-        plan = open_plan(self.parents[0], pass_id, cursor)
-        source = pad_with_weights(plan.source) if self.equalize == "pad" else plan.source
-        # a pad copies the pass's first entry, whatever the cursor, so a resumed pass pads alike
-        pad_index = functools.partial(first_index, self.parents[0], pass_id) if cursor else None
-        return Plan(source, stride_chunks(plan.chunks, k, count, self.equalize, self._target(cursor), pad_index))
+        return strided_plan(self.parents[0], pass_id, cursor, k, count, self.equalize, self._target(cursor))
 
     def _options(self) -> str:
         return "this node's workers" + (f", equalize={self.equalize!r}" if self.equalize else "")

@@ -39,16 +39,30 @@ def append_column(entry: Any, value: Any, key: str = "weight") -> Any:
     return (entry, value)
 
 
-def _replan(make: Callable[[Any], Stage], parent: Any, pass_id: int, cursor: int) -> Plan:
-    """The parent's plan with its source wrapped by ``make``: an entry-by-entry stage keeps the indices."""
-    plan = open_plan(parent, pass_id, cursor)
-    return Plan(make(plan.source), plan.chunks)
+class _EntryByEntry(Stage):
+    """A stage whose entry i is made from its parent's entry i: it keeps the parent's access, length and IDs."""
+
+    @property
+    def access(self) -> str:
+        return access_of(self.parents[0])
+
+    def __len__(self) -> int:
+        return len(self.parents[0])
+
+    def sample_ids(self, indices: np.ndarray) -> np.ndarray:
+        return self.parents[0].sample_ids(indices)
+
+    def _plan(self, pass_id: int, cursor: int) -> Plan:
+        if self.access == "index":
+            return super()._plan(pass_id, cursor)
+        plan = open_plan(self.parents[0], pass_id, cursor)  # the same indices, this stage over their source
+        return Plan(self.with_parents(plan.source), plan.chunks)
 
 
 # -- map ---------------------------------------------------------------------------
 
 
-class Mapped(Stage):
+class Mapped(_EntryByEntry):
     """``func`` over the zipped entries of the parents (see ``map_readers``)."""
 
     name = "map_readers"
@@ -60,7 +74,7 @@ class Mapped(Stage):
 
     @property
     def access(self) -> str:
-        return access_of(self.parents[0]) if len(self.parents) == 1 else "stream"
+        return super().access if len(self.parents) == 1 else "stream"
 
     @property
     def positions(self) -> int | None:
@@ -69,21 +83,13 @@ class Mapped(Stage):
     def __len__(self) -> int:
         if len(self.parents) != 1:
             raise TypeError("map_readers of several readers has no length (it stops at the shortest)")
-        return len(self.parents[0])
+        return super().__len__()
 
     def _get(self, i: int) -> Any:
         return self.func(self.parents[0].at(i))
 
     def gather(self, indices: np.ndarray) -> Iterator:
         return map(self.func, self.parents[0].gather(indices))
-
-    def sample_ids(self, indices: np.ndarray) -> np.ndarray:
-        return self.parents[0].sample_ids(indices)
-
-    def _plan(self, pass_id: int, cursor: int) -> Plan:
-        if self.access == "index":
-            return super()._plan(pass_id, cursor)
-        return _replan(functools.partial(Mapped, self.func), self.parents[0], pass_id, cursor)
 
     def _seek(self, pass_id: int, cursor: int) -> Iterator:
         return map(self.func, *[iterate(r, pass_id, cursor) for r in self.parents])
@@ -133,21 +139,14 @@ def map_readers(func: Callable, *readers: Any) -> Stage:
 _add_id = functools.partial(append_column, key="index")
 
 
-class WithId(Stage):
+class WithId(_EntryByEntry):
     """Each entry with its sample ID as a last column (see ``with_index``)."""
 
     name = "with_index"
 
     @property
-    def access(self) -> str:
-        return access_of(self.parents[0])
-
-    @property
     def positions(self) -> int | None:
         return None if self.access == "stream" else 1  # a stream's IDs count its own entries
-
-    def __len__(self) -> int:
-        return len(self.parents[0])
 
     def _get(self, i: int) -> Any:
         return _add_id(self.parents[0].at(i), int(self.parents[0].sample_ids(np.array([i]))[0]))
@@ -162,14 +161,6 @@ class WithId(Stage):
             return None
         columns = columns if isinstance(columns, tuple) else (columns,)
         return columns + (np.array(self.parents[0].sample_ids(indices), dtype=np.int64),)
-
-    def sample_ids(self, indices: np.ndarray) -> np.ndarray:
-        return self.parents[0].sample_ids(indices)
-
-    def _plan(self, pass_id: int, cursor: int) -> Plan:
-        if self.access == "index":
-            return super()._plan(pass_id, cursor)
-        return _replan(WithId, self.parents[0], pass_id, cursor)
 
     def _seek(self, pass_id: int, cursor: int) -> Iterator:
         return map(_add_id, iterate(self.parents[0], pass_id, cursor), itertools.count(cursor))

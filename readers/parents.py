@@ -76,7 +76,7 @@ def is_planned(reader: Any) -> bool:
     >>> is_planned(shuffle(from_sequence("abc"), seed=0)), is_planned(lambda: "abc")
     (True, False)
     """
-    return isinstance(reader, Stage) and reader.access != "stream"
+    return access_of(reader) != "stream"
 
 
 def access_of(reader: Any) -> str:
@@ -96,7 +96,7 @@ def is_indexed(reader: Any) -> bool:
     >>> is_indexed(from_sequence("ab")), is_indexed(shuffle(from_sequence("ab"), seed=0))
     (True, False)
     """
-    return isinstance(reader, Stage) and reader.access == "index"
+    return access_of(reader) == "index"
 
 
 def open_plan(reader: Any, pass_id: int, cursor: int = 0) -> Plan | None:
@@ -123,7 +123,7 @@ def as_indexed(reader: Any) -> Stage | None:
     True
     """
     if isinstance(reader, Stage):
-        return reader if reader.access == "index" else None
+        return reader if is_indexed(reader) else None
     if callable(reader) and hasattr(reader, "__len__") and hasattr(reader, "__getitem__"):
         return _UserIndexed(reader)
     return None

@@ -27,7 +27,8 @@ from readers.plans import CHUNK, Plan, rechunk
 from readers.shuffling import DrawnSeed
 from readers.stage import IndexedReader, Stage
 
-__all__ = ["check_equalize", "follows_workers", "is_sharded", "pad_with_weights", "shard", "stride_chunks"]
+__all__ = ["check_equalize", "follows_workers", "is_sharded", "pad_with_weights", "shard", "stride_chunks",
+           "strided_plan"]
 
 EQUALIZE = (None, "pad", "drop")
 
@@ -200,6 +201,24 @@ def _stride_entries(entries: Iterator, k: int, count: int, equalize: str | None,
             return
 
 
+def strided_plan(reader: Any, pass_id: int, cursor: int, k: int, count: int, equalize: str | None,
+                 target: int | None = None) -> Plan:
+    """Shard ``k`` of ``count`` of the plan of pass ``pass_id`` of ``reader`` from ``cursor`` (see ``stride_chunks``).
+
+    >>> from readers import from_sequence
+    >>> plan = strided_plan(from_sequence("abcdefg"), 0, 0, 2, 3, "pad")
+    >>> list(plan.entries())
+    [('c', 1.0), ('f', 1.0), ('a', 0.0)]
+    """
+    plan = open_plan(reader, pass_id, cursor)
+    source = pad_with_weights(plan.source) if equalize == "pad" else plan.source
+    if count == 1 and target is None:
+        return Plan(source, plan.chunks)
+    # a pad copies the pass's first entry, whatever the cursor, so a resumed pass pads alike
+    pad_index = functools.partial(first_index, reader, pass_id) if cursor else None
+    return Plan(source, stride_chunks(plan.chunks, k, count, equalize, target, pad_index))
+
+
 def first_index(reader: Any, pass_id: int) -> int:
     """The first sample index of pass ``pass_id`` of a planned reader (its pads copy it)."""
     for chunk in open_plan(reader, pass_id, 0).chunks:
@@ -256,13 +275,7 @@ class Shard(Stage):
 
     def _plan(self, pass_id: int, cursor: int) -> Plan:
         k, count = self._resolved()
-        plan = open_plan(self.parents[0], pass_id, cursor)
-        source = pad_with_weights(plan.source) if self.equalize == "pad" else plan.source
-        if count == 1:
-            return Plan(source, plan.chunks)
-        # a pad copies the pass's first entry, whatever the cursor, so a resumed pass pads alike
-        pad_index = functools.partial(first_index, self.parents[0], pass_id) if cursor else None
-        return Plan(source, stride_chunks(plan.chunks, k, count, self.equalize, None, pad_index))
+        return strided_plan(self.parents[0], pass_id, cursor, k, count, self.equalize)
 
     def _seek(self, pass_id: int, cursor: int) -> Iterator:
         k, count = self._resolved()
