@@ -11,8 +11,11 @@ import gzip
 import math
 import os
 import zlib
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 __all__ = ["IdxError", "read_idx", "write_idx"]
 
@@ -46,8 +49,33 @@ def _read_bytes(path: str) -> bytes:
             ) from None
 
 
-def read_idx(path: str | os.PathLike) -> np.ndarray:
+def _dimensions(n: int) -> str:
+    return f"{n} dimension{'' if n == 1 else 's'}"
+
+
+def _check_kind(path: str, raw: bytes, rank: int, have: np.dtype, ndim: int | None, dtype: Any) -> None:
+    """Refuse a file whose header's rank or type is not the one expected (None: any)."""
+    allowed = [] if dtype is None else [np.dtype(d) for d in (dtype if isinstance(dtype, (list, tuple)) else [dtype])]
+    native = have.newbyteorder("=")
+    if (ndim is None or rank == ndim) and (not allowed or native in allowed):
+        return
+    names = [d.name for d in allowed]
+    kinds = " or ".join([", ".join(names[:-1]), names[-1]] if len(names) > 1 else names)
+    expected = " of ".join(part for part in (kinds, _dimensions(ndim) if ndim is not None else "") if part)
+    shape = ""
+    if len(raw) >= 4 + 4 * rank:  # the header is whole: the shape is known
+        shape = f", shape {tuple(int(d) for d in np.frombuffer(raw, '>u4', rank, 4))}"
+    raise IdxError(f"{path}: holds {native.name} of {_dimensions(rank)}{shape}, but {expected} was expected; "
+                   "check that this is the file meant (an image file given for labels, say)")
+
+
+def read_idx(path: str | os.PathLike, *, ndim: int | None = None,
+             dtype: npt.DTypeLike | Sequence[npt.DTypeLike] = None) -> np.ndarray:
     """Read an IDX file (or a gzipped one) into an array of native byte order.
+
+    ``ndim`` and ``dtype`` (one or a sequence of those allowed) say what the
+    file should hold; a file whose header says otherwise (an image file given
+    for labels, say) is refused before its size is checked.
 
     >>> import tempfile, os
     >>> folder = tempfile.TemporaryDirectory()
@@ -60,6 +88,11 @@ def read_idx(path: str | os.PathLike) -> np.ndarray:
     Traceback (most recent call last):
     ...
     readers.idx.IdxError: .../labels.idx1-ubyte: truncated: the header promises 5 values of uint8 (5 bytes of data) but the file has 3; download the file again
+    >>> write_idx(path, np.zeros((2, 28, 28), dtype=np.uint8))
+    >>> read_idx(path, ndim=1, dtype=(np.uint8, np.int32))
+    Traceback (most recent call last):
+    ...
+    readers.idx.IdxError: .../labels.idx1-ubyte: holds uint8 of 3 dimensions, shape (2, 28, 28), but uint8 or int32 of 1 dimension was expected; check that this is the file meant (an image file given for labels, say)
 
     See Also:
         write_idx
@@ -73,14 +106,15 @@ def read_idx(path: str | os.PathLike) -> np.ndarray:
             f"{path}: wrong magic number 0x{raw[:4].hex()}: an IDX file starts with two zero bytes "
             "(e.g. 0x00000803 for images); is this an IDX file?"
         )
-    code, ndim = raw[2], raw[3]
+    code, rank = raw[2], raw[3]
     if code not in DTYPES:
         known = ", ".join(f"0x{c:02X}" for c in DTYPES)
         raise IdxError(f"{path}: unknown IDX type code 0x{code:02X} (known: {known}); the file is corrupt")
-    header = 4 + 4 * ndim
+    header = 4 + 4 * rank
+    _check_kind(path, raw, rank, DTYPES[code], ndim, dtype)
     if len(raw) < header:
-        raise IdxError(f"{path}: truncated header: {ndim} dimensions need {header} bytes, the file has {len(raw)}")
-    shape = tuple(int(d) for d in np.frombuffer(raw, dtype=">u4", count=ndim, offset=4))
+        raise IdxError(f"{path}: truncated header: {rank} dimensions need {header} bytes, the file has {len(raw)}")
+    shape = tuple(int(d) for d in np.frombuffer(raw, dtype=">u4", count=rank, offset=4))
     dtype = DTYPES[code]
     count = math.prod(shape)  # Python ints: corrupt dimensions must not wrap around int64
     need = count * dtype.itemsize

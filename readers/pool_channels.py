@@ -91,14 +91,19 @@ class Threads:
             c.close()
         deadline = time.monotonic() + GRACE
         stuck = []
-        for t in self.threads:
+        for w, t in enumerate(self.threads):
             t.join(max(0.0, deadline - time.monotonic()))
             if t.is_alive():
-                stuck.append(t.name)
-        if stuck:
-            warnings.warn(ResourceWarning(
-                f"readerkit {self.pool.name}: {', '.join(stuck)} did not return from its source within "
-                f"{GRACE} s of the pass ending; it will exit when the source's next() returns"))
+                stuck.append(f"{t.name} ({self.pool.labels[w]})")
+        if stuck and "stuck" not in self.pool.warned:
+            self.pool.warned.add("stuck")  # once per stage: a source that blocks so blocks every pass
+            one = len(stuck) == 1
+            warnings.warn(RuntimeWarning(
+                f"readerkit {self.pool.name}: worker thread{'' if one else 's'} {', '.join(stuck)} did not return "
+                f"from {'its' if one else 'their'} source within {GRACE} s of the pass ending, and will "
+                "run on until the source's next() returns; give the source a timeout (on its blocking read or "
+                "wait), or use mode=\"process\", whose stuck workers are stopped (this warning: once per stage)"),
+                stacklevel=2)
 
 
 class Processes:
@@ -107,6 +112,10 @@ class Processes:
     def __init__(self, pool: Any, pass_id: int, cursors: list[int]):
         self.pool, self.pass_id = pool, pass_id
         self.method = pick_start_method(pool.start_method)
+        # the threads that make spawn the choice, named if a job will not pickle (this one, if not main, last)
+        others = [t for t in threading.enumerate() if t is not threading.main_thread()]
+        others.sort(key=lambda t: t is threading.current_thread())
+        self.others = [t.name for t in others] if pool.start_method is None else []
         self.ctx = multiprocessing.get_context(self.method)
         n = len(pool.jobs)
         self.procs: list[Any] = [None] * n
@@ -127,11 +136,19 @@ class Processes:
         try:
             return pickle.dumps(job, pickle.HIGHEST_PROTOCOL)
         except Exception as exc:
-            raise TypeError(
-                f"{self.pool.name}: the reader of worker {w} ({describe(job)}) cannot be pickled for the "
-                f"{self.method!r} start method ({exc}); build it from module-level functions (a "
-                "module-level generator function, functools.partial of one, or readers.* creators), "
-                "or pass start_method='fork'") from exc
+            fix = ("build it from module-level functions (a module-level generator function, functools.partial of "
+                   "one, or readers.* creators)")
+            if self.others and sys.platform.startswith("linux"):
+                named = ", ".join(map(repr, self.others[:3])) + (
+                    f" and {len(self.others) - 3} more" if len(self.others) > 3 else "")
+                fix = (f"{self.method!r} was chosen because this process has other threads than the main one "
+                       f"({named}), which a fork would copy mid-work; {fix}, or use mode=\"thread\", or pass "
+                       "start_method=\"fork\" if you know forking is safe here (those threads hold no lock the "
+                       "workers need)")
+            else:
+                fix += ", or pass start_method='fork'"
+            raise TypeError(f"{self.pool.name}: the reader of worker {w} ({describe(job)}) cannot be pickled for the "
+                            f"{self.method!r} start method ({exc}); {fix}") from exc
 
     def start(self, w: int, cursor: int) -> None:
         mine, theirs = self.ctx.Pipe(duplex=True)
@@ -143,7 +160,7 @@ class Processes:
         p = self.ctx.Process(
             target=pool_worker.process_main, name=f"readerkit-{self.pool.name}-{w}", daemon=True,
             args=(w, self.jobs[w] if self.method == "fork" else None, self.pass_id, cursor,
-                  self.pool.contexts[w], theirs, self.pool.limit, spec, os.getpid(), inherited))
+                  self.pool.contexts[w], theirs, self.pool.limit, spec, os.getpid(), inherited, self.pool.where(w)))
         try:
             p.start()
         finally:

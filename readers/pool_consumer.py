@@ -113,8 +113,9 @@ class Pool:
 
     def __init__(self, name: str, jobs: Sequence[Any], contexts: Sequence[tuple | None], *, processes: bool,
                  ordered: bool, limit: int | None, labels: Sequence[str], start_method: str | None = None,
-                 restarts: int = 0):
+                 restarts: int = 0, warned: set | None = None):
         self.name, self.jobs, self.contexts = name, list(jobs), list(contexts)
+        self.warned = set() if warned is None else warned  # warnings given already (a stage's own: once per stage)
         self.processes, self.ordered, self.limit = processes, ordered, limit
         self.start_method, self.restarts = start_method, restarts
         self.labels = list(labels)
@@ -142,7 +143,8 @@ class Pool:
                 backend.stop()
             self.backend = None
 
-    def _where(self, w: int) -> str:
+    def where(self, w: int) -> str:
+        """Worker ``w``'s name in errors."""
         return f"{self.name} worker {w} ({self.labels[w]})"
 
     def _next(self, w: int | None) -> tuple[int, list | None]:
@@ -163,12 +165,12 @@ class Pool:
                 self.backend.ack(i, len(payload))
                 return i, payload
             if kind == pool_worker.FAILED:
-                raise payload if isinstance(payload, BaseException) else unpack_error(payload, self._where(i))
+                raise payload if isinstance(payload, BaseException) else unpack_error(payload, self.where(i))
             return i, None  # done, or (threads) stopped
 
     def _revive(self, died: Died) -> None:
         w = died.worker
-        message = f"{self._where(w)} {died.how} before finishing its reader, without reporting an error"
+        message = f"{self.where(w)} {died.how} before finishing its reader, without reporting an error"
         if self.stats.restarts >= self.restarts:
             raise WorkerDiedError(message + self._hint(died)) from None
         try:

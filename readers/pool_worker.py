@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import importlib
 import itertools
 import math
 import multiprocessing
@@ -53,30 +54,57 @@ class _Gone(Exception):
     """The consumer closed its end: the pass is over, the worker just stops."""
 
 
-def pack_error(exc: BaseException) -> tuple[bytes | None, str, str]:
-    """An exception as (its pickle or None, ``Type: message``, traceback text), to cross a pipe."""
+def pack_error(exc: BaseException) -> tuple:
+    """An exception as (its pickle or None, its traceback text, (module, qualname, message)) to cross a pipe;
+    the last part rebuilds the type of one that does not pickle (see ``unpack_error``)."""
     try:
         blob: bytes | None = pickle.dumps(exc)
         pickle.loads(blob)  # some exceptions pickle but cannot be rebuilt
     except Exception:
         blob = None
-    return blob, f"{type(exc).__name__}: {exc}", "".join(traceback.format_exception(exc))
+    kind = type(exc)
+    return blob, "".join(traceback.format_exception(exc)), (kind.__module__, kind.__qualname__, str(exc))
+
+
+def _rebuilt(module: str, qualname: str, message: str) -> BaseException | None:
+    """An exception of the type ``module.qualname`` made from ``message`` alone, when that gives the same text."""
+    try:
+        kind: Any = importlib.import_module(module)
+        for part in qualname.split("."):
+            kind = getattr(kind, part)
+        exc = kind(message) if isinstance(kind, type) and issubclass(kind, BaseException) else None
+        return exc if exc is not None and str(exc) == message else None
+    except Exception:  # not importable (a class local to a function), or its __init__ wants more: no rebuild
+        return None
 
 
 def unpack_error(payload: tuple, where: str) -> BaseException:
     """The exception ``pack_error`` packed, chained from the worker's traceback text.
 
+    One that does not pickle comes back as its type made from its message, when
+    its type can be imported and made so; else as a RuntimeError naming its type.
+
     >>> exc = unpack_error(pack_error(KeyError("row 7")), "worker 1")
     >>> type(exc).__name__, str(exc), "Traceback in worker 1" in str(exc.__cause__)
     ('KeyError', "'row 7'", True)
+    >>> class Local(Exception):
+    ...     def __init__(self, row, why):
+    ...         super().__init__(f"row {row}: {why}")
+    >>> unpack_error(pack_error(Local(7, "bad")), "worker 1")
+    RuntimeError('readers.pool_worker.Local: row 7: bad (raised in worker 1; the exception could not be pickled, so it comes as a RuntimeError: to get it as itself, let its __init__ take its message alone and give it only attributes that pickle)')
     """
-    blob, summary, text = payload
+    blob, text, (module, qualname, message) = payload
     try:
         exc = pickle.loads(blob) if blob is not None else None
     except Exception:
         exc = None
     if not isinstance(exc, BaseException):
-        exc = RuntimeError(f"{summary} (raised in {where}; the exception could not be pickled)")
+        exc = _rebuilt(module, qualname, message)
+    if exc is None:
+        name = qualname if module == "builtins" else f"{module}.{qualname}"
+        exc = RuntimeError(f"{name}: {message} (raised in {where}; the exception could not be pickled, so it comes "
+                           "as a RuntimeError: to get it as itself, let its __init__ take its message alone and give "
+                           "it only attributes that pickle)")
     exc.__cause__ = _RemoteTraceback(f'\n"""\nTraceback in {where}:\n{text}"""')
     return exc
 
@@ -279,12 +307,26 @@ def _load(job: Any, w: int) -> Any:
             "or use start_method='fork'") from exc
 
 
+def _unsendable(where: str, chunk: list, first: int, exc: Exception) -> tuple[int, Exception]:
+    """``exc``, raised pickling ``chunk`` (entries ``first``... of a worker), as an error naming the entry at
+    fault, and that entry's place in ``chunk`` (0, and ``exc`` itself, when no one entry is at fault)."""
+    for k, entry in enumerate(chunk):
+        if (what := shm.unpicklable(entry)) is not None:
+            return k, TypeError(
+                f"{where}: its entry {first + k} is {what}, which cannot be pickled ({exc}), so it cannot reach "
+                "the consumer's process; make entries numpy arrays or plain data (numbers, str, bytes, and tuples, "
+                "lists and dicts of them), e.g. with a map_readers in the worker's reader, or run the workers in "
+                "threads (mode=\"thread\")")
+    return 0, exc
+
+
 def process_main(w: int, job: Any, pass_id: int, cursor: int, context: tuple | None, conn: Any,
-                  limit: int | None, ring: tuple | None, parent: int, inherited: list) -> None:
+                  limit: int | None, ring: tuple | None, parent: int, inherited: list, where: str) -> None:
     """Process body: send pass ``pass_id`` of ``job`` from ``cursor`` as messages on ``conn``.
 
     ``inherited``: the consumer's ends of the pipes, which a forked worker holds
     copies of; closed first, so that the consumer closing its end reaches the worker.
+    ``where`` names the worker in errors.
     """
     for c in inherited:
         c.close()
@@ -299,6 +341,7 @@ def process_main(w: int, job: Any, pass_id: int, cursor: int, context: tuple | N
             return  # the consumer died before this process asked to die with it
     writer = shm.RingWriter(*ring) if ring is not None else None
     stats = [0, 0.0, 0.0, 0]
+    sent = [0]  # entries sent so far
 
     def send(kind: int, payload: Any) -> None:
         data = shm.pack((kind, tuple(stats), payload), writer)
@@ -313,7 +356,16 @@ def process_main(w: int, job: Any, pass_id: int, cursor: int, context: tuple | N
 
     def send_chunk(chunk: list) -> None:
         before = writer.head if writer is not None else 0
-        send(ENTRIES, shm.fold(chunk) if writer is not None else chunk)
+        try:
+            send(ENTRIES, shm.fold(chunk) if writer is not None else chunk)
+        except _Gone:
+            raise
+        except Exception as exc:  # an entry that does not pickle: send those before it, then say which
+            k, error = _unsendable(where, chunk, sent[0], exc)
+            if k:
+                send_chunk(chunk[:k])
+            raise error from None
+        sent[0] += len(chunk)
         if writer is not None:
             stats[3] += writer.head - before
 

@@ -20,6 +20,7 @@ the state also records the shard layout, and resuming checks it is the same.
 """
 from __future__ import annotations
 
+import numbers
 from typing import Any
 
 from readers.pipeline import Node, describe, walk
@@ -183,6 +184,28 @@ def _count(state: dict, key: str) -> int:
     return value
 
 
+def _layout(state: dict) -> list | None:
+    """The state's shard layout as ``[[index, count], ...]`` (lists, as JSON gives them back), checked."""
+    layout = state.get("layout")
+    if layout is None:
+        return None
+    form = ("'layout' must be a list of [index, count] pairs, index an int in 0..count-1 (or None for a "
+            "node_shuffle's block) and count an int >= 1, e.g. [[1, 3]]")
+    if not isinstance(layout, (list, tuple)):
+        raise ValueError(f"reader state: {form}; got {type(layout).__name__} {layout!r}; pass the dict "
+                         "get_state() returned")
+    checked = []
+    for k, item in enumerate(layout):
+        pair = list(item) if isinstance(item, (list, tuple)) and len(item) == 2 else [None, None]
+        index, count = (None if v is None or isinstance(v, bool) or not isinstance(v, numbers.Integral) else int(v)
+                        for v in pair)
+        if count is None or count < 1 or (pair[0] is not None and (index is None or not 0 <= index < count)):
+            raise ValueError(f"reader state: {form}; item {k} of {layout!r} is {item!r}; pass the dict "
+                             "get_state() returned")
+        checked.append([index, count])
+    return checked
+
+
 def check_state(reader: Any, state: Any) -> tuple[int, int, list | None]:
     """Check ``state`` against ``reader``; return (pass, cursor, layout).
 
@@ -193,6 +216,10 @@ def check_state(reader: Any, state: Any) -> tuple[int, int, list | None]:
     Traceback (most recent call last):
     ...
     ValueError: reader state was saved with seed 5, but this pipeline's seed is 0; resume with the same seed, or start the pass afresh
+    >>> check_state(from_sequence("abc"), {"pass": 0, "cursor": 1, "seed": None, "layout": [[1, 3, 0]]})
+    Traceback (most recent call last):
+    ...
+    ValueError: reader state: 'layout' must be a list of [index, count] pairs, index an int in 0..count-1 (or None for a node_shuffle's block) and count an int >= 1, e.g. [[1, 3]]; item 0 of [[1, 3, 0]] is [1, 3, 0]; pass the dict get_state() returned
     """
     if not isinstance(state, dict):
         raise TypeError(f"reader state must be the dict get_state() returned, got {type(state).__name__} {state!r}")
@@ -210,7 +237,7 @@ def check_state(reader: Any, state: Any) -> tuple[int, int, list | None]:
     if end is not None and cursor > end:
         raise ValueError(f"reader state is at entry {cursor} of a pass, past the end of {describe(reader)}'s "
                          f"{end} entries; it was saved from other data")
-    return _count(state, "pass"), cursor, state.get("layout")
+    return _count(state, "pass"), cursor, _layout(state)
 
 
 def check_layout(reader: Any, layout: list | None, cursor: int) -> None:

@@ -36,7 +36,8 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["INLINE_BELOW", "RingReader", "RingWriter", "SharedFd", "available", "fold", "pack", "unfold", "unpack"]
+__all__ = ["INLINE_BELOW", "RingReader", "RingWriter", "SharedFd", "available", "fold", "pack", "unfold", "unpack",
+           "unpicklable"]
 
 INLINE_BELOW = 512  # bytes: smaller arrays cost less to pickle in-band than to place in the ring
 RING_BYTES = 64 << 20  # per worker process; pages cost memory only once written
@@ -116,9 +117,35 @@ def pack(message: tuple, ring: RingWriter | None) -> bytes:
         regions.append((at, raw.nbytes))
         return False
 
-    body = pickle.dumps(message, 5, buffer_callback=None if ring is None else place)
+    try:
+        body = pickle.dumps(message, 5, buffer_callback=None if ring is None else place)
+    except BaseException:
+        if ring is not None:
+            ring.head = start  # the regions placed so far belong to no message: reuse them
+        raise
     where = pickle.dumps((start, ring.head if ring is not None else 0, regions), 5)
     return len(where).to_bytes(4, "little") + where + body
+
+
+def unpicklable(obj: Any, depth: int = 0) -> str | None:
+    """What in ``obj`` cannot be pickled, so cannot cross to another process; None when it all can.
+
+    >>> import threading
+    >>> unpicklable((np.zeros(2), {"lock": threading.Lock()})), unpicklable([1, "a", np.zeros(2)])
+    ("a tuple whose item 1 is a dict whose item 'lock' is a _thread.lock", None)
+    """
+    try:
+        pickle.dumps(obj, pickle.HIGHEST_PROTOCOL)
+        return None
+    except Exception:
+        pass
+    kind = type(obj)
+    name = kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
+    items = enumerate(obj) if kind in (tuple, list) else obj.items() if kind is dict else ()
+    for key, value in items if depth < 4 else ():
+        if (inner := unpicklable(value, depth + 1)) is not None:
+            return f"a {name} whose item {key!r} is {inner}"
+    return f"a {name}"
 
 
 class RingReader:

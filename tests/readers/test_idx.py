@@ -211,3 +211,34 @@ def test_idx_gzip_with_trailing_garbage_names_the_file(good_gzip):
 def test_idx_missing_file_is_a_file_not_found_error(tmp_path):
     with pytest.raises(FileNotFoundError):
         read_idx(tmp_path / "nothing.idx")
+
+
+@pytest.mark.parametrize("compress", [False, True], ids=["plain", "gzip"])
+@pytest.mark.parametrize("data, expect, fault", [
+    # regression: an image file (cut short, as an interrupted download leaves it) given for the
+    # labels was blamed as "truncated: the header promises 47040000 values", not as the wrong file
+    (header(0x08, 60000, 28, 28) + bytes(100), {"ndim": 1},
+     "holds uint8 of 3 dimensions, shape (60000, 28, 28), but 1 dimension was expected"),
+    (header(0x08, 60000, 28, 28)[:9], {"ndim": 1}, "holds uint8 of 3 dimensions, but 1 dimension was expected"),
+    (header(0x0D, 3) + bytes(12), {"ndim": 1, "dtype": (np.uint8, np.int8, np.int32)},
+     "holds float32 of 1 dimension, shape (3,), but uint8, int8 or int32 of 1 dimension was expected"),
+    (header(0x0C, 2, 5) + bytes(3), {"dtype": np.uint8}, "holds int32 of 2 dimensions, shape (2, 5), but uint8 was"),
+    (header(0x08, 7) + bytes(7), {"ndim": 3, "dtype": "u1"}, "holds uint8 of 1 dimension, shape (7,), but uint8 of 3 dimensions"),
+])
+def test_idx_file_of_another_rank_or_type_than_expected_says_so_before_its_size(tmp_path, data, expect, fault, compress):
+    path = write_raw(tmp_path / "labels.idx", data, compress=compress)
+    with pytest.raises(IdxError) as info:
+        read_idx(path, **expect)
+    message = str(info.value)
+    assert message.startswith(f"{path}: {fault}") and "check that this is the file meant" in message
+    assert "truncated" not in message
+
+
+@pytest.mark.parametrize("array, expect", [
+    (np.array([3, 1], np.uint8), {"ndim": 1, "dtype": np.uint8}),
+    (np.zeros((2, 3, 4), np.int16), {"ndim": 3, "dtype": (np.uint8, np.int16)}),
+    (np.float64(1.5), {"ndim": 0}),
+])
+def test_idx_file_as_expected_reads_as_usual(tmp_path, array, expect):
+    write_idx(tmp_path / "a.idx", array)
+    np.testing.assert_array_equal(read_idx(tmp_path / "a.idx", **expect), array)

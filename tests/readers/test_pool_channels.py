@@ -16,13 +16,22 @@ import subprocess
 import sys
 import threading
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from readers import from_sequence, multiprocess_reader, np_array, prefetch, xmap_readers
+from readers import (
+    from_sequence,
+    multiprocess_reader,
+    np_array,
+    pool_channels,
+    prefetch,
+    xmap_readers,
+)
 from readers.parallel import buffered
+from readers.pipeline import describe
 from readers.pool_channels import pick_start_method
 from tests.conftest import HANG, finishes, wait_until, worker_threads
 from tests.readers import worker_jobs as jobs
@@ -109,6 +118,32 @@ def test_multiprocess_reader_spawn_rejects_unpicklable_reader(no_leaks):
     r = multiprocess_reader([from_sequence([1]), lambda: iter([2])], start_method="spawn")
     with pytest.raises(TypeError, match=r"worker 1 \(.*lambda.*\) cannot be pickled.*module-level"):
         list(r())
+
+
+def test_unpicklable_reader_under_spawn_chosen_for_other_threads_says_why_and_names_one(no_leaks):
+    """Regression: the error said only that the reader cannot be pickled for 'spawn', which no one had asked for."""
+    release = threading.Event()
+    other = threading.Thread(target=release.wait, args=(HANG,), name="metrics-uploader")
+    other.start()
+    try:
+        r = prefetch(lambda: iter([1, 2]), 1, mode="process")
+        with pytest.raises(TypeError) as info:
+            list(r())
+    finally:
+        release.set()
+        other.join()
+    message = str(info.value)
+    assert "cannot be pickled for the 'spawn' start method" in message
+    assert "'spawn' was chosen because this process has other threads than the main one ('" in message
+    assert "'metrics-uploader'" in message
+    assert "module-level functions" in message and 'mode="thread"' in message and 'start_method="fork"' in message
+
+
+def test_unpicklable_reader_under_a_requested_spawn_says_nothing_of_threads(no_leaks):
+    r = prefetch(lambda: iter([1, 2]), 1, mode="process", start_method="spawn")
+    with pytest.raises(TypeError, match="cannot be pickled for the 'spawn' start method") as info:
+        list(r())
+    assert "other threads" not in str(info.value)
 
 
 UNGUARDED_SCRIPT = """
@@ -247,7 +282,7 @@ def test_stop_returns_promptly_while_the_source_is_blocked(make, no_leaks):
     release = threading.Event()
 
     def take_one_and_stop():
-        with pytest.warns(ResourceWarning, match="did not return"):
+        with pytest.warns(RuntimeWarning, match="did not return"):
             for _ in make(_blocked_source(release))():
                 break
 
@@ -257,12 +292,44 @@ def test_stop_returns_promptly_while_the_source_is_blocked(make, no_leaks):
         release.set()  # the left-behind thread now finishes its next() and exits (no_leaks waits)
 
 
+def _stuck_passes(stage, passes: int) -> list:
+    """The warnings of ``passes`` passes of ``stage`` each stopped while its source is blocked."""
+    def run():
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            for _ in range(passes):
+                it = stage()
+                next(it)
+                it.close()  # its thread is blocked in the source's next()
+        return caught
+
+    return finishes(run, f"{passes} passes whose source is blocked", timeout=HANG / 2)
+
+
+def test_thread_stuck_in_its_source_is_named_in_a_visible_warning_once_per_stage(monkeypatch, no_leaks):
+    """Regression: the only notice was a ResourceWarning, which Python hides by default."""
+    monkeypatch.setattr(pool_channels, "GRACE", 0.05)
+    release = threading.Event()
+    stage, other = prefetch(_blocked_source(release), 1), buffered(_blocked_source(release), 2)
+    try:
+        caught = _stuck_passes(stage, 2)
+        caught_other = _stuck_passes(other, 1)
+    finally:
+        release.set()  # the left-behind threads now finish their next() and exit (no_leaks waits)
+    assert [w.category for w in caught] == [RuntimeWarning]  # shown by Python's default filters; once per stage
+    message = str(caught[0].message)
+    assert message.startswith(f"readerkit prefetch: worker thread readerkit-prefetch-0 ({describe(stage.reader)}, "
+                              "1 of 1) did not return from its source within 0.05 s of the pass ending")
+    assert "give the source a timeout" in message
+    assert [str(w.message).split(":")[0] for w in caught_other] == ["readerkit buffered"]  # another stage: its own
+
+
 def test_xmap_mapper_error_reaches_consumer_while_source_is_blocked(no_leaks):
     """Regression from the review of issue 2: a mapper's error waited for a thread stuck in its source."""
     release = threading.Event()
 
     def fail_the_pass():
-        with pytest.warns(ResourceWarning), pytest.raises(ValueError, match="mapper failed on 1"):
+        with pytest.warns(RuntimeWarning), pytest.raises(ValueError, match="mapper failed on 1"):
             list(xmap_readers(_fails, _blocked_source(release), 2, 4)())
 
     try:

@@ -8,10 +8,12 @@ import threading
 import time
 import traceback
 
+import numpy as np
 import pytest
 
 from readers import map_readers, multiprocess_reader, prefetch, xmap_readers
 from readers.parallel import buffered
+from readers.pipeline import describe
 from readers.pool_worker import MAX_AHEAD, Credits, cap, pack_error, pump, unpack_error
 from tests.conftest import HANG, finishes
 from tests.readers import worker_jobs as jobs
@@ -128,7 +130,54 @@ def test_unpack_error_rebuilds_the_exception_chained_from_the_workers_traceback(
 def test_unpack_error_of_an_exception_that_cannot_be_rebuilt_is_a_runtime_error_naming_it():
     rebuilt = unpack_error(pack_error(TwoArgError(1, 2)), "worker 0")
     assert type(rebuilt) is RuntimeError
-    assert str(rebuilt) == "TwoArgError: 1-2 (raised in worker 0; the exception could not be pickled)"
+    assert str(rebuilt).startswith(
+        "tests.readers.test_pool_worker.TwoArgError: 1-2 (raised in worker 0; the exception could not be pickled, ")
+    assert "let its __init__ take its message alone" in str(rebuilt)
+
+
+class LockedError(Exception):
+    """An exception holding what does not pickle; made from its message alone it is whole again."""
+
+    def __init__(self, message):
+        super().__init__(message)
+        self.lock = threading.Lock()
+
+
+class LoudError(Exception):
+    """Made from its message alone, its text differs: rebuilding it so would change the message."""
+
+    def __init__(self, message, *, code=0):
+        super().__init__(f"{message} (code {code})")
+        self.lock = threading.Lock()
+
+
+def _raise_locked():
+    try:
+        raise LockedError("disk 3 is gone")
+    except LockedError as exc:
+        return exc
+
+
+@pytest.mark.parametrize("exc, kind, text", [
+    # regression: these came back as RuntimeError, their type lost
+    (_raise_locked(), LockedError, "disk 3 is gone"),
+    (TwoArgError(1, 2), RuntimeError, "tests.readers.test_pool_worker.TwoArgError: 1-2 (raised in worker 2; "),
+    (LoudError("bad", code=3), RuntimeError, "tests.readers.test_pool_worker.LoudError: bad (code 3) (raised in "),
+    (type("Local", (Exception,), {"__reduce__": lambda self: (dict, 1)})("x"), RuntimeError,
+     "tests.readers.test_pool_worker.Local: x (raised in worker 2; "),
+])
+def test_unpack_error_rebuilds_an_unpicklable_exception_as_its_type_when_its_message_makes_it(exc, kind, text):
+    packed = pack_error(exc)
+    assert packed[0] is None  # it does not pickle whole
+    rebuilt = unpack_error(packed, "worker 2")
+    assert type(rebuilt) is kind and str(rebuilt).startswith(text)
+    assert "Traceback in worker 2" in str(rebuilt.__cause__) and f"{type(exc).__name__}: " in str(rebuilt.__cause__)
+
+
+def test_unpack_error_keeps_the_workers_traceback_of_a_rebuilt_exception():
+    rebuilt = unpack_error(pack_error(_raise_locked()), "prefetch worker 0")
+    remote = str(rebuilt.__cause__)
+    assert 'raise LockedError("disk 3 is gone")' in remote and "_raise_locked" in remote
 
 
 @pytest.mark.parametrize("exc", [ValueError("bad row 3"), KeyError("k"), RuntimeError("boom")])
@@ -221,6 +270,27 @@ def test_multiprocess_reader_unpicklable_entry_raises(use_pipe, no_leaks):
 
     with pytest.raises(TypeError, match="cannot pickle"):
         list(multiprocess_reader([reader], use_pipe, start_method="fork")())
+
+
+def _with_a_lock_at(k: int, n: int):
+    def reader():
+        for i in range(n):
+            yield (np.full(600, i), {"lock": threading.Lock()} if i == k else {"i": i})
+    return reader
+
+
+@pytest.mark.parametrize("k", [0, 5])  # alone in its message, and among other entries
+def test_process_worker_entry_that_cannot_be_pickled_names_the_worker_the_entry_and_what_to_do(k, no_leaks):
+    """Regression: the error was pickle's bare "cannot pickle '_thread.lock' object", naming no worker or entry."""
+    r = prefetch(_with_a_lock_at(k, 9), 1, mode="process", start_method="fork", buffer_size=8)
+    got = []
+    with pytest.raises(TypeError) as info:
+        finishes(lambda: got.extend(r()), "a pass whose entry cannot be pickled")
+    message = str(info.value)
+    assert message.startswith(f"prefetch worker 0 ({describe(r.reader)}, 1 of 1): its entry {k} is a tuple whose "
+                              "item 1 is a dict whose item 'lock' is a _thread.lock, which cannot be pickled")
+    assert "numpy arrays or plain data" in message and 'mode="thread"' in message
+    assert [int(x[0]) for x, _ in got] == list(range(k))  # what came before it still arrives
 
 
 def test_multiprocess_reader_spawn_forwards_worker_exception(no_leaks):

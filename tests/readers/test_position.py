@@ -367,3 +367,35 @@ def test_a_plain_reader_whose_len_refuses_still_says_where_it_is():
     it = batching.batch(Lines(), 2)()
     next(it)
     assert it.get_state() == {"pass": 0, "cursor": 2, "seed": None}
+
+
+@pytest.mark.parametrize("layout, item", [
+    ([[1]], r"item 0 of \[\[1\]\] is \[1\]"),  # regression: "not enough values to unpack"
+    ([[1, 3], [0, 2, 5]], r"item 1 of .* is \[0, 2, 5\]"),
+    ([3], r"item 0 of \[3\] is 3"),
+    ([["1", 3]], r"item 0 of .* is \['1', 3\]"),
+    ([[1.0, 3]], r"item 0 of .* is \[1.0, 3\]"),
+    ([[3, 3]], r"item 0 of .* is \[3, 3\]"),
+    ([[0, 0]], r"item 0 of .* is \[0, 0\]"),
+    ([[True, 3]], r"item 0 of .* is \[True, 3\]"),
+    ("1,3", r"got str '1,3'"),
+])
+def test_set_state_rejects_a_malformed_layout_naming_the_item_and_the_form(layout, item):
+    r = readers.shuffle(readers.shard(readers.from_sequence(range(20)), 1, 3), 3, seed=2)
+    state = {"pass": 0, "cursor": 2, "seed": 2, "layout": layout}
+    with pytest.raises(ValueError, match=r"'layout' must be a list of \[index, count\] pairs.*" + item):
+        r.set_state(state)
+    assert list(r()) == list(readers.shuffle(readers.shard(readers.from_sequence(range(20)), 1, 3), 3, seed=2)())
+
+
+def test_set_state_takes_a_layout_back_from_json_as_lists():
+    def make():
+        return readers.shuffle(readers.shard(readers.from_sequence(range(20)), 1, 3), 3, seed=2)
+
+    it = make()()
+    head = [next(it), next(it)]
+    state = json.loads(json.dumps(it.get_state()))
+    state["layout"] = [tuple(pair) for pair in state["layout"]]  # as another serialiser may give it
+    r = make()
+    r.set_state(state)
+    assert head + list(r()) == list(make()())

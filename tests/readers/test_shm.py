@@ -6,6 +6,7 @@ import functools
 import gc
 import multiprocessing
 import os
+import threading
 
 import numpy as np
 import pytest
@@ -71,6 +72,26 @@ def test_a_full_ring_sends_arrays_in_band_and_a_freed_region_is_reused(ring):
     reader.collect()  # the consumer frees what no array views any more
     again = shm.unpack(shm.pack([np.full(1536, 3.0)], writer), reader)
     assert views_ring(again[0]) and (again[0] == 3.0).all()
+
+
+def test_a_message_that_fails_to_pickle_leaves_no_region_taken_in_the_ring(ring):
+    reader, writer = ring
+    head = writer.head
+    with pytest.raises(TypeError, match="cannot pickle"):
+        shm.pack([np.full(1024, 1.0), threading.Lock()], writer)  # the array is placed before the lock fails
+    assert writer.head == head  # regression: its region was lost, so the tail stopped short of every later one
+    after = shm.unpack(shm.pack([np.full(1024, 2.0)], writer), reader)
+    del after
+    gc.collect()
+    reader.collect()
+    assert reader.tail == writer.head  # every region is free again
+
+
+def test_unpicklable_names_what_in_an_entry_cannot_cross():
+    assert shm.unpicklable([np.zeros(3), ("a", {"k": threading.Lock()})]) == (
+        "a list whose item 1 is a tuple whose item 1 is a dict whose item 'k' is a _thread.lock")
+    assert shm.unpicklable((np.zeros(3), None, "")) is None
+    assert shm.unpicklable(lambda: 1) == "a function"
 
 
 @pytest.mark.parametrize("entries", [
