@@ -34,6 +34,20 @@ class Batched(Stage):
     def positions(self) -> int:
         return self.batch_size  # its cursor counts entries, not batches
 
+    def __len__(self) -> int:
+        """The number of batches in a pass, when the reader below has a length (for progress bars, schedules).
+
+        >>> import readers
+        >>> len(batch(readers.from_sequence(range(10)), 4)), len(batch(readers.from_sequence(range(10)), 4, True))
+        (3, 2)
+        >>> len(batch(lambda: iter(range(10)), 4))
+        Traceback (most recent call last):
+        ...
+        TypeError: batch(batch_size=4, drop_last=False) has no length: <lambda> below it has none (a stream's is known only once a pass ends); len() counts batches over an indexed reader (readers.from_sequence, from_arrays...) and the stages that keep a length (map_readers, shuffle, shard...)
+        """
+        n = _length(self.parents[0], self)
+        return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
+
     def index_batches(self, pass_id: int, cursor: int = 0) -> tuple[Any, Iterator[np.ndarray]]:
         """The source and the sample indices of each batch of pass ``pass_id`` from ``cursor``, for a planned parent.
 
@@ -99,6 +113,15 @@ class Collated(Stage):
         super().__init__(reader)
         self.pad_value = pad_value
 
+    def __len__(self) -> int:
+        """The number of batches in a pass: its batch reader's (see ``Batched.__len__``).
+
+        >>> import readers
+        >>> len(collated(batch(readers.from_sequence(range(10)), 4)))
+        3
+        """
+        return _length(self.parents[0], self)
+
     def _seek(self, pass_id: int, cursor: int) -> Iterator:
         parent = self.parents[0]
         if isinstance(parent, Batched) and is_planned(parent.parents[0]):
@@ -128,6 +151,18 @@ class Collated(Stage):
 
     def _options(self) -> str:
         return f"pad_value={self.pad_value!r}"
+
+
+def _length(reader: Any, stage: Stage) -> int:
+    """``len(reader)``, the reader below ``stage``, or a TypeError that says why ``stage`` has no length."""
+    try:
+        return len(reader)
+    except TypeError:
+        if isinstance(reader, Batched):
+            raise  # it said why already
+        raise TypeError(f"{stage.title()} has no length: {describe(reader)} below it has none (a stream's is known "
+                        "only once a pass ends); len() counts batches over an indexed reader (readers.from_sequence, "
+                        "from_arrays...) and the stages that keep a length (map_readers, shuffle, shard...)") from None
 
 
 def _finish(column: np.ndarray, label: str, pad_value: Any) -> Any:

@@ -39,59 +39,67 @@ _first = operator.itemgetter(0)
 _MANY = 1 << 62  # more entries than any pass gives: the counter below never runs out
 
 
-class PassIterator:
+class PassIterator(map):
     """The iterator of one pass of a readerkit reader; ``get_state()`` says where it is.
 
-    It counts what it hands out at C speed (``zip`` with a range iterator,
-    whose ``length_hint`` tells how far it got), so a ``for`` loop over it
-    costs no Python call per entry.
+    It is a ``map`` over its entries zipped with a range iterator, whose
+    ``length_hint`` tells how many were handed out: ``iter(it)`` is ``it``
+    itself, and a ``for`` loop over it runs at C speed, with no Python call
+    per entry.
 
     >>> from readers import from_sequence
     >>> it = from_sequence("abc")()
+    >>> iter(it) is it
+    True
     >>> next(it), it.get_state()
     ('a', {'pass': 0, 'cursor': 1, 'seed': None})
     >>> list(it), it.get_state()
     (['b', 'c'], {'pass': 1, 'cursor': 0, 'seed': None})
     """
 
-    __slots__ = ("reader", "pass_id", "start", "_ended", "_raw", "_opened", "_counter", "_fast")
+    __slots__ = ("reader", "pass_id", "start", "_ended", "_raw", "_opened", "_counter")
 
-    def __init__(self, reader: Any, pass_id: int, start: int):
-        self.reader, self.pass_id, self.start, self._ended = reader, pass_id, start, []
-        outer, self._opened = getattr(_starting, "opened", None), []
-        _starting.opened = self._opened
+    def __new__(cls, reader: Any, pass_id: int, start: int) -> PassIterator:
+        outer, found = getattr(_starting, "opened", None), []
+        _starting.opened = found
         try:
-            self._raw = reader.run(pass_id, start)
+            raw = reader.run(pass_id, start)
         finally:
             _starting.opened = outer
-        self._counter = iter(range(_MANY))
+        ended, counter = [], iter(range(_MANY))
         # zip takes the entry first, so the counter moves only for entries handed out
-        self._fast = map(_first, zip(itertools.chain(self._raw, _end_of(self._ended)), self._counter))
+        self = super().__new__(cls, _first, zip(itertools.chain(raw, _end_of(ended)), counter))
+        self.reader, self.pass_id, self.start = reader, pass_id, start
+        self._ended, self._raw, self._opened, self._counter = ended, raw, found, counter
+        return self
 
     @property
     def done(self) -> bool:
-        """Whether the pass has run out."""
+        """Whether the pass has run out.
+
+        >>> from readers import from_sequence
+        >>> it = from_sequence("a")()
+        >>> it.done, list(it), it.done
+        (False, ['a'], True)
+        """
         return bool(self._ended)
 
     @property
     def consumed(self) -> int:
-        """Entries handed out so far in this pass."""
+        """Entries handed out so far in this pass.
+
+        >>> from readers import from_sequence
+        >>> it = from_sequence("abc")()
+        >>> next(it) and it.consumed
+        1
+        """
         return _MANY - operator.length_hint(self._counter)
-
-    def __iter__(self) -> Iterator:
-        return self._fast if self._opened is not None else iter(())
-
-    def __next__(self) -> Any:
-        if self._opened is None:  # closed
-            raise StopIteration
-        return next(self._fast)
 
     def close(self) -> None:
         """Stop the pass: close it and every pass it opened, outermost first (files, worker pools...).
 
-        Afterwards ``next`` ends the pass. A ``for`` loop that closes its own
-        pass midway may still get what a stage had read ahead (the rest of a
-        buffer shuffle's block), then ends.
+        Afterwards ``next`` ends the pass, and so does a ``for`` loop that
+        closed its own pass midway.
 
         >>> from readers import map_readers
         >>> def numbers():
@@ -111,6 +119,9 @@ class PassIterator:
             return
         opened, self._opened = self._opened, None  # None: closed
         self._ended = list(self._ended)  # what the closed chain does now changes nothing: done stays as it was
+        # map's own __next__ would go on reading the closed pipeline: the closed class ends the pass
+        # instead, and a for loop already running over this object sees it at its next step
+        self.__class__ = _ClosedPass
         close_iterator(self._raw)
         for it in reversed(opened):
             close_iterator(it)
@@ -124,6 +135,15 @@ class PassIterator:
         {'pass': 0, 'cursor': 2, 'seed': None}
         """
         return state_of(self.reader, self.pass_id, self.start, self.consumed, self.done)
+
+
+class _ClosedPass(PassIterator):
+    """A closed pass: it gives no more entries (``PassIterator.close`` moves a pass to this class)."""
+
+    __slots__ = ()
+
+    def __next__(self) -> Any:
+        raise StopIteration
 
 
 def close_iterator(it: Any) -> None:

@@ -135,3 +135,43 @@ def test_collated_fast_path_matches_entry_path(column):
 def test_collated_over_a_reader_of_entries_says_to_batch_first(source):
     with pytest.raises(TypeError, match="put batching.batch"):
         list(batching.collated(source)())
+
+
+# -- len(): batches in a pass (for progress bars and learning-rate schedules) ------------------
+
+
+@pytest.mark.parametrize("n", [0, 1, 7, 8, 9])
+@pytest.mark.parametrize("drop_last", [False, True])
+def test_batch_len_is_the_number_of_batches_over_an_indexed_reader(n, drop_last):
+    r = batching.batch(readers.shuffle(readers.from_sequence(range(n)), seed=0), 4, drop_last)
+    assert len(r) == len(list(r())) == (n // 4 if drop_last else -(-n // 4))
+
+
+@pytest.mark.parametrize("wrap", [
+    batching.collated,
+    lambda r: readers.map_readers(len, r),
+    lambda r: readers.shuffle(r, 2, seed=0),
+    lambda r: readers.firstn(r, 2),
+    lambda r: readers.skip(r, 1),
+    lambda r: readers.shard(r, 1, 2),
+    lambda r: readers.prefetch(r, 2, mode="thread"),
+    lambda r: readers.prefetch(batching.collated(r), 2, mode="thread"),
+], ids=["collated", "map", "shuffle", "firstn", "skip", "shard", "prefetch", "prefetch-collated"])
+def test_stages_over_a_batch_reader_give_its_batch_count_as_len(wrap):
+    r = wrap(batching.batch(readers.from_arrays(np.arange(10)), 4))
+    assert len(r) == len(list(r()))
+
+
+@pytest.mark.parametrize("reader", [lambda: iter(range(10)), readers.filter_entries(readers.from_sequence(range(10)), bool)],
+                         ids=["generator", "filter"])
+@pytest.mark.parametrize("wrap", [lambda r: r, batching.collated], ids=["batch", "collated"])
+def test_batch_len_over_a_stream_raises_type_error(reader, wrap):
+    with pytest.raises(TypeError, match=r"^batch\(batch_size=4, drop_last=False\) has no length: .* below it has none"):
+        len(wrap(batching.batch(reader, 4)))
+
+
+def test_a_state_past_the_last_batch_of_a_stage_over_batches_is_refused():
+    # a buffer shuffle of batches counts batches: with batch's len known, the end of its pass is too
+    r = readers.shuffle(batching.batch(readers.from_sequence(range(11)), 3), 2, seed=0)
+    with pytest.raises(ValueError, match="past the end of shuffle.*'s 4 entries"):
+        r.set_state({"pass": 0, "cursor": 5, "seed": 0})

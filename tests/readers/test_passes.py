@@ -128,3 +128,47 @@ def test_closing_a_pass_that_ran_out_keeps_its_state_at_the_next_pass():
     list(it)
     it.close()
     assert it.done and it.get_state() == {"pass": 1, "cursor": 0, "seed": 0}
+
+
+def test_iter_of_a_pass_is_the_pass_itself_with_close_and_state():
+    # iter(r()) used to return the C-level map inside the pass, which has neither get_state nor close
+    closed = []
+    it = iter(readers.map_readers(abs, _closing_source(closed))())
+    assert isinstance(it, PassIterator) and iter(it) is it
+    assert next(it) == 0 and it.get_state() == {"pass": 0, "cursor": 1, "seed": None}
+    it.close()
+    assert closed == [True] and list(it) == [] and it.get_state()["cursor"] == 1
+
+
+@pytest.mark.parametrize("wrap", [lambda r: readers.map_readers(abs, r), lambda r: readers.skip(r, 0)],
+                         ids=["map", "skip"])
+def test_a_for_loop_that_closes_its_pass_ends_at_its_next_step(wrap):
+    # a C-level map or islice over a list's iterator: closing leaves it able to go on, the pass must not
+    it = wrap(lambda: iter(range(10)))()
+    seen = []
+    for x in it:
+        seen.append(x)
+        if x == 2:
+            it.close()
+    assert seen == [0, 1, 2] and it.consumed == 3 and not it.done
+
+
+def test_pass_iterator_counts_no_entry_for_a_step_that_raised():
+    def check(x):
+        if x == 2:
+            raise ValueError(f"bad entry {x}")
+        return x
+
+    it = readers.map_readers(check, readers.from_sequence(range(5)))()
+    assert [next(it), next(it)] == [0, 1]
+    with pytest.raises(ValueError, match="bad entry 2"):
+        next(it)
+    assert it.get_state()["cursor"] == 2  # a resume reads the entry that failed again
+
+
+def test_close_is_idempotent_and_keeps_the_pass_iterator_type():
+    it = readers.from_sequence("abc")()
+    next(it)
+    it.close()
+    it.close()
+    assert isinstance(it, PassIterator) and next(it, None) is None and it.get_state()["cursor"] == 1
