@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import functools
 import json
-import math
 import os
 import sys
 from collections.abc import Callable
@@ -80,54 +79,15 @@ def _first_entry(reader: Any) -> Any:
     raise click.ClickException("the reader gave no entries; check its data")
 
 
-class _Progress:
-    """The CLI's event handler: a progress bar per pass and one summary line per pass."""
-
-    def __init__(self, log_json: Any, who: str = ""):
-        self.bar: Any = None
-        self.log_json, self.who = log_json, who
-        self.pending: dict[str, Any] = {}
-
-    def __call__(self, event: Any) -> None:
-        from train.events import BeginPass, EndIteration, EndPass, TestResult
-
-        if isinstance(event, BeginPass):
-            if sys.stderr.isatty():  # elsewhere a bar is only a stray label line in the log
-                self.bar = click.progressbar(length=event.batches or 0, label=f"pass {event.pass_id}",
-                                             show_eta=False, file=sys.stderr)
-                self.bar.__enter__()
-                self.bar.update(event.first_batch)
-        elif isinstance(event, EndIteration):
-            if self.bar is not None:
-                self.bar.update(1)
-        elif isinstance(event, EndPass):
-            if self.bar is not None:
-                self.bar.__exit__(None, None, None)
-                self.bar = None
-            m = event.metrics
-            self.pending = {"pass": event.pass_id, "train_loss": m["loss"], "train_accuracy": m["accuracy"],
-                            "test_accuracy": None, "samples_per_s": m["samples_per_s"], "seconds": m["seconds"]}
-        elif isinstance(event, TestResult):
-            self.pending["test_accuracy"] = event.metrics["accuracy"]
-
-    def flush(self) -> None:
-        """Print the line of the pass that just ended (after its test, if any)."""
-        p = self.pending
-        if not p:
-            return
-        test = "n/a" if p["test_accuracy"] is None or math.isnan(p["test_accuracy"]) else f"{100 * p['test_accuracy']:.2f}%"
-        click.echo(f"{self.who}pass {p['pass']}: loss {p['train_loss']:.4f}  train accuracy {100 * p['train_accuracy']:.2f}%  "
-                   f"test accuracy {test}  {p['samples_per_s']:,.0f} samples/s")
-        if self.log_json is not None:  # NaN is not JSON: an undefined figure is null
-            clean = {k: None if isinstance(v, float) and math.isnan(v) else v for k, v in p.items()}
-            self.log_json.write(json.dumps(clean) + "\n")
-            self.log_json.flush()
-        self.pending = {}
-
-
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 def main() -> None:
-    """readerkit: composable data readers and minibatching for training."""
+    """readerkit: composable data readers and minibatching for training.
+
+    A --reader or --model given as module:attribute (or a bare module) is
+    imported with the current folder first on the import path, as python -m does.
+    """
+    if os.getcwd() not in sys.path:  # neither `readerkit` nor `python path/to/cli.py` puts it there
+        sys.path.insert(0, os.getcwd())
 
 
 @main.command()
@@ -135,7 +95,9 @@ def main() -> None:
 @click.option("--model", "model_name", default="mlp", show_default=True,
               help="A registered model (mlp, softmax) or module:attribute of a factory called as "
                    "factory(n_inputs, n_classes=..., lr=..., seed=...).")
-@click.option("--classes", default=10, show_default=True, type=click.IntRange(min=2), help="Number of label classes (labels 0..classes-1).")
+@click.option("--classes", default=None, type=click.IntRange(min=2),
+              help="Number of label classes (labels 0..classes-1).  [default: one more than the largest label "
+                   "in the first 10,000 entries]")
 @click.option("--batch-size", default=128, show_default=True, type=click.IntRange(min=1), help="Entries per minibatch.")
 @click.option("--passes", default=5, show_default=True, type=click.IntRange(min=1), help="Passes over the training data.")
 @click.option("--lr", default=3e-3, show_default=True, type=click.FloatRange(min=0, min_open=True), help="Adam learning rate of the first pass.")
@@ -143,52 +105,73 @@ def main() -> None:
               help="The learning rate of pass k is lr * lr_decay**k.")
 @click.option("--seed", default=0, show_default=True, type=click.IntRange(min=0), help="Seeds the shuffle and the model's initialisation.")
 @click.option("--checkpoint-dir", type=click.Path(file_okay=False), default=None, help="Save the model and data position here after every pass and every --checkpoint-every steps "
-                   "(in a rank<r> subfolder per process under a launcher with several).")
+                   "(in a rank<r> subfolder per process under a launcher with several). One run at a time.")
 @click.option("--checkpoint-every", default=200, show_default=True, type=click.IntRange(min=1), help="Steps between checkpoints within a pass.")
-@click.option("--resume", is_flag=True, help="Continue from the last checkpoint in --checkpoint-dir (same settings required).")
+@click.option("--resume", is_flag=True, help="Continue from the checkpoint in --checkpoint-dir (same settings and data required).")
+@click.option("--overwrite", is_flag=True, help="Start over in a --checkpoint-dir that holds a checkpoint, replacing it.")
 @click.option("--log-json", type=click.Path(dir_okay=False), default=None,
-              help="Write one JSON object per pass to this file (appended to with --resume); under a launcher "
-                   "with several processes, rank r writes FILE with .rank<r> before its extension.")
+              help="Write one JSON object per pass to this file (with --resume, the passes the checkpoint holds "
+                   "are kept and later ones rewritten); under a launcher with several processes, rank r writes "
+                   "FILE with .rank<r> before its extension.")
 @_fail_cleanly
-def train(reader_name: str, data_dir: str | None, download: bool, model_name: str, classes: int, batch_size: int,
-          passes: int, lr: float, lr_decay: float, seed: int, checkpoint_dir: str | None, checkpoint_every: int,
-          resume: bool, log_json: str | None) -> None:
-    """Train a model on a reader, with a progress bar and test accuracy per pass."""
+def train(reader_name: str, data_dir: str | None, download: bool, model_name: str, classes: int | None,
+          batch_size: int, passes: int, lr: float, lr_decay: float, seed: int, checkpoint_dir: str | None,
+          checkpoint_every: int, resume: bool, overwrite: bool, log_json: str | None) -> None:
+    """Train a model on a reader, with a progress bar and test accuracy per pass.
+
+    Ctrl-C stops it with exit code 130, printing where the checkpoint is and
+    the command that resumes from it.
+    """
     import readers
     from readers.registry import find_model
-    from train.checkpoint import load_for_rank
-    from train.driver import train as run
 
-    if resume and checkpoint_dir is None:
-        raise click.UsageError("--resume needs --checkpoint-dir, the folder to resume from")
+    for flag, value in (("--resume", resume), ("--overwrite", overwrite)):
+        if value and checkpoint_dir is None:
+            raise click.UsageError(f"{flag} needs --checkpoint-dir, the folder to {flag[2:]}")
     factory = find_model(model_name)  # a typo is reported before any data is read or fetched
+    info = readers.worker_info()
+    found = _check_folder(checkpoint_dir, resume, overwrite, info)  # before any data is read
+    try:
+        _train(factory, info, found, **click.get_current_context().params)
+    except KeyboardInterrupt:
+        _interrupted(checkpoint_dir, info)
+
+
+def _train(factory: Callable, info: Any, found: Any, *, reader_name: str, data_dir: str | None, download: bool,
+           model_name: str, classes: int | None, batch_size: int, passes: int, lr: float, lr_decay: float,
+           seed: int, checkpoint_dir: str | None, checkpoint_every: int, resume: bool, overwrite: bool,
+           log_json: str | None) -> None:
+    """The train command once its options and checkpoint folder are checked."""
+    import readers
+    from train.console import Progress, keep_passes_before
+    from train.driver import train as run
+    from train.feeds import infer_sizes
+
     train_reader, test_reader = _splits(reader_name, data_dir, download)
-    image = _check_entry(reader_name, train_reader)
+    _check_entry(reader_name, train_reader)
     if test_reader is not None:
         _check_entry(f"{reader_name} (test split)", test_reader)  # a missing test file fails now, not after a pass
-    model = factory(int(np.size(image)), n_classes=classes, lr=lr, seed=seed)
+    n_inputs, inferred, shown = infer_sizes(train_reader, {"image": 0, "label": 1})
+    if classes is None:
+        classes = inferred
+    else:
+        shown = shown.rsplit(";", 1)[0] + f"; {classes} classes (--classes)"
+    model = factory(n_inputs, n_classes=classes, lr=lr, seed=seed)
     try:
         provider = readers.shuffle(train_reader, seed=seed)
     except ValueError:  # a stream: shuffle in a buffer
         provider = readers.shuffle(train_reader, 10000, seed=seed)
-    info = readers.worker_info()
-    if checkpoint_dir is not None:
-        os.makedirs(checkpoint_dir, exist_ok=True)  # an unusable folder fails now, not at the first checkpoint
-        if resume:
-            found = load_for_rank(checkpoint_dir, info.rank, info.world_size)
-            if found is None:
-                click.echo(f"no checkpoint in {checkpoint_dir}: starting from pass 0", err=True)
-            elif found[1].get("pass", 0) >= passes:
-                click.echo(f"the checkpoint in {checkpoint_dir} already covers {found[1]['pass']} passes; "
-                           f"nothing to train for --passes {passes}", err=True)
     who = ""
     if info.world_size > 1:  # each process trains its own model on its shard: say whose figures these are
         who = f"rank {info.rank}/{info.world_size}: "
         if log_json:
             stem, ext = os.path.splitext(log_json)
             log_json = f"{stem}.rank{info.rank}{ext}"
+    click.echo(f"{who}model {model_name}: {shown}")
+    if log_json and found is not None:
+        keep_passes_before(log_json, found[1]["pass"])  # lines of passes the checkpoint does not hold go
     log = open(log_json, "a" if resume else "w", encoding="utf-8") if log_json else None
-    handler = _Progress(log, who)
+    handler = Progress(log, who)
 
     def on_event(event: Any) -> None:
         if type(event).__name__ == "BeginPass" and hasattr(model, "lr"):
@@ -200,11 +183,59 @@ def train(reader_name: str, data_dir: str | None, download: bool, model_name: st
     try:
         run(provider, ["image", "label"], batch_size, passes, model=model, event_handler=on_event,
             test_provider=test_reader, seed=seed, checkpoint_dir=checkpoint_dir, resume=resume,
-            checkpoint_every=checkpoint_every if checkpoint_dir else None,
+            overwrite=overwrite, checkpoint_every=checkpoint_every if checkpoint_dir else None,
             config={"model": model_name, "classes": classes, "lr": lr, "lr_decay": lr_decay})
     finally:
         if log is not None:
             log.close()
+    if found is not None and not handler.passes:
+        click.echo(f"{who}the checkpoint in {checkpoint_dir} already holds {found[1]['pass']} passes; nothing to "
+                   f"train for --passes {passes}", err=True)
+
+
+def _check_folder(directory: str | None, resume: bool, overwrite: bool, info: Any) -> Any:
+    """The checkpoint to resume from, or None; refuses, in the CLI's words, what train() would refuse."""
+    from train.resume import check_folder
+
+    if directory is None:
+        return None
+    found = check_folder(directory, resume=resume, overwrite=overwrite, rank=info.rank, world_size=info.world_size,
+                         flags=("--resume", "--overwrite"))
+    os.makedirs(directory, exist_ok=True)  # an unusable folder fails now, not at the first checkpoint
+    return found
+
+
+def _resume_command() -> str:
+    """The command line of this run with --resume (and without --overwrite), to print on Ctrl-C."""
+    import shlex
+
+    ctx = click.get_current_context()
+    root = ctx.find_root().info_name or "readerkit"
+    prog = ["python", sys.argv[0]] if root.endswith(".py") and os.path.basename(sys.argv[0]) == root else [root]
+    args = [ctx.info_name or "train"]
+    for param in ctx.command.params:
+        value = ctx.params.get(param.name)
+        if not isinstance(param, click.Option) or param.name in ("resume", "overwrite") or value == param.default:
+            continue
+        if param.is_flag:
+            args.append(param.opts[0] if value else param.secondary_opts[0])
+        else:
+            args += [param.opts[0], str(value)]
+    return shlex.join([*prog, *args, "--resume"])
+
+
+def _interrupted(directory: str | None, info: Any) -> None:
+    from train.checkpoint import load_for_rank
+
+    found = load_for_rank(directory, info.rank, info.world_size) if directory else None
+    if found is None:
+        where = "no --checkpoint-dir" if directory is None else f"no checkpoint was saved in {directory} yet"
+        click.echo(f"\ninterrupted: {where}; nothing to resume", err=True)
+    else:
+        meta = found[1]
+        click.echo(f"\ninterrupted: the checkpoint in {directory} holds pass {meta['pass']}, entry "
+                   f"{meta['cursor']}. Resume with:\n  {_resume_command()}", err=True)
+    click.get_current_context().exit(130)
 
 
 def _check_entry(name: str, reader: Any) -> Any:
@@ -244,10 +275,14 @@ def _describe_value(value: Any) -> str:
 def inspect_reader(reader_name: str, data_dir: str | None, download: bool, count: int) -> None:
     """Show a reader's columns, dtypes, shapes, length and first entries."""
     import readers
+    from readers.checks import check_reader
+    from readers.pipeline import Node, describe
 
     train_reader, test_reader = _splits(reader_name, data_dir, download)
+    check_reader(train_reader, f"reader {reader_name!r}")
     click.echo(f"reader: {reader_name}")
-    click.echo("pipeline:\n  " + repr(train_reader).replace("\n", "\n  "))
+    shown = repr(train_reader) if isinstance(train_reader, Node) else describe(train_reader)
+    click.echo("pipeline:\n  " + shown.replace("\n", "\n  "))
     try:
         length = str(len(train_reader))
     except TypeError:
@@ -305,7 +340,11 @@ def bench(reader_name: str, data_dir: str | None, download: bool, workers: int, 
     train_reader, _ = _splits(reader_name, data_dir, download)
     check_reader(train_reader, f"reader creator {reader_name!r} returned something that")
     _first_entry(train_reader)  # an empty reader is reported before anything is timed
-    click.echo(f"bench: {reader_name}, first {limit:,} entries, {workers} {mode} worker{'s' if workers > 1 else ''}, "
+    try:  # a shorter reader is read whole: say how much that is
+        span = f"first {min(limit, len(train_reader)):,} entries"
+    except TypeError:  # a stream ends where it ends; the next line counts what was read
+        span = f"up to {limit:,} entries"
+    click.echo(f"bench: {reader_name}, {span}, {workers} {mode} worker{'s' if workers > 1 else ''}, "
                f"batches of {batch_size}, step {step_ms:g} ms")
     tune_allocator()  # as train does: the figures then match a training run's
     f = measure(reader_name, train_reader, workers=workers, mode=mode, batch_size=batch_size, limit=limit,

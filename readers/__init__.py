@@ -40,6 +40,7 @@ from readers import combine, maps, parallel, replay, selection, sharding, shuffl
 from readers.allocator import tune_allocator
 from readers.combine import ComposeNotAligned
 from readers.currying import Curried
+from readers.identity import fingerprint
 from readers.interop import torch_dataset
 from readers.launch import WorkerInfo, worker_context, worker_info
 from readers.locality import node_shuffle as _node_shuffle
@@ -60,6 +61,7 @@ __all__ = [
     "chain",
     "compose",
     "filter_entries",
+    "fingerprint",
     "firstn",
     "from_arrays",
     "from_sequence",

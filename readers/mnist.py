@@ -7,7 +7,6 @@ cache and memory-mapped afterwards, so the second start is fast.
 """
 from __future__ import annotations
 
-import hashlib
 import os
 import tempfile
 from collections.abc import Callable
@@ -16,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from readers.datafiles import DataFile, Progress, cache_dir, fetch_all
+from readers.identity import file_digest
 from readers.idx import IdxError, read_idx
 from readers.stage import IndexedReader
 
@@ -45,25 +45,26 @@ FILES = {
 }
 
 
-def _decoded(path: str) -> np.ndarray:
-    """The IDX file at ``path`` as an array, decoded once and memory-mapped from the cache.
+#: The IDX types a label file may hold: any integer one.
+LABEL_DTYPES = (np.uint8, np.int8, np.int16, np.int32)
+
+
+def _decoded(path: str, **expect: Any) -> tuple[np.ndarray, str]:
+    """The IDX file at ``path`` as an array, decoded once and memory-mapped from the cache, and its SHA-256.
 
     The cache is keyed by the file's content, so the same file read through
     several folders is decoded and stored once, and a changed file is decoded
     again.
     """
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
+    digest = file_digest(path)
     folder = cache_dir("decoded")
-    cached = os.path.join(folder, f"{os.path.basename(path)}.{digest.hexdigest()[:24]}.npy")
+    cached = os.path.join(folder, f"{os.path.basename(path)}.{digest[:24]}.npy")
     if os.path.isfile(cached):
         try:
-            return np.load(cached, mmap_mode="r")
+            return np.load(cached, mmap_mode="r"), digest
         except (OSError, ValueError):  # a damaged cache entry is decoded again
             pass
-    array = read_idx(path)
+    array = read_idx(path, **expect)  # a file of another rank or type is named before its size is checked
     tmp = None
     try:
         os.makedirs(folder, exist_ok=True)
@@ -76,7 +77,7 @@ def _decoded(path: str) -> np.ndarray:
     finally:
         if tmp is not None and os.path.exists(tmp):
             os.unlink(tmp)
-    return array
+    return array, digest
 
 
 class Mnist(IndexedReader):
@@ -89,6 +90,7 @@ class Mnist(IndexedReader):
         super().__init__()
         self.split, self.data_dir, self.download, self.progress = split, data_dir, download, progress
         self._arrays: tuple[np.ndarray, np.ndarray] | None = None
+        self._digest: str | None = None
 
     def paths(self) -> tuple[str, str]:
         """The image and label files of this split, downloading them when missing."""
@@ -101,7 +103,9 @@ class Mnist(IndexedReader):
         """The raw (uint8 images (n, 28, 28), uint8 labels (n,)), loaded on first use."""
         if self._arrays is None:
             image_path, label_path = self.paths()
-            images, labels = _decoded(image_path), _decoded(label_path)
+            # checked again below: a cached .npy is not read by read_idx
+            (images, image_sha), (labels, label_sha) = (_decoded(image_path, ndim=3, dtype=np.uint8),
+                                                        _decoded(label_path, ndim=1, dtype=LABEL_DTYPES))
             if images.ndim != 3 or images.dtype != np.uint8:
                 raise IdxError(
                     f"{image_path}: expected uint8 images of rank 3 (count, rows, cols), "
@@ -118,7 +122,14 @@ class Mnist(IndexedReader):
                     "the two files must come from the same split"
                 )
             self._arrays = (images.reshape(len(images), -1), labels)
+            self._digest = f"sha256:{image_sha},{label_sha}"
         return self._arrays
+
+    def digest(self) -> str:
+        """The SHA-256 of the image and label files (computed anyway, to key the decoded cache)."""
+        if self._digest is None:
+            self.arrays()
+        return self._digest
 
     def __len__(self) -> int:
         return len(self.arrays()[1])
@@ -139,12 +150,15 @@ class Mnist(IndexedReader):
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        state["_arrays"] = None  # a copy in another process maps the cache itself
+        state["_arrays"] = state["_digest"] = None  # a copy in another process maps the cache itself
         return state
 
     def _options(self) -> str:
         where = f", data_dir={self.data_dir!r}" if self.data_dir else ""
         return f"{self.split!r}{where}"
+
+    def identity(self) -> str:
+        return f"{self.name}({self.split!r})"  # the files' digest says which data; the folder does not matter
 
 
 def train(data_dir: str | os.PathLike | None = None, *, download: bool = True,

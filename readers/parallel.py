@@ -72,6 +72,7 @@ class Prefetch(Stage):
         self.workers, self.mode, self.buffer_size = workers, mode, buffer_size
         self.ordered, self.start_method, self.restarts = ordered, start_method, restarts
         self._last: list = []  # the latest pass's PassStats, shared with copies (see with_parents)
+        self._warned: set = set()  # warnings its pools gave (a stuck thread's: once per stage)
 
     def __getstate__(self) -> dict:
         return {**self.__dict__, "_last": []}
@@ -118,7 +119,8 @@ class Prefetch(Stage):
     def _seek(self, pass_id: int, cursor: int) -> Iterator:
         jobs, labels = self._jobs()
         pool = Pool(self.name, jobs, _contexts(len(jobs)), processes=self.mode == "process", ordered=self.ordered,
-                    limit=self.buffer_size, labels=labels, start_method=self.start_method, restarts=self.restarts)
+                    limit=self.buffer_size, labels=labels, start_method=self.start_method, restarts=self.restarts,
+                    warned=self._warned)
         self._last[:] = [pool.stats]
         return pool.run(pass_id, [cursor] * len(jobs))
 
@@ -145,6 +147,11 @@ class Prefetch(Stage):
         (100, 2, 'thread')
         """
         return self._last[0].summary() if self._last else None
+
+    def identity(self) -> str:
+        # in order, the workers change how fast the entries come, not which or in what order: a run
+        # checkpointed with 2 workers resumes with 8
+        return f"{self.name}()" if self.ordered else self.title()
 
     def _options(self) -> str:
         opts = f"{self.workers} {self.mode}{('es' if self.mode == 'process' else 's') if self.workers > 1 else ''}"

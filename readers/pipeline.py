@@ -91,6 +91,33 @@ class Node:
         new.parents = parents
         return new
 
+    # -- identity, for checkpoints (readers.fingerprint) --------------------------
+    def identity(self) -> str:
+        """This stage as part of what the data is: its title, less where the data was read from.
+
+        A source that shows a path or folder in its options overrides this to
+        leave it out, so the same data read through another folder is known
+        as the same.
+
+        >>> from readers import from_sequence
+        >>> from_sequence("ab").identity()
+        'from_sequence(str of 2)'
+        """
+        return self.title()
+
+    def digest(self) -> str | None:
+        """A digest of the data this source reads (a file's SHA-256, a sampled hash), or None.
+
+        Only sources (stages without parents) are asked; None means the
+        content cannot be told, and checkpoints then compare the pipeline and
+        the length alone.
+
+        >>> from readers import from_sequence
+        >>> from_sequence("ab").digest() == from_sequence("ab").digest() != from_sequence("ac").digest()
+        True
+        """
+        return None
+
     # -- display ----------------------------------------------------------------
     def _options(self) -> str:
         """The options shown in the repr, e.g. ``"buf_size=10, seed=0"``."""

@@ -9,15 +9,18 @@ and the first match wins (``list_plugins`` shows the rest as "shadowed by"):
    the first distribution by name winning when several declare one name.
 
 A name containing ``":"`` is a ``module:attribute`` spec (the attribute may be
-dotted: ``pkg.mod:Class.create``) and is imported directly. Plugins are
-imported by import string only when asked for, so importing this module
-imports none of them.
+dotted: ``pkg.mod:Class.create``) and is imported directly; a name that is no
+plugin but an importable module (``mydata``, ``pkg.mydata``) is that module.
+Plugins are imported by import string only when asked for, so importing this
+module imports none of them.
 
-A reader plugin is either a reader creator (any callable returning a reader:
-the train split, no test split) or a non-callable object, usually a module,
+A reader plugin is either a reader or a reader creator (any callable: the
+train split, no test split), or a non-callable object, usually a module,
 with a callable ``train`` and an optional callable ``test``; built-in
-``"mnist"`` is the module ``readers.mnist``. A model plugin is a class or
-factory. A third-party package declares its plugins, nothing here changes::
+``"mnist"`` is the module ``readers.mnist``. ``reader_splits`` tells a
+reader from a creator by what a call returns: a reader returns its entries,
+a creator returns a reader. A model plugin is a class or factory. A
+third-party package declares its plugins, nothing here changes::
 
     [options.entry_points]
     readerkit.readers =
@@ -37,8 +40,9 @@ from __future__ import annotations
 
 import difflib
 import importlib
+import importlib.util
 import inspect
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from importlib.metadata import EntryPoint, entry_points
 from typing import Any, NamedTuple
 
@@ -152,6 +156,16 @@ def _checked(kind: str, name: str, source: str, obj: Any) -> tuple[Callable[...,
     raise PluginTypeError(f"{_SINGULAR[kind]} {name!r} ({source}) is not callable (got {type(obj).__name__}); point it at {what}")
 
 
+def _is_module(name: str) -> bool:
+    """Whether ``name`` is an importable module's dotted name (its parent packages are imported to tell)."""
+    if not all(part.isidentifier() for part in name.split(".")):
+        return False
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):  # a parent that is no package, or does not import
+        return False
+
+
 def _find(kind: str, name: str) -> tuple[Callable[..., Any], Callable[..., Any] | None]:
     _check_kind(kind)
     if ":" in name:
@@ -161,12 +175,15 @@ def _find(kind: str, name: str) -> tuple[Callable[..., Any], Callable[..., Any] 
         if candidate == name:
             return _checked(kind, name, source, _load(kind, name, source, target))
         known.append(candidate)
+    if _is_module(name):
+        return _checked(kind, name, name, _import(name))
     close = difflib.get_close_matches(name, known, n=1)
     hint = f" (did you mean {close[0]!r}?)" if close else ""
     names = ", ".join(sorted(set(known))) or "none"
     raise PluginNotFound(
         f"unknown {_SINGULAR[kind]} {name!r}{hint}; known {kind}: {names}. To add one, declare an entry point in "
-        f"group 'readerkit.{kind}' in a package's metadata, or pass 'module:attribute' naming it in an importable module"
+        f"group 'readerkit.{kind}' in a package's metadata, or name an importable module ('mydata', with train and "
+        f"test) or 'module:attribute'; modules are found on the import path (the CLI puts the current folder first)"
     )
 
 
@@ -207,18 +224,42 @@ def _call_with(creator: Callable[..., Any], options: dict[str, Any]) -> Any:
     return creator(**options)
 
 
-def reader_splits(name: str, **options: Any) -> tuple[Any, Any | None]:
-    """The (train reader, test reader or None) of plugin ``name``, its creators called with ``options``.
+def _as_reader(made: Any, plugin: Callable[..., Any], name: str) -> Any:
+    """The reader a plugin's callable stands for, from what calling it gave ``made``."""
+    if callable(made):  # a reader creator: it made a reader
+        return made
+    if isinstance(made, Iterable) or hasattr(made, "__iter__"):  # a reader: the call started a pass of it
+        close = getattr(made, "close", None)
+        if callable(close):
+            close()
+        return plugin
+    raise PluginTypeError(
+        f"reader {name!r}: calling {getattr(plugin, '__qualname__', plugin)!r} returned {type(made).__name__}, "
+        "neither entries nor a reader; point it at a reader (a generator function: calling it gives the "
+        "entries) or a reader creator (calling it gives a reader)")
 
-    Each creator gets only the options its signature accepts, so ``data_dir``
-    reaches ``readers.mnist`` while a creator without that parameter still works.
+
+def reader_splits(name: str, **options: Any) -> tuple[Any, Any | None]:
+    """The (train reader, test reader or None) of plugin ``name``, its callables called with ``options``.
+
+    Each callable gets only the options its signature accepts, so ``data_dir``
+    reaches ``readers.mnist`` while one without that parameter still works. A
+    callable that returns a reader is a reader creator, and that reader is
+    used; one that returns entries (a generator function) is the reader.
 
     >>> train, test = reader_splits("readers.sources:from_sequence", seq="ab", data_dir=None)
     >>> list(train()), test
     (['a', 'b'], None)
+    >>> def letters():
+    ...     yield from "xy"
+    >>> register_reader("letters", letters)
+    >>> list(reader_splits("letters")[0]())
+    ['x', 'y']
+    >>> unregister("readers", "letters")
     """
     train, test = _find("readers", name)
-    return _call_with(train, options), None if test is None else _call_with(test, options)
+    made = _as_reader(_call_with(train, options), train, name)
+    return made, None if test is None else _as_reader(_call_with(test, options), test, f"{name} (test split)")
 
 
 def find_model(name: str) -> Callable[..., Any]:

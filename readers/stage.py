@@ -23,6 +23,10 @@ Every hook a stage may define, each with its contract. Every stage:
 ``seed``           the seed that orders its passes, recorded in states
 =================  ==========================================================
 
+A stream may define ``__len__`` too, when the exact number of entries of a
+pass is known before it (a batch over an indexed reader), and raise
+TypeError when it is not; ``readers.position`` takes it as the end of a pass.
+
 A stage with random access ("index"; ``IndexedReader`` is their base):
 
 =================  ==========================================================
@@ -41,6 +45,15 @@ Stages that shard or run workers (``readers.pipeline.Node``):
 ``share()``        the share of its input's pass it keeps, or None
 ``per_entry``      whether a shard above may split the pass below it
 ``unresumable``    why no position of its passes can be saved, or None
+=================  ==========================================================
+
+What the data is, for checkpoints (``readers.identity``):
+
+=================  ==========================================================
+``identity()``     the stage in the data's identity: its title, less the
+                   paths or folders its data was read from
+``digest()``       a source's digest of its data (a file's SHA-256, a
+                   sampled hash of arrays), or None when it cannot say
 =================  ==========================================================
 
 Instance state must pickle: threads and processes belong to a pass, never

@@ -3,6 +3,7 @@ import json
 import os
 import pathlib
 import re
+import signal
 import subprocess
 import sys
 
@@ -10,8 +11,10 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
+import readers
 from cli import main
-from readers.idx import write_idx
+from tests.conftest import wait_until
+from tests.train.recording import write_mnist
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared" / "data"
@@ -20,15 +23,7 @@ SHARED = ROOT.parent / "shared" / "data"
 @pytest.fixture
 def tiny_mnist(tmp_path):
     """A folder of MNIST-format files: 300 train and 60 test images whose label is their brightest row band."""
-    rng = np.random.default_rng(0)
-    for split, n in (("train", 300), ("t10k", 60)):
-        labels = rng.integers(0, 10, size=n).astype(np.uint8)
-        images = rng.integers(0, 40, size=(n, 28, 28)).astype(np.uint8)
-        for i, label in enumerate(labels):
-            images[i, label * 2:label * 2 + 3, :] = 255
-        write_idx(tmp_path / f"{split}-images-idx3-ubyte.gz", images, compress=True)
-        write_idx(tmp_path / f"{split}-labels-idx1-ubyte", labels)
-    return tmp_path
+    return write_mnist(tmp_path)
 
 
 def tiny_reader():
@@ -45,9 +40,15 @@ def three_columns():
     return lambda: iter([(np.zeros(4, np.float32), 0, "extra")])
 
 
-def not_a_creator():
-    """A reader, not a reader creator: calling it gives a generator."""
-    yield np.zeros(4, np.float32), 0
+def rows():
+    """A reader, not a reader creator: calling it gives the entries (the README's generator reader)."""
+    rng = np.random.default_rng(2)
+    for i in range(64):
+        yield rng.normal(size=3).astype(np.float32) + i % 3, i % 3
+
+
+def not_a_reader():
+    return 42
 
 
 def run(*args):
@@ -90,7 +91,7 @@ def test_cli_train_with_a_users_reader_creator():
     (["train", "--reader", "nosuch_module:make"], "Error: cannot import module 'nosuch_module'"),
     (["train", "--model", "nosuch"], "Error: unknown model 'nosuch'"),
     (["train", "--reader", "tests.test_cli:three_columns"], "Error: reader 'tests.test_cli:three_columns' gives entries that are a tuple of 3 columns"),
-    (["train", "--reader", "tests.test_cli:not_a_creator"], "Error: reader creator 'tests.test_cli:not_a_creator' returned something that must be a zero-argument callable, got a generator object"),
+    (["train", "--reader", "tests.test_cli:not_a_reader"], "Error: reader 'tests.test_cli:not_a_reader': calling 'not_a_reader' returned int, neither entries nor a reader"),
     (["train", "--data-dir", "/nonexistent-readerkit", "--no-download"],
      "Error: mnist files train-images-idx3-ubyte.gz, train-labels-idx1-ubyte.gz not found; looked in: /nonexistent-readerkit"),
 ])
@@ -157,10 +158,172 @@ def test_cli_resume_appends_to_the_json_log_and_refuses_other_settings(tiny_mnis
     assert other.exit_code == 1 and "the checkpoint was made with config=" in other.output
 
 
-def test_cli_resume_says_when_there_is_no_checkpoint(tiny_mnist, tmp_path):
-    result = run("train", "--data-dir", str(tiny_mnist), "--no-download", "--passes", "1", "--batch-size", "64",
-                 "--checkpoint-dir", str(tmp_path / "empty"), "--resume")
-    assert result.exit_code == 0 and "no checkpoint in" in result.stderr
+def test_cli_resume_of_a_mistyped_folder_fails_at_start_and_creates_nothing(tiny_mnist, tmp_path):
+    """New-user trial (issue 12): a mistyped --resume folder quietly started over."""
+    typo = tmp_path / "chekpoint"
+    result = run("train", "--data-dir", str(tiny_mnist), "--no-download", "--passes", "1",
+                 "--checkpoint-dir", str(typo), "--resume")
+    assert result.exit_code == 1 and not typo.exists()
+    assert result.output == (f"Error: --resume: {typo} does not exist; check the folder's name, or drop --resume "
+                             "to start a new run\n")
+
+
+def test_cli_resume_from_a_folder_named_checkpoint_npz_fails_at_start(tiny_mnist, tmp_path):
+    """New-user trial (issue 12): --resume said "no checkpoint" and then died at the first save."""
+    (tmp_path / "ck" / "checkpoint.npz").mkdir(parents=True)
+    result = run("train", "--data-dir", str(tiny_mnist), "--no-download", "--checkpoint-dir", str(tmp_path / "ck"),
+                 "--resume")
+    assert result.exit_code == 1 and "checkpoint.npz is not a file (a folder?)" in result.output
+    assert "pass 0" not in result.output
+
+
+def _train_args(tiny_mnist, ckpt, *more):
+    return ["train", "--data-dir", str(tiny_mnist), "--no-download", "--batch-size", "64", "--checkpoint-dir",
+            str(ckpt), *more]
+
+
+def test_cli_new_run_into_a_folder_with_a_checkpoint_is_refused_byte_for_byte(tiny_mnist, tmp_path):
+    """New-user trial (issue 12): --passes 1 into a folder of a 5-pass run replaced its checkpoint silently."""
+    ckpt = tmp_path / "ck"
+    assert run(*_train_args(tiny_mnist, ckpt, "--passes", "2")).exit_code == 0
+    before = (ckpt / "checkpoint.npz").read_bytes()
+    refused = run(*_train_args(tiny_mnist, ckpt, "--passes", "1"))
+    assert refused.exit_code == 1 and (ckpt / "checkpoint.npz").read_bytes() == before
+    assert refused.output == (f"Error: {ckpt} holds a checkpoint ({ckpt / 'checkpoint.npz'}); add --resume to "
+                              "continue that run, or --overwrite to start over and replace it\n")
+    again = run(*_train_args(tiny_mnist, ckpt, "--passes", "1", "--overwrite"))
+    assert again.exit_code == 0 and [line[:6] for line in again.stdout.splitlines() if "loss" in line] == ["pass 0"]
+    assert (ckpt / "checkpoint.npz").read_bytes() != before
+
+
+def test_cli_resume_of_the_same_files_by_another_path_and_refusal_of_other_data(tiny_mnist, tmp_path, monkeypatch):
+    """New-user trial (issue 12): --data-dir vs READERKIT_DATA was refused; Fashion-MNIST was accepted."""
+    ckpt = tmp_path / "ck"
+    monkeypatch.setenv("READERKIT_DATA", str(tiny_mnist))
+    base = ["train", "--no-download", "--batch-size", "64", "--checkpoint-dir", str(ckpt)]
+    assert run(*base, "--passes", "1").exit_code == 0
+    other = write_mnist(tmp_path / "fashion", seed=5) if (tmp_path / "fashion").mkdir() is None else None
+    refused = run(*base, "--data-dir", str(other), "--passes", "2", "--resume")
+    assert refused.exit_code == 1 and "made on other data (content: the data itself differs" in refused.output
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    for f in tiny_mnist.glob("*-ubyte*"):
+        (copy / f.name).write_bytes(f.read_bytes())
+    resumed = run(*base, "--data-dir", str(copy), "--passes", "2", "--resume")
+    assert resumed.exit_code == 0, resumed.output
+    assert [line[:6] for line in resumed.stdout.splitlines() if "loss" in line] == ["pass 1"]
+
+
+def test_cli_resume_keeps_each_pass_once_in_the_json_log(tiny_mnist, tmp_path):
+    """New-user trial (issue 12): a kill between a pass's log line and its checkpoint logged the pass twice."""
+    ckpt, log = tmp_path / "ck", tmp_path / "log.jsonl"
+    assert run(*_train_args(tiny_mnist, ckpt, "--passes", "2", "--log-json", str(log))).exit_code == 0
+    # as if killed after pass 2's line was written but before its checkpoint, and in the middle of pass 3's line
+    log.write_text(log.read_text() + '{"pass": 2, "train_loss": 1.0}\n{"pass": 3, "tra')
+    assert run(*_train_args(tiny_mnist, ckpt, "--passes", "3", "--log-json", str(log), "--resume")).exit_code == 0
+    assert [json.loads(line)["pass"] for line in log.read_text().splitlines()] == [0, 1, 2]
+
+
+def test_cli_second_run_into_a_locked_folder_names_the_first(tiny_mnist, tmp_path):
+    from train.checkpoint import lock_folder
+
+    ckpt = tmp_path / "ck"
+    with lock_folder(str(ckpt)):
+        result = run(*_train_args(tiny_mnist, ckpt, "--passes", "1"))
+    assert result.exit_code == 1 and f"another run is using {ckpt} (pid {os.getpid()})" in result.output
+
+
+def test_cli_resume_of_a_finished_run_with_other_settings_says_only_what_differs(tiny_mnist, tmp_path):
+    """Trial of issue 11: "already covers" and "made with lr=" were both printed."""
+    ckpt = tmp_path / "ck"
+    assert run(*_train_args(tiny_mnist, ckpt, "--passes", "1")).exit_code == 0
+    other = run(*_train_args(tiny_mnist, ckpt, "--passes", "1", "--resume", "--lr", "0.01"))
+    assert other.exit_code == 1 and "already holds" not in other.output and "made with config=" in other.output
+    same = run(*_train_args(tiny_mnist, ckpt, "--passes", "1", "--resume"))
+    assert same.exit_code == 0 and "already holds 1 passes; nothing to train for --passes 1" in same.stderr
+
+
+SLOW_READER = """
+import time
+import numpy as np
+
+def rows():
+    for i in range(64):
+        time.sleep(0.004)
+        yield np.full(3, i % 2, np.float32), i % 2
+"""
+
+
+def test_cli_ctrl_c_prints_the_resume_command_and_exits_130(tmp_path):
+    """New-user trial (issue 12): Ctrl-C left a traceback and no word on how to go on."""
+    (tmp_path / "slowdata.py").write_text(SLOW_READER)
+    args = ["train", "--reader", "slowdata:rows", "--batch-size", "8", "--passes", "4", "--checkpoint-every", "1",
+            "--checkpoint-dir", "ck"]
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    with subprocess.Popen([sys.executable, str(ROOT / "cli.py"), *args], cwd=tmp_path, env=env,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
+        try:
+            wait_until(lambda: (tmp_path / "ck" / "checkpoint.npz").exists() or proc.poll() is not None, 60,
+                       "the first checkpoint")
+            proc.send_signal(signal.SIGINT)
+            out, err = proc.communicate(timeout=60)
+        finally:
+            proc.kill()
+    assert proc.returncode == 130, err
+    command = err.strip().splitlines()[-1].strip()
+    assert command == f"python {ROOT / 'cli.py'} train --reader slowdata:rows --batch-size 8 --passes 4 " \
+                      "--checkpoint-dir ck --checkpoint-every 1 --resume"
+    assert "interrupted: the checkpoint in ck holds pass " in err and "Traceback" not in err
+    resumed = subprocess.run([sys.executable, *command.split()[1:]], cwd=tmp_path, env=env, capture_output=True,
+                             text=True, timeout=120)
+    assert resumed.returncode == 0, resumed.stderr
+    assert [line[:6] for line in resumed.stdout.splitlines() if "loss" in line][-1] == "pass 3"
+
+
+def test_cli_reader_may_be_a_generator_function_in_the_current_folder(tmp_path):
+    """New-user trial (issue 12): module:rows, a plain generator function, failed with advice that did not apply,
+    and a module in the current folder could not be imported by `python path/to/cli.py`."""
+    (tmp_path / "mydata.py").write_text(SLOW_READER)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    proc = subprocess.run([sys.executable, str(ROOT / "cli.py"), "train", "--reader", "mydata:rows", "--passes", "1",
+                           "--batch-size", "16"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0] == "model mlp: image float32[3]: 3 inputs; labels 0..1 in all 64 entries: 2 classes"
+    assert lines[1].startswith("pass 0: loss")
+
+
+TWO_SPLITS = """
+import numpy as np
+
+def _rows(n, seed):
+    rng = np.random.default_rng(seed)
+    for _ in range(n):
+        x = rng.normal(size=4).astype(np.float32)
+        yield x, int(x[0] > 0)
+
+def train():
+    return _rows(200, 0)
+
+def test():
+    return _rows(50, 1)
+"""
+
+
+def test_cli_reader_may_be_a_bare_module_with_train_and_test(tmp_path):
+    (tmp_path / "splits.py").write_text(TWO_SPLITS)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    proc = subprocess.run([sys.executable, str(ROOT / "cli.py"), "train", "--reader", "splits", "--passes", "2",
+                           "--batch-size", "16"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    passes = [line for line in proc.stdout.splitlines() if line.startswith("pass ")]
+    assert len(passes) == 2 and "test accuracy n/a" not in passes[-1]
+
+
+def test_cli_classes_given_are_used_and_shown(tmp_path):
+    result = run("train", "--reader", "tests.test_cli:rows", "--passes", "1", "--classes", "5")
+    assert result.exit_code == 0, result.output
+    assert result.stdout.splitlines()[0] == "model mlp: image float32[3]: 3 inputs; 5 classes (--classes)"
 
 
 def test_cli_data_dir_missing_files_never_mixes_in_other_folders(tiny_mnist, tmp_path, monkeypatch):
@@ -204,7 +367,7 @@ def test_cli_bench_prints_a_line_per_stage_and_the_bottleneck(tmp_path):
                  "--log-json", str(log))
     assert result.exit_code == 0, result.output
     lines = result.stdout.splitlines()
-    assert lines[0] == "bench: tests.test_cli:tiny_reader, first 20,000 entries, 2 thread workers, batches of 16, step 0 ms"
+    assert lines[0] == "bench: tests.test_cli:tiny_reader, up to 20,000 entries, 2 thread workers, batches of 16, step 0 ms"
     assert re.fullmatch(r"reader alone: 64 entries, [\d,]+ entries/s \(serial, no prefetch\)", lines[1])
     assert re.fullmatch(r"pipeline: 64 entries in 4 batches, [\d,]+ entries/s \(\d+\.\d\dx the reader alone\)", lines[2])
     assert re.fullmatch(STAGE.format(re.escape("prefetch(2 threads)")), lines[3])
@@ -220,7 +383,7 @@ def test_cli_bench_runs_process_workers_by_default():
     result = run("bench", "--reader", "tests.test_cli:tiny_reader", "--workers", "1", "--limit", "32")
     assert result.exit_code == 0, result.output
     lines = result.stdout.splitlines()
-    assert lines[0] == "bench: tests.test_cli:tiny_reader, first 32 entries, 1 process worker, batches of 64, step 0 ms"
+    assert lines[0] == "bench: tests.test_cli:tiny_reader, up to 32 entries, 1 process worker, batches of 64, step 0 ms"
     assert re.fullmatch(STAGE.format(r"prefetch\(1 process(es)?\)"), lines[3])
     assert lines[-1].startswith("bottleneck: ")
 
@@ -249,7 +412,7 @@ def test_cli_bench_bad_options_are_usage_errors(args, message):
 @pytest.mark.parametrize("reader, message", [
     ("nosuch", "Error: unknown reader 'nosuch'"),
     ("tests.test_cli:empty_reader", "Error: the reader gave no entries; check its data"),
-    ("tests.test_cli:not_a_creator", "Error: reader creator 'tests.test_cli:not_a_creator' returned something that"),
+    ("tests.test_cli:not_a_reader", "Error: reader 'tests.test_cli:not_a_reader': calling 'not_a_reader' returned int"),
 ])
 def test_cli_bench_bad_readers_are_one_line_errors(reader, message):
     result = run("bench", "--reader", reader)
@@ -274,3 +437,25 @@ def test_cli_bench_on_real_mnist():
     assert re.fullmatch(r"reader alone: 5,000 entries, [\d,]+ entries/s \(serial, no prefetch\)", lines[1])
     assert re.fullmatch(STAGE.format(re.escape("prefetch(2 processes)")), lines[3])
     assert lines[4].startswith("bottleneck: ") and len(lines) == 5
+
+
+def two_thousand():
+    """An indexed reader of 2,000 entries."""
+    return readers.from_arrays(np.zeros((2000, 3), np.float32), np.arange(2000) % 2)
+
+
+def test_cli_inspect_shows_a_functions_clean_name_and_checks_the_reader():
+    """New-user trial (issue 12): inspect showed <function rows at 0x...> where print(pipeline) shows rows."""
+    result = run("inspect", "--reader", "tests.test_cli:rows", "--count", "1")
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert lines[1:3] == ["pipeline:", "  rows"] and "0x" not in result.output
+    bad = run("inspect", "--reader", "tests.test_cli:not_a_reader")
+    assert bad.exit_code == 1 and "returned int, neither entries nor a reader" in bad.output
+
+
+def test_cli_bench_says_how_many_entries_an_indexed_reader_has():
+    """New-user trial (issue 12): bench said "first 20,000 entries" for a 2,000-entry reader."""
+    result = run("bench", "--reader", "tests.test_cli:two_thousand", "--mode", "thread", "--workers", "1")
+    assert result.exit_code == 0, result.output
+    assert result.stdout.splitlines()[0].startswith("bench: tests.test_cli:two_thousand, first 2,000 entries, ")

@@ -14,7 +14,7 @@
 [0, 1]
 """
 from train.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
-from train.driver import columns_of, evaluate, feeds, train
+from train.driver import evaluate, train
 from train.events import (
     BeginIteration,
     BeginPass,
@@ -23,6 +23,7 @@ from train.events import (
     Event,
     TestResult,
 )
+from train.feeds import columns_of, feeds
 from train.models import MLP, SoftmaxRegression
 
 __all__ = [

@@ -6,23 +6,88 @@ the data, the seed and whatever else the driver needs to resume.
 """
 from __future__ import annotations
 
+import fcntl
 import glob
 import json
 import os
+import re
 import tempfile
 import warnings
 import zipfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
 
-__all__ = ["CheckpointError", "load_checkpoint", "load_for_rank", "rank_folder", "save_checkpoint"]
+__all__ = ["CheckpointError", "FolderInUse", "checkpoints_in", "load_checkpoint", "load_for_rank", "lock_folder",
+           "rank_folder", "remove_checkpoints", "save_checkpoint"]
 
 FILE = "checkpoint.npz"
+LOCK = ".readerkit.lock"
+_PART = re.compile(r"^\.checkpoint\.(\d+)\.[^.]+\.npz\.part$")
 
 
 class CheckpointError(ValueError):
     """A checkpoint that cannot be read or does not fit; the message names the file."""
+
+
+class FolderInUse(CheckpointError):
+    """Another run holds the checkpoint folder's lock; the message names the folder and its pid."""
+
+
+@contextmanager
+def lock_folder(directory: str) -> Iterator[None]:
+    """Hold ``directory`` for this run: a second run into it fails at once, naming this one's pid.
+
+    The lock is ``fcntl.flock`` on ``directory/.readerkit.lock``, so the
+    system releases it when the process dies, however it dies; the file keeps
+    the holder's pid for the message.
+
+    >>> import tempfile
+    >>> folder = tempfile.TemporaryDirectory()
+    >>> with lock_folder(folder.name):
+    ...     with lock_folder(folder.name):
+    ...         pass
+    Traceback (most recent call last):
+    ...
+    train.checkpoint.FolderInUse: another run is using .../... (pid ...); wait for it to end, or give this run another checkpoint folder
+    """
+    os.makedirs(directory, exist_ok=True)
+    fd = os.open(os.path.join(directory, LOCK), os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "unknown"
+            raise FolderInUse(f"another run is using {directory} (pid {holder}); wait for it to end, or give this "
+                              "run another checkpoint folder") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        yield
+    finally:
+        os.close(fd)  # closing the only descriptor releases the lock
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's live process
+        return True
+    return True
+
+
+def _sweep_parts(directory: str) -> None:
+    """Remove part files that saves killed before their rename left behind, never a live writer's."""
+    for path in glob.glob(os.path.join(directory, ".checkpoint.*.npz.part")):
+        match = _PART.match(os.path.basename(path))
+        if match is None or not _alive(int(match.group(1))) or int(match.group(1)) == os.getpid():
+            try:
+                os.unlink(path)
+            except FileNotFoundError:  # another process swept it first
+                pass
 
 
 def save_checkpoint(directory: str, model_state: dict[str, Any], meta: dict[str, Any]) -> str:
@@ -44,10 +109,8 @@ def save_checkpoint(directory: str, model_state: dict[str, Any], meta: dict[str,
         if value.dtype == object:
             raise TypeError(f"save_checkpoint: model state {key[6:]!r} is not numeric ({type(model_state[key[6:]]).__name__}); state_dict() must hold arrays and numbers")
     arrays["meta"] = np.array(json.dumps(meta))
-    # a save killed before its rename leaves a part file that nothing else would remove
-    for stale in glob.glob(os.path.join(directory, ".checkpoint.*.npz.part")):
-        os.unlink(stale)
-    fd, tmp = tempfile.mkstemp(prefix=".checkpoint.", suffix=".npz.part", dir=directory)
+    _sweep_parts(directory)  # a save killed before its rename leaves a part file that nothing else would remove
+    fd, tmp = tempfile.mkstemp(prefix=f".checkpoint.{os.getpid()}.", suffix=".npz.part", dir=directory)
     try:
         with os.fdopen(fd, "wb") as f:
             np.savez(f, **arrays)
@@ -109,18 +172,74 @@ def load_for_rank(directory: str, rank: int, world_size: int) -> tuple[dict[str,
 def load_checkpoint(directory: str) -> tuple[dict[str, np.ndarray], dict[str, Any]] | None:
     """The (model state, meta) saved in ``directory``, or None when there is none.
 
+    Anything at the checkpoint's path that is not a checkpoint is a
+    ``CheckpointError`` naming the file: a folder, a file that is not an
+    ``.npz`` archive, one without meta data, or weights that are not finite.
+
     >>> load_checkpoint("/nonexistent") is None
     True
     """
     path = os.path.join(directory, FILE)
-    if not os.path.isfile(path):
+    if not os.path.lexists(path):
         return None
+    if not os.path.isfile(path):
+        raise CheckpointError(f"{path} is not a file (a folder?), so it cannot be a checkpoint; move it away, or "
+                              "give another checkpoint folder")
+    if not zipfile.is_zipfile(path):
+        raise CheckpointError(f"{path}: not a readable checkpoint (not an .npz archive: no zip directory in its "
+                              f"{os.path.getsize(path)} bytes); it was damaged or is another file. Delete it to start afresh")
     try:
         with np.load(path, allow_pickle=False) as archive:
+            if "meta" not in archive.files:
+                raise CheckpointError(f"{path}: not a readerkit checkpoint (no 'meta' entry; it holds "
+                                      f"{sorted(archive.files)[:5]}); delete it to start afresh")
             meta = json.loads(str(archive["meta"]))
             state = {k[6:]: archive[k] for k in archive.files if k.startswith("model/")}
+    except CheckpointError:
+        raise
     except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as exc:
         raise CheckpointError(f"{path}: not a readable checkpoint ({exc or type(exc).__name__}); delete it to start afresh") from None
     if not isinstance(meta, dict):
         raise CheckpointError(f"{path}: its meta data is not a JSON object; delete it to start afresh")
+    for name, value in state.items():
+        if value.dtype.kind in "fc" and np.isnan(value).any():
+            raise CheckpointError(f"{path}: model state {name!r} holds NaN ({int(np.isnan(value).sum())} of {value.size} "
+                                  "values): the run that saved it diverged. Resume from an earlier checkpoint, or "
+                                  "start afresh with a lower learning rate")
     return state, meta
+
+
+def checkpoints_in(directory: str) -> list[str]:
+    """The checkpoint files in ``directory`` and its ``rank<r>`` folders, for a run that must not overwrite them.
+
+    >>> checkpoints_in("/nonexistent")
+    []
+    """
+    if not os.path.isdir(directory):
+        return []
+    folders = [directory] + [os.path.join(directory, name) for name in sorted(os.listdir(directory))
+                             if name.startswith("rank") and name[4:].isdigit()]
+    return [os.path.join(d, FILE) for d in folders if os.path.lexists(os.path.join(d, FILE))]
+
+
+def remove_checkpoints(directory: str, rank: int, world_size: int) -> None:
+    """Remove what a fresh run of rank ``rank`` must not resume from later: its own checkpoint, and for
+    rank 0 those of processes that are not in this job (the folder's own, or ranks beyond the job).
+
+    >>> import tempfile
+    >>> folder = tempfile.TemporaryDirectory()
+    >>> _ = save_checkpoint(folder.name, {"w": np.zeros(1)}, {"pass": 1})
+    >>> remove_checkpoints(folder.name, 0, 1); checkpoints_in(folder.name)
+    []
+    """
+    own = os.path.join(rank_folder(directory, rank, world_size), FILE)
+    doomed = {own}
+    if rank == 0:
+        for path in checkpoints_in(directory):
+            folder = os.path.basename(os.path.dirname(path))
+            theirs = folder.startswith("rank") and folder[4:].isdigit() and int(folder[4:]) < world_size
+            if not theirs or world_size == 1:
+                doomed.add(path)
+    for path in doomed:
+        if os.path.isfile(path):
+            os.unlink(path)

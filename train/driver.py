@@ -8,106 +8,30 @@ training entry of the interrupted pass is trained on exactly once.
 """
 from __future__ import annotations
 
+import functools
 import math
-import operator
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np  # noqa: F401 (the doctests use np)
 
 import batching
 import readers
-from batching.collate import Padded
 from readers.allocator import tune_allocator
 from readers.checks import check_reader, whole
+from readers.identity import fingerprint
 from readers.position import check_resumable, start_of
 from readers.registry import find_model
 from readers.sharding import check_equalize, is_sharded
-from train.checkpoint import (
-    CheckpointError,
-    load_for_rank,
-    rank_folder,
-    save_checkpoint,
-)
+from train.checkpoint import CheckpointError, lock_folder, rank_folder, save_checkpoint
 from train.events import BeginIteration, BeginPass, EndIteration, EndPass, TestResult
+from train.feeds import check_unbatched, columns_of, feeds, infer_sizes, warn_unscaled
+from train.resume import check_folder, check_meta, open_run
 
-__all__ = ["columns_of", "evaluate", "feeds", "train"]
+__all__ = ["evaluate", "train"]
 
 EventHandler = Callable[[Any], None]
-
-
-def columns_of(mapping: Mapping[str, Any] | Sequence[str]) -> dict[str, Any]:
-    """A mapping as ``{input name: column}``; a list of names maps column i to name i.
-
-    >>> columns_of(["image", "label"])
-    {'image': 0, 'label': 1}
-    >>> columns_of({"label": 1, "image": 0, "again": 0})
-    {'label': 1, 'image': 0, 'again': 0}
-    >>> columns_of("image")
-    Traceback (most recent call last):
-    ...
-    TypeError: mapping must be a dict {name: column} or a list of names, got str 'image'
-    """
-    if isinstance(mapping, Mapping):
-        out = dict(mapping)
-    elif isinstance(mapping, Sequence) and not isinstance(mapping, (str, bytes)):
-        out = {name: i for i, name in enumerate(mapping)}
-        if len(out) != len(mapping):
-            raise ValueError(f"mapping lists a name twice: {list(mapping)!r}; give each input one column")
-    else:
-        raise TypeError(f"mapping must be a dict {{name: column}} or a list of names, got {type(mapping).__name__} {mapping!r}")
-    if not out:
-        raise ValueError("mapping is empty; name at least one input, e.g. ['image', 'label']")
-    for name, column in out.items():
-        if not isinstance(name, str):
-            raise TypeError(f"mapping: input names must be str, got {name!r}")
-        if not isinstance(column, (str, bool)):
-            try:  # numpy integers are column numbers too
-                out[name] = operator.index(column)
-            except TypeError:
-                pass
-    return out
-
-
-def _pick(columns: Any, column: Any, name: str) -> Any:
-    if isinstance(columns, tuple):
-        if isinstance(column, bool) or not isinstance(column, int) or not -len(columns) <= column < len(columns):
-            raise ValueError(
-                f"mapping sends column {column!r} to input {name!r}, but entries have {len(columns)} "
-                f"columns (0..{len(columns) - 1}); fix the mapping"
-            )
-        return columns[column]
-    if isinstance(columns, dict):
-        if column == -1 and column not in columns:  # the last column, as for tuples: where a pad weight goes
-            return columns[next(reversed(columns))]
-        if column not in columns:
-            raise ValueError(f"mapping sends column {column!r} to input {name!r}, but entries have keys {sorted(columns)}; fix the mapping")
-        return columns[column]
-    if column != 0:
-        raise ValueError(f"mapping sends column {column!r} to input {name!r}, but entries are single values (column 0 only)")
-    return columns
-
-
-def feeds(batches: Iterator, mapping: dict[str, Any]) -> Iterator[dict[str, Any]]:
-    """Collated minibatches as ``{input name: array}`` dicts, through ``mapping``.
-
-    A padded column feeds ``name`` (the data), ``name_lengths`` and ``name_mask``.
-
-    >>> batch = (np.zeros((2, 3)), np.array([1, 0]))
-    >>> feed = next(feeds(iter([batch]), {"image": 0, "label": 1}))
-    >>> sorted(feed), feed["label"].tolist()
-    (['image', 'label'], [1, 0])
-    """
-    for columns in batches:
-        feed: dict[str, Any] = {}
-        for name, column in mapping.items():
-            value = _pick(columns, column, name)
-            if isinstance(value, Padded):
-                feed[name], feed[f"{name}_lengths"], feed[f"{name}_mask"] = value.data, value.lengths, value.mask
-            else:
-                feed[name] = value
-        yield feed
 
 
 def _entries_in(feed: dict[str, Any]) -> int:
@@ -163,9 +87,10 @@ def evaluate(model: Any, provider: Any, mapping: Mapping[str, Any] | Sequence[st
     return totals.summary()
 
 
-def _resolve_model(model: Any, seed: int, mapping: dict[str, Any], checkpoints: bool) -> Any:
-    if isinstance(model, str):
-        model = find_model(model)(seed=seed)
+def _resolve_model(model: Any, seed: int, mapping: dict[str, Any], checkpoints: bool, provider: Any) -> Any:
+    if isinstance(model, str):  # a built-in model is built for the data: sizes from its first entries
+        n_inputs, n_classes, _ = infer_sizes(provider, mapping)
+        model = find_model(model)(n_inputs, n_classes=n_classes, seed=seed)
     needed = ("step", "evaluate") + (("state_dict", "load_state_dict") if checkpoints else ())
     for method in needed:
         if not callable(getattr(model, method, None)):
@@ -185,21 +110,6 @@ def _metrics(value: Any, model: Any) -> dict[str, Any]:
     if not isinstance(value, Mapping):
         raise TypeError(f"{type(model).__name__}.step() returned {type(value).__name__}; it must return a dict of metrics")
     return value
-
-
-def _check_resume(directory: str, meta: dict[str, Any], run: dict[str, Any]) -> None:
-    """Refuse a checkpoint whose run differs in anything that decides the order of samples."""
-    for key in ("pass", "cursor", "reader_state", "totals", "history", *run):
-        if key not in meta:
-            raise CheckpointError(f"{directory}: the checkpoint does not record {key!r}; delete it to start afresh")
-    for key, value in run.items():
-        if meta[key] != value:
-            raise CheckpointError(
-                f"{directory}: the checkpoint was made with {key}={meta[key]!r}, not {value!r}; resume with the "
-                "same setting, or train into another checkpoint folder")
-    if run["length"] is not None and meta["cursor"] > run["length"]:
-        raise CheckpointError(f"{directory}: the checkpoint is at entry {meta['cursor']} of a pass, past the "
-                              f"provider's {run['length']} entries")
 
 
 def _distribute(provider: Any, columns: dict[str, Any], model: Any, shard: bool,
@@ -247,6 +157,7 @@ def train(
     config: Mapping[str, Any] | None = None,
     shard: bool = True,
     equalize: str | None = "pad",
+    overwrite: bool = False,
 ) -> list[dict[str, Any]]:
     """Train ``model`` for ``passes`` passes over ``provider``; return one record per pass.
 
@@ -255,12 +166,21 @@ def train(
     minibatch of ``batch_size`` entries is collated and fed to ``model.step``
     as ``{name: array}`` through ``mapping``. ``model`` is an object with
     step/evaluate/state_dict/load_state_dict, or a registered name ("mlp")
-    built with ``seed``. With ``checkpoint_dir`` the model and the position are
-    saved after every pass and every ``checkpoint_every`` steps; ``resume``
-    continues from the last checkpoint there, and refuses one made with another
-    batch size, seed, drop_last, provider, length or ``config`` (a JSON-able
-    dict of the caller's own settings, such as the learning rate), since any of
-    them would break "every sample once per pass".
+    built with ``seed`` for the data: its input size from the first entry's
+    ``image``, its classes from the largest ``label`` of the first 10,000.
+    An input far outside [0, 1] (raw uint8 pixels) draws one RuntimeWarning.
+
+    With ``checkpoint_dir`` the model and the position are saved after every
+    pass and every ``checkpoint_every`` steps. The folder is locked for the
+    run (a second run into it fails at once). A new run into a folder that
+    holds a checkpoint is refused unless ``overwrite`` (which removes it);
+    ``resume`` continues from the last checkpoint there (refusing a folder
+    without one), and refuses one made with another batch size, seed,
+    drop_last, ``config`` (a JSON-able dict of the caller's own settings, such
+    as the learning rate) or data, since any of them would break "every sample
+    once per pass". The data is known by ``readers.fingerprint``: the
+    pipeline, the length and the sources' content, not the paths it was read
+    from, so the same files in another folder resume.
 
     Before the first pass it calls ``readers.tune_allocator()``, which tunes
     glibc malloc for the process so that per-batch arrays reuse heap pages
@@ -292,78 +212,123 @@ def train(
     [['pass', 'samples_per_s', 'seconds'], True]
     """
     check_reader(provider)
+    check_unbatched(provider)
     check_equalize(equalize, "train")
     columns = columns_of(mapping)
     batch_size = whole(batch_size, "batch_size", "train", 1, floats=False)
     passes = whole(passes, "passes", "train", floats=False)
     if checkpoint_every is not None:
         checkpoint_every = whole(checkpoint_every, "checkpoint_every", "train", 1, floats=False)
-    if resume and checkpoint_dir is None:
-        raise ValueError("train: resume=True needs checkpoint_dir, the folder to resume from")
-    model = _resolve_model(model, seed, columns, checkpoint_dir is not None)
-    emit = event_handler or (lambda event: None)
-    run = {"batch_size": batch_size, "seed": seed, "drop_last": bool(drop_last), "provider": repr(provider),
-           "length": None if is_sharded(provider) else _length(provider), "config": dict(config or {})}
+    if (resume or overwrite) and checkpoint_dir is None:
+        raise ValueError(f"train: {'resume' if resume else 'overwrite'}=True needs checkpoint_dir, the folder "
+                         f"to {'resume from' if resume else 'overwrite'}")
+    model = _resolve_model(model, seed, columns, checkpoint_dir is not None, provider)
+    test = None
+    if test_provider is not None:  # the test data is not sharded: no pad weights in its mapping
+        test = functools.partial(evaluate, model, test_provider, dict(columns), test_batch_size, pad_value=pad_value)
     reader, columns = _distribute(provider, columns, model, shard, equalize)
     minibatches = _minibatches(reader, batch_size, drop_last, pad_value)
-    if checkpoint_dir is not None:
-        check_resumable(minibatches)  # before any work, not at the first checkpoint
-
-    first_pass, reader_state, saved_totals, history = 0, None, None, []
-    if checkpoint_dir is not None:
-        info = readers.worker_info()
-        found = load_for_rank(checkpoint_dir, info.rank, info.world_size) if resume else None
-        checkpoint_dir = rank_folder(checkpoint_dir, info.rank, info.world_size)
-    if resume and found is not None:
-        state, meta = found
-        _check_resume(checkpoint_dir, meta, run)
-        model.load_state_dict(state)
-        first_pass, reader_state = meta["pass"], meta["reader_state"]
-        saved_totals, history = meta["totals"], meta["history"]
-
-    def checkpoint(state: dict[str, Any], totals: dict[str, float] | None) -> None:
-        if checkpoint_dir is not None:
-            meta = {"pass": state["pass"], "cursor": state["cursor"], "reader_state": state, "totals": totals,
-                    "history": history, **run}
-            save_checkpoint(checkpoint_dir, model.state_dict(), meta)
-
     length = _length(reader)
+    batches_in = None if length is None else length // batch_size if drop_last else -(-length // batch_size)
+    loop = functools.partial(_passes, model, minibatches, columns, passes, batches_in, event_handler, test)
+    if checkpoint_dir is None:
+        return loop(None)
+    check_resumable(minibatches)  # before any work, not at the first checkpoint
+    data = fingerprint(provider)
+    if is_sharded(provider):  # a shard's length depends on the number of processes, which may change
+        data["length"] = None
+    run = {"batch_size": batch_size, "seed": seed, "drop_last": bool(drop_last), "data": data,
+           "config": dict(config or {})}
+    info = readers.worker_info()
+    folder = rank_folder(checkpoint_dir, info.rank, info.world_size)
+    where = {"rank": info.rank, "world_size": info.world_size}
+    check_folder(checkpoint_dir, resume=resume, overwrite=overwrite, **where)  # before the lock makes the folder
+    with lock_folder(folder):
+        found = open_run(checkpoint_dir, resume=resume, overwrite=overwrite, **where)
+        saved = _Saved(folder, model, run, checkpoint_every)
+        if found is not None:
+            saved.restore(*found)
+        return loop(saved)
+
+
+class _Saved:
+    """A run's checkpoints: the position, the pass totals and history saved with the model."""
+
+    def __init__(self, folder: str, model: Any, run: dict[str, Any], every: int | None):
+        self.folder, self.model, self.run, self.every = folder, model, run, every
+        self.first_pass, self.reader_state, self.totals, self.history = 0, None, None, []
+
+    def restore(self, state: dict[str, Any], meta: dict[str, Any]) -> None:
+        check_meta(self.folder, meta, self.run)
+        try:
+            self.model.load_state_dict(state)
+        except (KeyError, ValueError, TypeError) as exc:
+            raise CheckpointError(f"{self.folder}: the checkpoint's model state does not fit "
+                                  f"{type(self.model).__name__} ({exc}); resume with the model it was made "
+                                  "with") from None
+        self.first_pass, self.reader_state = meta["pass"], meta["reader_state"]
+        self.totals, self.history = meta["totals"], meta["history"]
+
+    def save(self, state: dict[str, Any], totals: dict[str, float] | None) -> None:
+        meta = {"pass": state["pass"], "cursor": state["cursor"], "reader_state": state, "totals": totals,
+                "history": self.history, **self.run}
+        save_checkpoint(self.folder, self.model.state_dict(), meta)
+
+
+def _start(minibatches: Any, pass_id: int, saved: _Saved | None) -> None:
+    if saved is not None and saved.reader_state is not None and saved.reader_state["pass"] == pass_id:
+        try:  # the pass resumes where the checkpoint was taken
+            minibatches.set_state(saved.reader_state)
+        except ValueError as exc:
+            raise CheckpointError(f"{saved.folder}: field 'reader_state' does not fit this pipeline ({exc})") from None
+    else:
+        minibatches.set_pass(pass_id)  # the outermost stage's pass reaches every stage below
+    if saved is not None:
+        saved.reader_state = None
+
+
+def _passes(model: Any, minibatches: Any, columns: dict[str, Any], passes: int, batches_in: int | None,
+            event_handler: EventHandler | None, test: Callable[[], dict[str, float]] | None,
+            saved: _Saved | None) -> list[dict[str, Any]]:
+    """The training loop: ``passes`` passes of ``minibatches``, checkpointed through ``saved``."""
+    emit = event_handler or (lambda event: None)
+    history = saved.history if saved is not None else []
+    every = saved.every if saved is not None else None
     tune_allocator()  # per-batch arrays then reuse heap pages instead of faulting in fresh ones (readers.allocator)
-    for pass_id in range(first_pass, passes):
-        if reader_state is not None and reader_state["pass"] == pass_id:
-            minibatches.set_state(reader_state)  # the pass resumes where the checkpoint was taken
-        else:
-            minibatches.set_pass(pass_id)  # the outermost stage's pass reaches every stage below
-        reader_state = None
-        total = None
-        if length is not None:
-            total = length // batch_size if drop_last else -(-length // batch_size)
-        totals = _Totals(saved_totals)
-        saved_totals = None
-        emit(BeginPass(pass_id, total, totals.sums["batches"]))
+    first = True
+    for pass_id in range(saved.first_pass if saved is not None else 0, passes):
+        _start(minibatches, pass_id, saved)
+        totals = _Totals(saved.totals if saved is not None else None)
+        if saved is not None:
+            saved.totals = None
+        emit(BeginPass(pass_id, batches_in, totals.sums["batches"]))
         tick = time.perf_counter()
         batches = minibatches()
         for feed in feeds(batches, columns):
+            if first:  # raw pixels are seen in the first minibatch or not at all
+                warn_unscaled(feed)
+                first = False
             batch_id = totals.sums["batches"]
             emit(BeginIteration(pass_id, batch_id))
             metrics = _metrics(model.step(feed), model)
             totals.add(metrics, _entries_in(feed))
             emit(EndIteration(pass_id, batch_id, metrics))
-            if checkpoint_every and (batch_id + 1) % checkpoint_every == 0:
+            if every and (batch_id + 1) % every == 0:
                 now = time.perf_counter()
                 totals.sums["seconds"] += now - tick
                 tick = now
-                checkpoint(batches.get_state(), totals.sums)
+                saved.save(batches.get_state(), totals.sums)
         totals.sums["seconds"] += time.perf_counter() - tick
         summary = totals.summary()
         emit(EndPass(pass_id, summary))
         record = {"pass": pass_id, "train_loss": summary["loss"], "train_accuracy": summary["accuracy"],
                   "test_loss": None, "test_accuracy": None, "samples_per_s": summary["samples_per_s"],
                   "seconds": summary["seconds"]}
-        if test_provider is not None:
-            tested = evaluate(model, test_provider, columns, test_batch_size, pad_value=pad_value)
+        if test is not None:
+            tested = test()
             emit(TestResult(pass_id, tested))
             record["test_loss"], record["test_accuracy"] = tested["loss"], tested["accuracy"]
         history.append(record)
-        checkpoint(start_of(minibatches, pass_id + 1), None)
+        if saved is not None:
+            saved.save(start_of(minibatches, pass_id + 1), None)
     return history

@@ -74,7 +74,8 @@ def test_protocol_tables_name_every_hook_each_with_a_default():
     tables = _hooks_in_tables(readers.stage.__doc__)
     assert tables == [["name", "_options", "access", "_stream", "_seek", "_plan", "positions", "seed"],
                       ["__len__", "_get", "gather", "gather_columns", "sample_ids"],
-                      ["share", "per_entry", "unresumable"]]
+                      ["share", "per_entry", "unresumable"],
+                      ["identity", "digest"]]
     for hook in sum(tables, []):
         assert hasattr(readers.IndexedReader, hook), hook
 
@@ -83,3 +84,4 @@ def test_declarations_have_the_documented_defaults():
     assert (Node.positions, Node.seed, Node.unresumable, Node.per_entry) == (None, None, None, None)
     assert Stage.access == "stream" and readers.IndexedReader.access == "index"
     assert Node().share() is None
+    assert Node().digest() is None and Node().identity() == Node().title()

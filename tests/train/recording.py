@@ -7,6 +7,7 @@ lists every sample that contributed to the model, each as often as it did.
 import numpy as np
 
 import readers
+from readers.idx import write_idx
 from train.models import SoftmaxRegression
 
 N, FEATURES, CLASSES = 203, 5, 3
@@ -42,3 +43,16 @@ class RecordingModel:
         state = dict(state)
         self.seen = np.asarray(state.pop("seen_ids"), dtype=np.int64)
         self.inner.load_state_dict(state)
+
+
+def write_mnist(folder, seed: int = 0, sizes=(("train", 300), ("t10k", 60))):
+    """MNIST-format files in ``folder``: images whose label is their brightest row band."""
+    rng = np.random.default_rng(seed)
+    for split, n in sizes:
+        labels = rng.integers(0, 10, size=n).astype(np.uint8)
+        images = rng.integers(0, 40, size=(n, 28, 28)).astype(np.uint8)
+        for i, label in enumerate(labels):
+            images[i, label * 2:label * 2 + 3, :] = 255
+        write_idx(folder / f"{split}-images-idx3-ubyte.gz", images, compress=True)
+        write_idx(folder / f"{split}-labels-idx1-ubyte", labels)
+    return folder

@@ -1,5 +1,8 @@
 """train.checkpoint: one atomic .npz file per checkpoint, and which checkpoint each rank resumes from."""
 import os
+import pathlib
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -7,12 +10,18 @@ import pytest
 from tests.train.recording import MAPPING, RecordingModel, dataset
 from train.checkpoint import (
     CheckpointError,
+    FolderInUse,
+    checkpoints_in,
     load_checkpoint,
     load_for_rank,
+    lock_folder,
     rank_folder,
+    remove_checkpoints,
     save_checkpoint,
 )
 from train.driver import train
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 def test_checkpoint_round_trips_arrays_numbers_and_meta_without_pickle(tmp_path):
@@ -43,7 +52,7 @@ def test_save_refuses_state_that_is_not_numeric(tmp_path):
 def test_stale_part_files_are_swept_by_the_next_save(tmp_path):
     (tmp_path / ".checkpoint.dead.npz.part").write_bytes(b"half")
     train(dataset(), MAPPING, 16, 1, model=RecordingModel(), checkpoint_dir=str(tmp_path))
-    assert sorted(os.listdir(tmp_path)) == ["checkpoint.npz"]
+    assert sorted(os.listdir(tmp_path)) == [".readerkit.lock", "checkpoint.npz"]
 
 
 @pytest.mark.parametrize("content", [b"", b"PK\x03\x04 not really a zip"])
@@ -74,3 +83,70 @@ def test_load_for_rank_prefers_its_own_checkpoint_else_the_earliest(tmp_path):
         new = load_for_rank(str(tmp_path), 2, 3)  # a rank new to the job takes the earliest position
     assert int(new[0]["rank"]) == 1
     assert load_for_rank(str(tmp_path / "empty"), 0, 2) is None
+
+
+def test_a_second_run_into_a_locked_folder_fails_naming_the_holder(tmp_path):
+    """New-user trial (issue 12): two runs in one folder deleted each other's part files and crashed."""
+    with lock_folder(str(tmp_path)):
+        with pytest.raises(FolderInUse, match=rf"another run is using {tmp_path} \(pid {os.getpid()}\)"):
+            train(dataset(), MAPPING, 16, 1, model=RecordingModel(), checkpoint_dir=str(tmp_path))
+    train(dataset(), MAPPING, 16, 1, model=RecordingModel(), checkpoint_dir=str(tmp_path))  # released
+
+
+def test_the_lock_is_released_when_its_holder_dies(tmp_path):
+    code = ("import os, sys; from train.checkpoint import lock_folder\n"
+            "with lock_folder(sys.argv[1]):\n    os._exit(0)")
+    subprocess.run([sys.executable, "-c", code, str(tmp_path)], cwd=ROOT, check=True, timeout=60,
+                   env={**os.environ, "PYTHONPATH": str(ROOT)})
+    with lock_folder(str(tmp_path)):
+        pass
+
+
+def test_a_save_leaves_a_live_writers_part_file_and_sweeps_a_dead_ones(tmp_path):
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True, check=True).stdout.strip()
+    with subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"]) as live:
+        try:
+            (tmp_path / f".checkpoint.{live.pid}.abc.npz.part").write_bytes(b"being written")
+            (tmp_path / f".checkpoint.{dead}.abc.npz.part").write_bytes(b"left by a kill")
+            save_checkpoint(str(tmp_path), {"w": np.zeros(2)}, {"pass": 0})
+            assert sorted(os.listdir(tmp_path)) == [f".checkpoint.{live.pid}.abc.npz.part", "checkpoint.npz"]
+        finally:
+            live.kill()
+
+
+def test_a_folder_named_checkpoint_npz_is_an_error_not_no_checkpoint(tmp_path):
+    """New-user trial (issue 12): --resume said "no checkpoint", then the first save died."""
+    (tmp_path / "checkpoint.npz").mkdir()
+    with pytest.raises(CheckpointError, match=r"checkpoint.npz is not a file \(a folder\?\)"):
+        load_checkpoint(str(tmp_path))
+    with pytest.raises(CheckpointError, match="holds a checkpoint"):
+        train(dataset(), MAPPING, 16, 1, model=RecordingModel(), checkpoint_dir=str(tmp_path))
+
+
+def test_random_bytes_are_not_reported_as_pickled_data(tmp_path):
+    (tmp_path / "checkpoint.npz").write_bytes(np.random.default_rng(0).bytes(4096))
+    with pytest.raises(CheckpointError, match=r"not an .npz archive") as caught:
+        load_checkpoint(str(tmp_path))
+    assert "pickle" not in str(caught.value)
+
+
+def test_an_npz_without_meta_is_not_a_readerkit_checkpoint(tmp_path):
+    np.savez(tmp_path / "checkpoint.npz", w=np.zeros(2))
+    with pytest.raises(CheckpointError, match="not a readerkit checkpoint \\(no 'meta' entry"):
+        load_checkpoint(str(tmp_path))
+
+
+def test_nan_weights_are_refused_naming_the_array(tmp_path):
+    save_checkpoint(str(tmp_path), {"W0": np.array([1.0, np.nan], np.float32), "step": 2}, {"pass": 1})
+    with pytest.raises(CheckpointError, match=r"model state 'W0' holds NaN \(1 of 2 values\)"):
+        load_checkpoint(str(tmp_path))
+
+
+def test_checkpoints_in_lists_the_folders_and_the_ranks(tmp_path):
+    save_checkpoint(str(tmp_path), {"w": np.zeros(1)}, {})
+    save_checkpoint(str(tmp_path / "rank1"), {"w": np.zeros(1)}, {})
+    (tmp_path / "ranked").mkdir()
+    assert checkpoints_in(str(tmp_path)) == [str(tmp_path / "checkpoint.npz"), str(tmp_path / "rank1" / "checkpoint.npz")]
+    remove_checkpoints(str(tmp_path), 1, 2)  # rank 1 removes only its own
+    assert checkpoints_in(str(tmp_path)) == [str(tmp_path / "checkpoint.npz")]

@@ -111,7 +111,7 @@ def test_checkpoint_after_every_pass_and_every_n_steps(tmp_path):
     ({"batch_size": 8}, "made with batch_size=16, not 8"),
     ({"seed": 3}, "made with seed=0, not 3"),
     ({"drop_last": True}, "made with drop_last=False, not True"),
-    ({"provider": dataset(seed=1)}, "made with provider="),
+    ({"provider": dataset(seed=1)}, "made on other data (pipeline: stage 1 was 'shuffle(buf_size=None (global), seed=0)', now 'shuffle(buf_size=None (global), seed=1)'; content: the data itself differs"),
     ({"config": {"lr": 0.1}}, "made with config={}, not {'lr': 0.1}"),
 ])
 def test_resume_refuses_a_checkpoint_of_another_run(tmp_path, change, match):
@@ -192,8 +192,8 @@ def test_sigkill_mid_pass_then_resume_is_exactly_once_with_same_weights(tmp_path
     if kill_batch >= 4 or kill_pass > 0:
         assert found is not None and (found[1]["pass"], found[1]["cursor"]) < (kill_pass, kill_batch * 16 + 1)
 
-    resumed = RecordingModel()
-    train(dataset(), MAPPING, 16, 3, model=resumed, checkpoint_dir=str(tmp_path), resume=True)
+    resumed = RecordingModel()  # killed before its first checkpoint, the run starts afresh, as a new run
+    train(dataset(), MAPPING, 16, 3, model=resumed, checkpoint_dir=str(tmp_path), resume=found is not None)
     for k in range(3):  # every pass: each sample exactly once, in the same order as the uninterrupted run
         assert sorted(resumed.seen[k * N:(k + 1) * N].tolist()) == list(range(N))
     assert np.array_equal(resumed.seen, reference.seen)
@@ -359,3 +359,23 @@ def test_resume_warns_when_rank_checkpoints_disagree(tmp_path):
     as_rank(0, 3)
     with pytest.warns(RuntimeWarning, match=r"checkpoints are at different positions \(rank0: pass 0, entry 48"):
         load_for_rank(folder, 0, 3)
+
+
+def test_resume_knows_the_data_by_content_not_by_path(tmp_path):
+    """New-user trial (issue 12): the same MNIST files by another path were refused; Fashion-MNIST was accepted."""
+    from readers import mnist
+    from tests.train.recording import write_mnist
+
+    first, copy, fashion, ck = (tmp_path / name for name in ("first", "copy", "fashion", "ck"))
+    for folder, seed in ((first, 0), (copy, 0), (fashion, 1)):
+        folder.mkdir()
+        write_mnist(folder, seed=seed, sizes=(("train", 100),))
+
+    def run(folder, passes, **options):
+        data = readers.shuffle(mnist.train(folder, download=False), seed=0)
+        return train(data, ["image", "label"], 16, passes, model="softmax", checkpoint_dir=str(ck), **options)
+
+    run(first, 1)
+    with pytest.raises(CheckpointError, match=r"made on other data \(content: the data itself differs"):
+        run(fashion, 2, resume=True)
+    assert [r["pass"] for r in run(copy, 2, resume=True)] == [0, 1]

@@ -1,0 +1,111 @@
+"""What the command line shows of a run: a progress bar and a line per pass, and a JSON log that agrees
+with the checkpoint.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+from typing import Any
+
+import click
+
+from train.events import BeginPass, EndIteration, EndPass, TestResult
+
+__all__ = ["Progress", "keep_passes_before"]
+
+
+class Progress:
+    """The CLI's event handler: a progress bar per pass (on a terminal) and one summary line per pass.
+
+    ``flush()`` prints the line of the pass that just ended, after its test
+    if any, and appends it to ``log_json`` (an open file) as one JSON object.
+
+    >>> import io
+    >>> from train.events import EndPass
+    >>> log = io.StringIO()
+    >>> progress = Progress(log)
+    >>> progress(EndPass(0, {"loss": 0.5, "accuracy": 0.9, "samples_per_s": 1000.0, "seconds": 1.0}))
+    >>> progress.flush()
+    pass 0: loss 0.5000  train accuracy 90.00%  test accuracy n/a  1,000 samples/s
+    >>> log.getvalue()
+    '{"pass": 0, "train_loss": 0.5, "train_accuracy": 0.9, "test_accuracy": null, "samples_per_s": 1000.0, "seconds": 1.0}\\n'
+    """
+
+    def __init__(self, log_json: Any, who: str = ""):
+        self.bar: Any = None
+        self.log_json, self.who = log_json, who
+        self.pending: dict[str, Any] = {}
+        self.passes = 0
+
+    def __call__(self, event: Any) -> None:
+        if isinstance(event, BeginPass):
+            if sys.stderr.isatty():  # elsewhere a bar is only a stray label line in the log
+                self.bar = click.progressbar(length=event.batches or 0, label=f"pass {event.pass_id}",
+                                             show_eta=False, file=sys.stderr)
+                self.bar.__enter__()
+                self.bar.update(event.first_batch)
+        elif isinstance(event, EndIteration):
+            if self.bar is not None:
+                self.bar.update(1)
+        elif isinstance(event, EndPass):
+            if self.bar is not None:
+                self.bar.__exit__(None, None, None)
+                self.bar = None
+            m = event.metrics
+            self.pending = {"pass": event.pass_id, "train_loss": m["loss"], "train_accuracy": m["accuracy"],
+                            "test_accuracy": None, "samples_per_s": m["samples_per_s"], "seconds": m["seconds"]}
+        elif isinstance(event, TestResult):
+            self.pending["test_accuracy"] = event.metrics["accuracy"]
+
+    def flush(self) -> None:
+        """Print the line of the pass that just ended (after its test, if any)."""
+        p = self.pending
+        if not p:
+            return
+        test = "n/a" if p["test_accuracy"] is None or math.isnan(p["test_accuracy"]) else f"{100 * p['test_accuracy']:.2f}%"
+        click.echo(f"{self.who}pass {p['pass']}: loss {p['train_loss']:.4f}  train accuracy {100 * p['train_accuracy']:.2f}%  "
+                   f"test accuracy {test}  {p['samples_per_s']:,.0f} samples/s")
+        if self.log_json is not None:  # NaN is not JSON: an undefined figure is null
+            clean = {k: None if isinstance(v, float) and math.isnan(v) else v for k, v in p.items()}
+            self.log_json.write(json.dumps(clean) + "\n")
+            self.log_json.flush()
+        self.pending = {}
+        self.passes += 1
+
+
+
+
+def keep_passes_before(path: str, first: int) -> None:
+    """Drop the JSON log's lines of passes from ``first`` on (and a line cut short by a kill), atomically.
+
+    A resume from a checkpoint at pass ``first`` trains those passes again and
+    logs them again; a kill between a pass's line and its checkpoint would
+    otherwise leave that pass in the log twice.
+
+    >>> import tempfile, os
+    >>> folder = tempfile.TemporaryDirectory()
+    >>> path = os.path.join(folder.name, "log.jsonl")
+    >>> _ = open(path, "w").write('{"pass": 0}\\n{"pass": 1}\\n{"pa')
+    >>> keep_passes_before(path, 1)
+    >>> open(path).read()
+    '{"pass": 0}\\n'
+    """
+    if not os.path.isfile(path):
+        return
+    with open(path, encoding="utf-8") as f:
+        lines = f.read().splitlines(keepends=True)
+    kept = []
+    for line in lines:
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue  # half a line: the run was killed while writing it
+        if isinstance(record, dict) and isinstance(record.get("pass"), int) and record["pass"] < first:
+            kept.append(line if line.endswith("\n") else line + "\n")
+    if len(kept) != len(lines):
+        tmp = f"{path}.part"
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.writelines(kept)
+        os.replace(tmp, path)
