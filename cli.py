@@ -287,7 +287,12 @@ def inspect_reader(reader_name: str, data_dir: str | None, download: bool, count
         length = str(len(train_reader))
     except TypeError:
         length = "unknown (a stream)"
-    click.echo(f"length: {length}" + ("" if test_reader is None else f" (test split: {len(test_reader)})"))
+    if test_reader is not None:
+        try:
+            length += f" (test split: {len(test_reader)})"
+        except TypeError:
+            length += " (test split: a stream)"
+    click.echo(f"length: {length}")
     entry = _first_entry(train_reader)
     columns = entry if isinstance(entry, tuple) else (entry,)
     for i, value in enumerate(columns):

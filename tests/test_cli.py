@@ -459,3 +459,12 @@ def test_cli_bench_says_how_many_entries_an_indexed_reader_has():
     result = run("bench", "--reader", "tests.test_cli:two_thousand", "--mode", "thread", "--workers", "1")
     assert result.exit_code == 0, result.output
     assert result.stdout.splitlines()[0].startswith("bench: tests.test_cli:two_thousand, first 2,000 entries, ")
+
+
+def test_cli_inspect_of_a_module_whose_test_split_is_a_stream(tmp_path, monkeypatch):
+    """New-user trial (issue 12): `inspect --reader mydata` failed on len() of the test split's function."""
+    (tmp_path / "streamsplits.py").write_text(TWO_SPLITS)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    result = run("inspect", "--reader", "streamsplits", "--count", "1")
+    assert result.exit_code == 0, result.output
+    assert "length: unknown (a stream) (test split: a stream)" in result.stdout.splitlines()

@@ -11,7 +11,9 @@ import glob
 import json
 import os
 import re
+import signal
 import tempfile
+import threading
 import warnings
 import zipfile
 from collections.abc import Iterator
@@ -94,6 +96,8 @@ def save_checkpoint(directory: str, model_state: dict[str, Any], meta: dict[str,
     """Write ``model_state`` and ``meta`` to ``directory/checkpoint.npz`` atomically.
 
     A crash at any moment leaves either the previous checkpoint or the new one.
+    A Ctrl-C during the save is held until the save is done, so it stops the
+    run after this checkpoint rather than inside it.
 
     >>> import tempfile
     >>> folder = tempfile.TemporaryDirectory()
@@ -103,6 +107,21 @@ def save_checkpoint(directory: str, model_state: dict[str, Any], meta: dict[str,
     >>> state["w"].tolist(), int(state["step"]), meta
     ([1.0, 1.0], 3, {'pass': 1})
     """
+    previous = signal.getsignal(signal.SIGINT)
+    if threading.current_thread() is not threading.main_thread() or previous is None:
+        return _write(directory, model_state, meta)  # only the main thread may hold signals
+    caught: list[int] = []
+    signal.signal(signal.SIGINT, lambda signum, frame: caught.append(signum))
+    try:
+        return _write(directory, model_state, meta)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        if caught:  # the Ctrl-C that came meanwhile, delivered now that the checkpoint is whole
+            signal.raise_signal(signal.SIGINT)
+
+
+def _write(directory: str, model_state: dict[str, Any], meta: dict[str, Any]) -> str:
+    """The body of ``save_checkpoint``, with Ctrl-C held by the caller."""
     os.makedirs(directory, exist_ok=True)
     arrays = {f"model/{k}": np.asarray(v) for k, v in model_state.items()}
     for key, value in arrays.items():

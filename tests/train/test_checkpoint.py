@@ -150,3 +150,21 @@ def test_checkpoints_in_lists_the_folders_and_the_ranks(tmp_path):
     assert checkpoints_in(str(tmp_path)) == [str(tmp_path / "checkpoint.npz"), str(tmp_path / "rank1" / "checkpoint.npz")]
     remove_checkpoints(str(tmp_path), 1, 2)  # rank 1 removes only its own
     assert checkpoints_in(str(tmp_path)) == [str(tmp_path / "checkpoint.npz")]
+
+
+def test_ctrl_c_during_a_save_is_held_until_the_checkpoint_is_whole(tmp_path, monkeypatch):
+    """New-user trial (issue 12): Ctrl-C inside np.savez gave a zipfile traceback and exit 1, not 130."""
+    import signal
+
+    import train.checkpoint as checkpoint
+    real = checkpoint.np.savez
+
+    def interrupted_savez(f, **arrays):
+        os.kill(os.getpid(), signal.SIGINT)  # arrives in the middle of the save
+        real(f, **arrays)
+
+    monkeypatch.setattr(checkpoint.np, "savez", interrupted_savez)
+    with pytest.raises(KeyboardInterrupt):
+        save_checkpoint(str(tmp_path), {"w": np.ones(2)}, {"pass": 1})
+    state, meta = load_checkpoint(str(tmp_path))  # delivered after the save: the checkpoint is whole
+    assert meta == {"pass": 1} and state["w"].tolist() == [1.0, 1.0]
