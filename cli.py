@@ -195,14 +195,17 @@ def _train(factory: Callable, info: Any, found: Any, *, reader_name: str, data_d
 
 def _check_folder(directory: str | None, resume: bool, overwrite: bool, info: Any) -> Any:
     """The checkpoint to resume from, or None; refuses, in the CLI's words, what train() would refuse."""
+    from train.checkpoint import load_for_rank
     from train.resume import check_folder
 
     if directory is None:
         return None
-    found = check_folder(directory, resume=resume, overwrite=overwrite, rank=info.rank, world_size=info.world_size,
-                         flags=("--resume", "--overwrite"))
+    check_folder(directory, resume=resume, overwrite=overwrite, rank=info.rank, world_size=info.world_size,
+                 flags=("--resume", "--overwrite"))
+    if resume:  # loaded now, so a damaged checkpoint is named before any data is read
+        return load_for_rank(directory, info.rank, info.world_size)
     os.makedirs(directory, exist_ok=True)  # an unusable folder fails now, not at the first checkpoint
-    return found
+    return None
 
 
 def _resume_command() -> str:

@@ -30,8 +30,8 @@ _TOTALS = ("loss", "accuracy", "weight", "samples", "batches", "seconds")
 
 
 def check_folder(directory: str, *, resume: bool, overwrite: bool, rank: int, world_size: int,
-                 flags: tuple[str, str] = ("resume=True", "overwrite=True")) -> tuple[dict, dict] | None:
-    """The checkpoint this rank resumes from, or None for a new run; changes nothing.
+                 flags: tuple[str, str] = ("resume=True", "overwrite=True")) -> None:
+    """Refuse what would lose or mix runs, from the names of the files alone; changes and loads nothing.
 
     Refuses a new run into a folder that holds a checkpoint (unless
     ``overwrite``) and a resume from a folder without one. ``flags`` are the
@@ -39,8 +39,7 @@ def check_folder(directory: str, *, resume: bool, overwrite: bool, rank: int, wo
 
     >>> import tempfile
     >>> folder = tempfile.TemporaryDirectory()
-    >>> check_folder(folder.name, resume=False, overwrite=False, rank=0, world_size=1) is None
-    True
+    >>> check_folder(folder.name, resume=False, overwrite=False, rank=0, world_size=1)
     >>> check_folder(folder.name + "/typo", resume=True, overwrite=False, rank=0, world_size=1, flags=("--resume", "--overwrite"))
     Traceback (most recent call last):
     ...
@@ -50,26 +49,25 @@ def check_folder(directory: str, *, resume: bool, overwrite: bool, rank: int, wo
     if resume and overwrite:
         raise ValueError(f"{resume_flag} continues the checkpoint and {overwrite_flag} starts over, replacing it; "
                          "give one of them")
+    held = checkpoints_in(directory)  # the files load_for_rank would read
     if resume:
-        found = load_for_rank(directory, rank, world_size)
-        if found is None:
+        if not held:
             where = "does not exist" if not os.path.exists(directory) else "holds no checkpoint"
             raise CheckpointError(f"{resume_flag}: {directory} {where}; check the folder's name, or drop "
                                   f"{resume_flag} to start a new run")
-        return found
-    held = checkpoints_in(directory)
+        return
     if world_size > 1:  # the other ranks of this job may have saved already: only this rank's and the folder's
         mine = {os.path.join(rank_folder(directory, rank, world_size), FILE), os.path.join(directory, FILE)}
         held = [path for path in held if path in mine]
     if held and not overwrite:
         raise CheckpointError(f"{directory} holds a checkpoint ({held[0]}); add {resume_flag} to continue that "
                               f"run, or {overwrite_flag} to start over and replace it")
-    return None
 
 
 def open_run(directory: str, *, resume: bool, overwrite: bool, rank: int,
              world_size: int) -> tuple[dict[str, np.ndarray], dict[str, Any]] | None:
-    """``check_folder``, then for a run that overwrites, the removal of the checkpoints it replaces.
+    """``check_folder``, then the checkpoint this rank resumes from, or for a new run None (after removing
+    the checkpoints it replaces, when it overwrites).
 
     Call it holding the folder's lock (``train.checkpoint.lock_folder``).
 
@@ -80,10 +78,12 @@ def open_run(directory: str, *, resume: bool, overwrite: bool, rank: int,
     >>> open_run(folder.name, resume=False, overwrite=True, rank=0, world_size=1), checkpoints_in(folder.name)
     (None, [])
     """
-    found = check_folder(directory, resume=resume, overwrite=overwrite, rank=rank, world_size=world_size)
+    check_folder(directory, resume=resume, overwrite=overwrite, rank=rank, world_size=world_size)
+    if resume:
+        return load_for_rank(directory, rank, world_size)
     if overwrite:
         remove_checkpoints(directory, rank, world_size)
-    return found
+    return None
 
 
 def _whole(value: Any) -> bool:
