@@ -31,11 +31,29 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["MLP", "SoftmaxRegression"]
+__all__ = ["LabelRangeError", "MLP", "SoftmaxRegression"]
 
 _BETA1, _BETA2, _EPS = 0.9, 0.999, 1e-8
 _FLUSH_EVERY, _TINY = 16, np.finfo(np.float32).tiny
 _EMPTY = {"loss": 0.0, "accuracy": 0.0, "count": 0, "weight": 0.0}
+
+
+class LabelRangeError(ValueError):
+    """A label outside 0..n_classes-1 of the model: ``label`` is the value, ``n_classes`` the model's count.
+
+    >>> try:
+    ...     SoftmaxRegression(2, 3).step({"image": np.zeros((2, 2)), "label": np.array([0, 7])})
+    ... except LabelRangeError as exc:
+    ...     print(exc.label, exc.n_classes)
+    7 3
+    """
+
+    def __init__(self, message: str, label: int, n_classes: int):
+        super().__init__(message)
+        self.label, self.n_classes = label, n_classes
+
+    def __reduce__(self) -> tuple:  # the default passes only the message back to __init__
+        return type(self), (str(self), self.label, self.n_classes)
 
 
 def _forward(params: Sequence[np.ndarray], x: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]]:
@@ -271,8 +289,11 @@ class _Network:
             bad &= keep  # padding may carry any label
         if bad.any():
             i = int(bad.argmax())
-            raise ValueError(f"label {int(y[i])} (entry {i}) is out of range for {self.n_classes} classes "
-                             f"(0..{self.n_classes - 1})")
+            label, n = int(y[i]), self.n_classes
+            fix = ("labels must be 0..n_classes-1: renumber them in the reader" if label < 0 else
+                   f"build the model with n_classes greater than the largest label (at least {label + 1})")
+            raise LabelRangeError(f"label {label} (entry {i} of the minibatch) is out of range for {n} classes "
+                                  f"(0..{n - 1}); {fix}", label, n)
         y = y.astype(np.intp, copy=False)
         if keep is None:
             return x, y, np.full(len(y), 1 / max(len(y), 1), np.float32), float(len(y))

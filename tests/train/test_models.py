@@ -2,12 +2,13 @@
 import io
 import math
 import os
+import pickle
 import re
 
 import numpy as np
 import pytest
 
-from train.models import MLP, SoftmaxRegression, _loss_and_gradients
+from train.models import MLP, LabelRangeError, SoftmaxRegression, _loss_and_gradients
 
 MNIST = os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared", "data", "mnist")
 
@@ -220,10 +221,25 @@ def test_model_rejects_images_of_the_wrong_shape(make, shape):
         make().step({"image": np.zeros(shape), "label": np.zeros(2, int)})
 
 
-@pytest.mark.parametrize("bad", [-1, 3])
-def test_model_rejects_a_label_out_of_range(make, bad):
-    with pytest.raises(ValueError, match=rf"label {bad} \(entry 1\) is out of range for 3 classes"):
+@pytest.mark.parametrize("bad, fix", [
+    (-1, "labels must be 0..n_classes-1: renumber them in the reader"),
+    (3, r"build the model with n_classes greater than the largest label \(at least 4\)"),
+])
+def test_model_rejects_a_label_out_of_range(make, bad, fix):
+    """New-user trial: "(entry 1)" read as the data's entry 1; it is the minibatch's, and the fix was unsaid."""
+    with pytest.raises(LabelRangeError, match=rf"^label {bad} \(entry 1 of the minibatch\) is out of range for 3 "
+                       rf"classes \(0..2\); {fix}$") as info:
         make().step({"image": np.zeros((2, 5)), "label": np.array([0, bad])})
+    assert (info.value.label, info.value.n_classes) == (bad, 3)
+
+
+def test_label_range_error_is_a_value_error_that_pickles():
+    """The CLI catches it as a ValueError; a copy from another process keeps its attributes."""
+    with pytest.raises(ValueError) as info:
+        SoftmaxRegression(5, 3).evaluate({"image": np.zeros((1, 5)), "label": np.array([12])})
+    copy = pickle.loads(pickle.dumps(info.value))
+    assert type(copy) is LabelRangeError
+    assert (str(copy), copy.label, copy.n_classes) == (str(info.value), 12, 3)
 
 
 @pytest.mark.parametrize("labels, weights, message", [
