@@ -148,8 +148,25 @@ class Node:
         return True  # a reader is never falsy, even when it has a length
 
 
+#: An argument's repr longer than this is shown by its type name instead.
+_SHORT = 40
+
+
+def _argument(value: Any) -> str:
+    """An argument of a partial as ``describe`` shows it: its repr when short and without an address."""
+    shown = repr(value)
+    if len(shown) <= _SHORT and " at 0x" not in shown:
+        return shown
+    if callable(value) and (getattr(value, "__qualname__", None) or isinstance(value, functools.partial)):
+        return describe(value)  # a function's name says more than <function>
+    return f"<{type(value).__qualname__}>"
+
+
 def describe(reader: Any) -> str:
     """A one-line name for any reader, for error messages and reprs; no memory addresses.
+
+    A partial's arguments show their repr when it is short and has no
+    address, else their type name.
 
     >>> def numbers():
     ...     yield 1
@@ -157,11 +174,16 @@ def describe(reader: Any) -> str:
     'numbers'
     >>> describe(functools.partial(numbers))
     'partial(numbers)'
+    >>> class Config:
+    ...     pass
+    >>> describe(functools.partial(numbers, Config(), "x" * 50, key=numbers, n=3))
+    'partial(numbers, <Config>, <str>, key=numbers, n=3)'
     """
     if isinstance(reader, Node):
         return reader.title()
     if isinstance(reader, functools.partial):
-        args = [describe(reader.func), *map(repr, reader.args), *(f"{k}={v!r}" for k, v in reader.keywords.items())]
+        args = [describe(reader.func), *map(_argument, reader.args),
+                *(f"{k}={_argument(v)}" for k, v in reader.keywords.items())]
         return f"partial({', '.join(args)})"
     name = getattr(reader, "__qualname__", None) or getattr(reader, "__name__", None)
     return name or type(reader).__name__

@@ -10,7 +10,8 @@ and the first match wins (``list_plugins`` shows the rest as "shadowed by"):
 
 A name containing ``":"`` is a ``module:attribute`` spec (the attribute may be
 dotted: ``pkg.mod:Class.create``) and is imported directly; a name that is no
-plugin but an importable module (``mydata``, ``pkg.mydata``) is that module.
+plugin but an importable module (``mydata``, ``pkg.mydata``) is that module,
+unless it is readerkit's own package (``train``) or the standard library's.
 Plugins are imported by import string only when asked for, so importing this
 module imports none of them.
 
@@ -39,12 +40,14 @@ Every error is a ``PluginError``: ``PluginNotFound`` (a ``LookupError``),
 from __future__ import annotations
 
 import difflib
+import functools
 import importlib
-import importlib.util
 import inspect
 from collections.abc import Callable, Iterable, Iterator
 from importlib.metadata import EntryPoint, entry_points
 from typing import Any, NamedTuple
+
+from readers.plugin_modules import importable, refusal, shadow_note
 
 __all__ = [
     "BUILTINS", "PluginError", "PluginInfo", "PluginLoadError", "PluginNotFound", "PluginTypeError",
@@ -120,13 +123,18 @@ def _import(spec: str) -> Any:
     try:
         obj = importlib.import_module(module_name)
     except Exception as exc:  # whatever the module raises, it is the plugin's fault, not ours
-        raise PluginLoadError(f"cannot import module {module_name!r} (from {spec!r}): {type(exc).__name__}: {exc}") from exc
+        raise PluginLoadError(f"cannot import module {module_name!r} (from {spec!r}): {type(exc).__name__}: {exc}"
+                              f"{shadow_note(module_name)}") from exc
     for i, part in enumerate(parts):
         try:
             obj = getattr(obj, part)
         except AttributeError:
             where = module_name if i == 0 else f"{module_name}:{'.'.join(parts[:i])}"
-            raise PluginLoadError(f"module {module_name!r} has no attribute {attribute!r} ({where} has no {part!r})") from None
+            detail = f" ({where} has no {part!r})" if len(parts) > 1 else ""
+            close = difflib.get_close_matches(part, [n for n in dir(obj) if not n.startswith("_")], n=1)
+            advice = f"did you mean {close[0]!r}?" if close else f"check the spelling, or define {part!r} in {where}"
+            raise PluginLoadError(f"module {module_name!r} has no attribute {attribute!r}{detail}"
+                                  f"{shadow_note(module_name) or '; ' + advice}") from None
     return obj
 
 
@@ -146,6 +154,13 @@ def _checked(kind: str, name: str, source: str, obj: Any) -> tuple[Callable[...,
     """The (train or model, test) callables of a loaded plugin; PluginTypeError if it has none."""
     if callable(obj):
         return obj, None
+    at = "" if source == name else f" ({source})"
+    if kind == "readers" and isinstance(obj, Iterator):  # gen = rows() at module level
+        made, function = ("a generator object", obj.__qualname__) if inspect.isgenerator(obj) else ("an iterator", "<")
+        function = "" if "<" in function else f" {function!r}"  # not a <genexpr> or <locals>
+        raise PluginTypeError(
+            f"reader {name!r}{at} is {made}, a one-shot iterator that gives its entries once and then none; "
+            f"point it at the generator function{function} itself, not at the result of calling it")
     if kind == "readers":
         train, test = getattr(obj, "train", None), getattr(obj, "test", None)
         if callable(train) and (test is None or callable(test)):
@@ -153,17 +168,8 @@ def _checked(kind: str, name: str, source: str, obj: Any) -> tuple[Callable[...,
         what = "a reader creator (a callable returning a reader), or a module with a callable train and optional test"
     else:
         what = "a model class or factory"
-    raise PluginTypeError(f"{_SINGULAR[kind]} {name!r} ({source}) is not callable (got {type(obj).__name__}); point it at {what}")
-
-
-def _is_module(name: str) -> bool:
-    """Whether ``name`` is an importable module's dotted name (its parent packages are imported to tell)."""
-    if not all(part.isidentifier() for part in name.split(".")):
-        return False
-    try:
-        return importlib.util.find_spec(name) is not None
-    except (ImportError, ValueError):  # a parent that is no package, or does not import
-        return False
+    raise PluginTypeError(
+        f"{_SINGULAR[kind]} {name!r}{at} is not callable (got {type(obj).__name__}); point it at {what}")
 
 
 def _find(kind: str, name: str) -> tuple[Callable[..., Any], Callable[..., Any] | None]:
@@ -175,10 +181,13 @@ def _find(kind: str, name: str) -> tuple[Callable[..., Any], Callable[..., Any] 
         if candidate == name:
             return _checked(kind, name, source, _load(kind, name, source, target))
         known.append(candidate)
-    if _is_module(name):
+    why_not = refusal(name)
+    if not why_not and importable(name):
         return _checked(kind, name, name, _import(name))
     close = difflib.get_close_matches(name, known, n=1)
     hint = f" (did you mean {close[0]!r}?)" if close else ""
+    if why_not:
+        hint += f" ({why_not}, never a plugin: rename a module of yours that has this name)"
     names = ", ".join(sorted(set(known))) or "none"
     raise PluginNotFound(
         f"unknown {_SINGULAR[kind]} {name!r}{hint}; known {kind}: {names}. To add one, declare an entry point in "
@@ -213,26 +222,52 @@ def find_test_reader(name: str) -> Callable[..., Any] | None:
     return _find("readers", name)[1]
 
 
-def _call_with(creator: Callable[..., Any], options: dict[str, Any]) -> Any:
+def _call_with(creator: Callable[..., Any], options: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+    """What ``creator`` returns given the ``options`` its signature accepts, and those options."""
     try:
         params = inspect.signature(creator).parameters.values()
     except (TypeError, ValueError):  # no signature to read: give it everything
-        return creator(**options)
+        return creator(**options), options
     if not any(p.kind is p.VAR_KEYWORD for p in params):
         named = {p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
         options = {key: value for key, value in options.items() if key in named}
-    return creator(**options)
+    return creator(**options), options
 
 
-def _as_reader(made: Any, plugin: Callable[..., Any], name: str) -> Any:
-    """The reader a plugin's callable stands for, from what calling it gave ``made``."""
+class _PluginReader:
+    """A plugin that is a reader itself, called with the options it accepted; the first call serves ``made`` (once).
+
+    Named as the plugin, so its fingerprint leaves the options out: a ``data_dir`` says where, not what.
+    """
+
+    def __init__(self, plugin: Callable[..., Any], options: dict[str, Any], made: list[Any] | None = None):
+        functools.update_wrapper(self, plugin, updated=())
+        self.__signature__ = inspect.Signature()  # a reader takes no arguments, whatever the plugin takes
+        self.plugin, self.options, self._made = plugin, options, made or []
+
+    def __call__(self) -> Iterable[Any]:
+        try:
+            return self._made.pop()  # atomic: served once, even with threads
+        except IndexError:
+            return self.plugin(**self.options)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return type(self), (self.plugin, self.options)  # what was made stays here
+
+    def __repr__(self) -> str:
+        return f"<reader {self.__qualname__}>"
+
+
+def _as_reader(plugin: Callable[..., Any], options: dict[str, Any], name: str) -> Any:
+    """The reader a plugin's callable stands for, told by what calling it with the ``options`` it accepts gives."""
+    made, options = _call_with(plugin, options)
     if callable(made):  # a reader creator: it made a reader
         return made
     if isinstance(made, Iterable) or hasattr(made, "__iter__"):  # a reader: the call started a pass of it
-        close = getattr(made, "close", None)
-        if callable(close):
-            close()
-        return plugin
+        if inspect.isgenerator(made):  # its body has not run: nothing worth keeping
+            made.close()
+            return _PluginReader(plugin, options)
+        return _PluginReader(plugin, options, [made])  # a list is not made again for the first pass
     raise PluginTypeError(
         f"reader {name!r}: calling {getattr(plugin, '__qualname__', plugin)!r} returned {type(made).__name__}, "
         "neither entries nor a reader; point it at a reader (a generator function: calling it gives the "
@@ -245,21 +280,25 @@ def reader_splits(name: str, **options: Any) -> tuple[Any, Any | None]:
     Each callable gets only the options its signature accepts, so ``data_dir``
     reaches ``readers.mnist`` while one without that parameter still works. A
     callable that returns a reader is a reader creator, and that reader is
-    used; one that returns entries (a generator function) is the reader.
+    used. One that returns entries (a generator function, or one returning a
+    list) is a reader itself: what is used calls it with the same options on
+    every pass, under its name, and serves the entries of that first call to
+    the first pass (so a list is not made twice).
 
     >>> train, test = reader_splits("readers.sources:from_sequence", seq="ab", data_dir=None)
     >>> list(train()), test
     (['a', 'b'], None)
-    >>> def letters():
-    ...     yield from "xy"
+    >>> def letters(data_dir=None):
+    ...     yield from data_dir or "xy"
     >>> register_reader("letters", letters)
-    >>> list(reader_splits("letters")[0]())
-    ['x', 'y']
+    >>> train = reader_splits("letters", data_dir="ab", download=False)[0]
+    >>> train.__name__, list(train()), list(train())
+    ('letters', ['a', 'b'], ['a', 'b'])
     >>> unregister("readers", "letters")
     """
     train, test = _find("readers", name)
-    made = _as_reader(_call_with(train, options), train, name)
-    return made, None if test is None else _as_reader(_call_with(test, options), test, f"{name} (test split)")
+    train_reader = _as_reader(train, options, name)
+    return train_reader, None if test is None else _as_reader(test, options, f"{name} (test split)")
 
 
 def find_model(name: str) -> Callable[..., Any]:
@@ -270,7 +309,7 @@ def find_model(name: str) -> Callable[..., Any]:
     >>> find_model("math:pi")
     Traceback (most recent call last):
     ...
-    readers.registry.PluginTypeError: model 'math:pi' (math:pi) is not callable (got float); point it at a model class or factory
+    readers.registry.PluginTypeError: model 'math:pi' is not callable (got float); point it at a model class or factory
     """
     return _find("models", name)[0]
 

@@ -1,14 +1,19 @@
 """The plugin registry: built-ins, real entry points from a .dist-info folder, module:attribute specs."""
 import importlib
 import os
+import pathlib
+import pickle
 import subprocess
 import sys
 import textwrap
 
 import pytest
 
+import readers.checks
 import readers.mnist
 from readers import registry
+from readers.identity import fingerprint
+from readers.pipeline import describe
 from readers.registry import (
     PluginError,
     PluginInfo,
@@ -24,6 +29,8 @@ from readers.registry import (
     register_reader,
     unregister,
 )
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 SQUARES = '''
 """A third-party plugin: a reader of squares and a model."""
@@ -305,3 +312,133 @@ def test_reader_splits_pass_each_creator_only_the_options_it_takes(install):
     assert list(test()) == [["data_dir", "progress"]]
     train, test = reader_splits("readers.sources:from_sequence", seq=[1], data_dir="ignored")
     assert (list(train()), test) == ([1], None)
+
+
+PLUGIN_READERS = '''
+CALLS = []
+
+
+def rows(data_dir=None):
+    """A reader itself: calling it gives the entries."""
+    CALLS.append(data_dir)
+    yield from [data_dir, data_dir]
+
+
+def listed(data_dir):
+    """A reader whose body makes the whole list at once."""
+    CALLS.append(data_dir)
+    return [data_dir, len(CALLS)]
+
+
+gen = rows()
+'''
+
+
+def test_reader_splits_keep_the_options_of_a_plugin_that_is_a_reader(install):
+    """New-user trial: a generator-function plugin was returned bare, so later calls lost the CLI's data_dir."""
+    install("plugin-readers", "", plugin_readers=PLUGIN_READERS)
+    train, test = reader_splits("plugin_readers:rows", data_dir="here", download=False)
+    assert test is None
+    assert list(train()) == ["here", "here"] and list(train()) == ["here", "here"]
+    assert readers.checks.check_reader(train) is train  # a zero-argument reader, whatever the plugin takes
+    again = pickle.loads(pickle.dumps(train))  # may cross into a worker process
+    assert list(again()) == ["here", "here"]
+
+
+def test_reader_splits_serve_a_listed_plugins_first_result_once(install):
+    """New-user trial: a plugin returning a list ran its whole body once extra, just to be told from a creator."""
+    install("plugin-readers", "", plugin_readers=PLUGIN_READERS)
+    import plugin_readers
+
+    plugin_readers.CALLS.clear()
+    train, _ = reader_splits("plugin_readers:listed", data_dir="d", progress=None)
+    assert plugin_readers.CALLS == ["d"]
+    assert list(train()) == ["d", 1] and plugin_readers.CALLS == ["d"]  # the detecting call's list, served
+    assert list(train()) == ["d", 2] and list(train()) == ["d", 3]  # then the plugin again, each pass
+    assert list(pickle.loads(pickle.dumps(train))()) == ["d", 4]  # a pickled one never carries the list
+
+
+@pytest.mark.parametrize("spec", ["plugin_readers:rows", "plugin_readers:listed"])
+def test_a_plugin_reader_keeps_its_name_and_not_its_options_in_the_fingerprint(install, tmp_path, spec):
+    """The same files reached by another --data-dir are the same data to a checkpoint."""
+    install("plugin-readers", "", plugin_readers=PLUGIN_READERS)
+    one, two = (reader_splits(spec, data_dir=str(tmp_path / folder))[0] for folder in ("one", "two"))
+    name = spec.partition(":")[2]
+    assert describe(one) == name and one.__name__ == name and one.__doc__.startswith("A reader")
+    assert fingerprint(one)["pipeline"] == fingerprint(two)["pipeline"] == [name]
+    assert str(tmp_path) not in repr(one)
+
+
+def test_a_generator_object_is_refused_with_advice_to_name_its_function(install):
+    """New-user trial: 'mod:gen' (gen = rows() at module level) got advice about a reader creator, its name doubled."""
+    install("plugin-readers", "", plugin_readers=PLUGIN_READERS)
+    with pytest.raises(PluginTypeError) as info:
+        find_reader("plugin_readers:gen")
+    assert str(info.value) == (
+        "reader 'plugin_readers:gen' is a generator object, a one-shot iterator that gives its entries once and then "
+        "none; point it at the generator function 'rows' itself, not at the result of calling it")
+
+
+def test_a_missing_attribute_is_named_once(install):
+    """New-user trial: "module 'bad' has no attribute 'nosuch' (bad has no 'nosuch')" said it twice."""
+    install("holder-dist", "", holder_mod="class Holder:\n    pass\n")
+    with pytest.raises(PluginLoadError) as info:
+        find_reader("holder_mod:nosuch")
+    assert str(info.value) == (
+        "module 'holder_mod' has no attribute 'nosuch'; check the spelling, or define 'nosuch' in holder_mod")
+    with pytest.raises(PluginLoadError) as info:
+        find_reader("holder_mod:holder.make")
+    assert str(info.value) == (
+        "module 'holder_mod' has no attribute 'holder.make' (holder_mod has no 'holder'); did you mean 'Holder'?")
+
+
+@pytest.mark.parametrize("mine", ["train.py", "train"])
+def test_a_users_file_named_like_readerkits_package_is_said_to_be_shadowed(tmp_path, monkeypatch, mine):
+    """New-user trial: a train.py beside the user lost to readerkit's train, and the error did not say so."""
+    (tmp_path / mine).mkdir() if "." not in mine else (tmp_path / mine).write_text("def rows():\n    yield 1\n")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(PluginLoadError) as info:
+        find_reader("train:rows")
+    assert str(info.value) == (
+        f"module 'train' has no attribute 'rows'; your {mine!r} in the current folder is shadowed by readerkit's "
+        "own package 'train', so it is never imported: rename it (e.g. to 'my_train') and name that instead")
+
+
+def test_readerkits_own_package_in_its_own_folder_is_not_said_to_be_shadowed(monkeypatch):
+    monkeypatch.chdir(ROOT)  # holds train/, which is readerkit's own train
+    with pytest.raises(PluginLoadError) as info:
+        find_reader("train:rows")
+    assert str(info.value) == "module 'train' has no attribute 'rows'; check the spelling, or define 'rows' in train"
+
+
+@pytest.mark.parametrize("name,why", [("train", "'train' is readerkit's own package"),
+                                      ("readers", "'readers' is readerkit's own package"),
+                                      ("json", "'json' is a standard-library module"),
+                                      ("os.path", "'os' is a standard-library module")])
+def test_a_bare_module_of_readerkit_or_the_standard_library_is_no_plugin(name, why):
+    """New-user trial: --reader train, this or antigravity was imported and taken as a plugin."""
+    with pytest.raises(PluginNotFound) as info:
+        find_reader(name)
+    assert f"{why}, never a plugin: rename a module of yours that has this name" in str(info.value)
+
+
+def test_a_standard_library_name_is_refused_without_importing_it():
+    """Importing `this` prints the Zen of Python; refusing it must not."""
+    code = ("import sys\nfrom readers.registry import PluginNotFound, find_reader\ntry:\n    find_reader('this')\n"
+            "except PluginNotFound as exc:\n    print(exc)\nprint('this' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
+    assert "'this' is a standard-library module" in out.stdout and "Beautiful" not in out.stdout
+    assert out.stdout.splitlines()[-1] == "False"
+
+
+def test_cli_imports_readerkits_packages_before_a_users_files_of_the_same_names(tmp_path):
+    """New-user trial: train.py, readers.py or batching.py beside the user shadowed readerkit's own packages."""
+    for name in ("train", "readers", "batching"):
+        (tmp_path / f"{name}.py").write_text(f"raise SystemExit('the user\\'s {name}.py was imported')\n")
+    (tmp_path / "mydata.py").write_text("def rows():\n    for i in range(40):\n        yield [float(i % 2)], i % 2\n")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    command = [sys.executable, str(ROOT / "cli.py"), "train", "--reader", "mydata:rows", "--passes", "1",
+               "--batch-size", "8"]
+    proc = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[1].startswith("pass 0: loss")
