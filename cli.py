@@ -46,7 +46,9 @@ def _reader_options(command: Callable) -> Callable:
     command = click.option("--data-dir", type=click.Path(file_okay=False), default=None,
                            help="Folder holding the data files (searched before $READERKIT_DATA and the cache).")(command)
     return click.option("--reader", "reader_name", default="mnist", show_default=True,
-                        help="A registered reader (see `readers`) or module:attribute of your own reader creator.")(command)
+                        help="A registered reader (see `readers`); your own module (mydata, a mydata.py with train "
+                             "and optional test readers); or module:attribute of a reader (a generator function) "
+                             "or a reader creator.")(command)
 
 
 def _download_bar(file: Any, url: str) -> Callable[[int, int | None], None]:
@@ -86,6 +88,12 @@ def main() -> None:
     A --reader or --model given as module:attribute (or a bare module) is
     imported with the current folder first on the import path, as python -m does.
     """
+    # readerkit's own packages first: a user's train.py, readers.py or batching.py in the current
+    # folder must not shadow them once that folder leads the import path
+    import batching  # noqa: F401
+    import readers  # noqa: F401
+    import train  # noqa: F401
+
     if os.getcwd() not in sys.path:  # neither `readerkit` nor `python path/to/cli.py` puts it there
         sys.path.insert(0, os.getcwd())
 
@@ -97,7 +105,7 @@ def main() -> None:
                    "factory(n_inputs, n_classes=..., lr=..., seed=...).")
 @click.option("--classes", default=None, type=click.IntRange(min=2),
               help="Number of label classes (labels 0..classes-1).  [default: one more than the largest label "
-                   "in the first 10,000 entries]")
+                   "in up to 10,000 entries spread over the data]")
 @click.option("--batch-size", default=128, show_default=True, type=click.IntRange(min=1), help="Entries per minibatch.")
 @click.option("--passes", default=5, show_default=True, type=click.IntRange(min=1), help="Passes over the training data.")
 @click.option("--lr", default=3e-3, show_default=True, type=click.FloatRange(min=0, min_open=True), help="Adam learning rate of the first pass.")
@@ -122,17 +130,23 @@ def train(reader_name: str, data_dir: str | None, download: bool, model_name: st
     Ctrl-C stops it with exit code 130, printing where the checkpoint is and
     the command that resumes from it.
     """
+    import contextlib
+
     import readers
     from readers.registry import find_model
+    from train.resume import claim
 
-    for flag, value in (("--resume", resume), ("--overwrite", overwrite)):
-        if value and checkpoint_dir is None:
-            raise click.UsageError(f"{flag} needs --checkpoint-dir, the folder to {flag[2:]}")
-    factory = find_model(model_name)  # a typo is reported before any data is read or fetched
     info = readers.worker_info()
-    found = _check_folder(checkpoint_dir, resume, overwrite, info)  # before any data is read
     try:
-        _train(factory, info, found, **click.get_current_context().params)
+        for flag, value in (("--resume", resume), ("--overwrite", overwrite)):
+            if value and checkpoint_dir is None:
+                raise click.UsageError(f"{flag} needs --checkpoint-dir, the folder to {flag[2:]}")
+        factory = find_model(model_name)  # a typo is reported before any data is read or fetched
+        held = contextlib.nullcontext() if checkpoint_dir is None else claim(
+            checkpoint_dir, resume=resume, overwrite=overwrite, rank=info.rank, world_size=info.world_size,
+            flags=("--resume", "--overwrite"))
+        with held as found:  # the folder is this run's before any data is read or the log is touched
+            _train(factory, info, found, **click.get_current_context().params)
     except KeyboardInterrupt:
         _interrupted(checkpoint_dir, info)
 
@@ -141,11 +155,12 @@ def _train(factory: Callable, info: Any, found: Any, *, reader_name: str, data_d
            model_name: str, classes: int | None, batch_size: int, passes: int, lr: float, lr_decay: float,
            seed: int, checkpoint_dir: str | None, checkpoint_every: int, resume: bool, overwrite: bool,
            log_json: str | None) -> None:
-    """The train command once its options and checkpoint folder are checked."""
+    """The train command once its options are checked and its checkpoint folder is held."""
     import readers
     from train.console import Progress, keep_passes_before
     from train.driver import train as run
     from train.feeds import infer_sizes
+    from train.models import LabelRangeError
 
     train_reader, test_reader = _splits(reader_name, data_dir, download)
     _check_entry(reader_name, train_reader)
@@ -184,7 +199,12 @@ def _train(factory: Callable, info: Any, found: Any, *, reader_name: str, data_d
         run(provider, ["image", "label"], batch_size, passes, model=model, event_handler=on_event,
             test_provider=test_reader, seed=seed, checkpoint_dir=checkpoint_dir, resume=resume,
             overwrite=overwrite, checkpoint_every=checkpoint_every if checkpoint_dir else None,
-            config={"model": model_name, "classes": classes, "lr": lr, "lr_decay": lr_decay})
+            config={"reader": reader_name, "model": model_name, "classes": classes, "lr": lr, "lr_decay": lr_decay})
+    except LabelRangeError as exc:
+        if exc.label < 0:
+            raise
+        raise click.ClickException(f"{exc}; pass --classes {exc.label + 1} or more (this run has {classes}"
+                                   f"{' from --classes' if _given('classes') else ', inferred from the labels it scanned'})") from None
     finally:
         if log is not None:
             log.close()
@@ -193,23 +213,19 @@ def _train(factory: Callable, info: Any, found: Any, *, reader_name: str, data_d
                    f"train for --passes {passes}", err=True)
 
 
-def _check_folder(directory: str | None, resume: bool, overwrite: bool, info: Any) -> Any:
-    """The checkpoint to resume from, or None; refuses, in the CLI's words, what train() would refuse."""
-    from train.checkpoint import load_for_rank
-    from train.resume import check_folder
+def _given(name: str) -> bool:
+    """Whether the user gave option ``name`` on the command line (not its default)."""
+    from click.core import ParameterSource
 
-    if directory is None:
-        return None
-    check_folder(directory, resume=resume, overwrite=overwrite, rank=info.rank, world_size=info.world_size,
-                 flags=("--resume", "--overwrite"))
-    if resume:  # loaded now, so a damaged checkpoint is named before any data is read
-        return load_for_rank(directory, info.rank, info.world_size)
-    os.makedirs(directory, exist_ok=True)  # an unusable folder fails now, not at the first checkpoint
-    return None
+    return click.get_current_context().get_parameter_source(name) is ParameterSource.COMMANDLINE
 
 
 def _resume_command() -> str:
-    """The command line of this run with --resume (and without --overwrite), to print on Ctrl-C."""
+    """The command line of this run with --resume (and without --overwrite), to print on Ctrl-C.
+
+    The data folder it found through ``READERKIT_DATA`` is set on the line,
+    so the command finds the same data from any shell.
+    """
     import shlex
 
     ctx = click.get_current_context()
@@ -224,7 +240,10 @@ def _resume_command() -> str:
             args.append(param.opts[0] if value else param.secondary_opts[0])
         else:
             args += [param.opts[0], str(value)]
-    return shlex.join([*prog, *args, "--resume"])
+    env = []
+    if ctx.params.get("data_dir") is None and os.environ.get("READERKIT_DATA"):
+        env = [f"READERKIT_DATA={shlex.quote(os.environ['READERKIT_DATA'])}"]
+    return " ".join([*env, shlex.join([*prog, *args, "--resume"])])
 
 
 def _interrupted(directory: str | None, info: Any) -> None:
@@ -236,8 +255,10 @@ def _interrupted(directory: str | None, info: Any) -> None:
         click.echo(f"\ninterrupted: {where}; nothing to resume", err=True)
     else:
         meta = found[1]
+        launcher = ("\n(run it under your launcher, as this run was: torchrun, srun or mpirun, with this or "
+                    "another number of processes)") if info.world_size > 1 else ""
         click.echo(f"\ninterrupted: the checkpoint in {directory} holds pass {meta['pass']}, entry "
-                   f"{meta['cursor']}. Resume with:\n  {_resume_command()}", err=True)
+                   f"{meta['cursor']}. Resume with:\n  {_resume_command()}{launcher}", err=True)
     click.get_current_context().exit(130)
 
 

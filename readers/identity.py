@@ -27,6 +27,7 @@ other files of the same shape do not.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 from typing import Any
@@ -37,22 +38,36 @@ from readers.pipeline import Node, describe, walk
 
 __all__ = ["array_digest", "differences", "file_digest", "fingerprint", "value_digest"]
 
-#: Arrays up to this many bytes are hashed whole; larger ones by SAMPLES rows spread over them.
+#: Arrays up to this many bytes are hashed whole; larger ones by BLOCKS spread over them, as many bytes in all.
 WHOLE = 1 << 22
-SAMPLES = 1024
+BLOCKS = 1024
+SAMPLES = 1024  # entries of a long sequence hashed by value_digest
 
 
 def _hasher() -> Any:
     return hashlib.blake2b(digest_size=16)
 
 
+def _sampled(a: np.ndarray, h: Any) -> None:
+    """Feed ``h`` about WHOLE bytes of a large array, from evenly spread places, reading nothing else."""
+    if a.flags.c_contiguous:  # 1,024 blocks of 4 KiB of its bytes, the first and the last included
+        flat = a.reshape(-1).view(np.uint8)
+        size = WHOLE // BLOCKS
+        for start in np.linspace(0, flat.size - size, BLOCKS).astype(np.int64).tolist():
+            h.update(flat[start:start + size].data)
+    else:  # a strided view: single values at evenly spread flat positions, gathered without a copy of the rest
+        picks = np.linspace(0, a.size - 1, max(1, WHOLE // a.itemsize)).astype(np.int64)
+        h.update(np.ascontiguousarray(a[np.unravel_index(picks, a.shape)]).view(np.uint8).data)
+
+
 def array_digest(*arrays: Any) -> str:
     """A cheap digest of arrays: dtype, shape and their bytes, sampled when they are large.
 
-    Arrays up to 4 MiB are hashed whole. A larger one is hashed by its first
-    and last rows and 1,024 rows spread evenly between, so a digest costs
-    about the same for any size while any change of shape, type or most
-    edits still shows.
+    Arrays up to 4 MiB are hashed whole. A larger one is hashed by 4 MiB of
+    its bytes: 1,024 blocks spread evenly over it, the first and the last
+    included (for a strided view, values at evenly spread places). A digest
+    costs about the same for any size, however long its rows, while any
+    change of shape or type and most edits still show.
 
     >>> import numpy as np
     >>> array_digest(np.zeros(3)) == array_digest(np.zeros(3)), array_digest(np.zeros(3)) == array_digest(np.ones(3))
@@ -64,9 +79,10 @@ def array_digest(*arrays: Any) -> str:
         h.update(f"{a.dtype.str}{a.shape}".encode())
         if a.dtype == object:
             raise TypeError(f"array_digest: an object array ({a.shape}) has no bytes to hash; use value_digest")
-        if a.nbytes > WHOLE and a.ndim > 0 and len(a) > SAMPLES:
-            a = a[np.unique(np.linspace(0, len(a) - 1, SAMPLES).astype(np.int64))]
-        h.update(np.ascontiguousarray(a).view(np.uint8).reshape(-1).data if a.size else b"")
+        if a.nbytes > WHOLE:
+            _sampled(a, h)
+        elif a.size:
+            h.update(np.ascontiguousarray(a).reshape(-1).view(np.uint8).data)
     return h.hexdigest()
 
 
@@ -122,8 +138,17 @@ def file_digest(path: str | os.PathLike) -> str:
 def fingerprint(reader: Any) -> dict[str, Any]:
     """What ``reader``'s data is: ``{"pipeline": [...], "length": n, "content": digest}`` (see above).
 
+    A stage that is a ``functools.partial`` shows plain arguments (numbers,
+    short strings such as ``split='test'``) but not paths or objects, so the
+    same data reached through another folder fingerprints the same.
+
     >>> fingerprint(lambda: iter([1, 2]))
     {'pipeline': ['<lambda>'], 'length': None, 'content': None}
+    >>> def rows(path, split):
+    ...     with open(path) as f:
+    ...         yield from f
+    >>> fingerprint(functools.partial(rows, "/data/rows.txt", split="test"))["pipeline"]
+    ["partial(rows, <path>, split='test')"]
     """
     stages = list(walk(reader))
     sources = [s for s in stages if not (isinstance(s, Node) and s.parents)]
@@ -138,8 +163,37 @@ def fingerprint(reader: Any) -> dict[str, Any]:
         length: int | None = len(reader)
     except TypeError:
         length = None
-    return {"pipeline": [s.identity() if isinstance(s, Node) else describe(s) for s in stages],
-            "length": length, "content": content}
+    return {"pipeline": [_identity(s) for s in stages], "length": length, "content": content}
+
+
+def _identity(stage: Any) -> str:
+    """A stage as part of what the data is; a partial's paths and objects are left out, as a source's are."""
+    if isinstance(stage, Node):
+        return stage.identity()
+    if isinstance(stage, functools.partial):
+        args = [_identity(stage.func), *map(_argument, stage.args),
+                *(f"{k}={_argument(v)}" for k, v in stage.keywords.items())]
+        return f"partial({', '.join(args)})"
+    return describe(stage)
+
+
+def _argument(value: Any) -> str:
+    """A partial's argument in an identity: plain values as they are; a path is ``<path>``, an object its type."""
+    if isinstance(value, os.PathLike) or isinstance(value, str) and (
+            os.sep in value or (os.altsep is not None and os.altsep in value)):
+        return "<path>"
+    if isinstance(value, (np.number, np.bool_)):
+        value = value.item()  # the same identity whichever numpy prints it
+    if value is None or isinstance(value, (bool, int, float, complex)):
+        return repr(value)
+    if isinstance(value, str) and len(value) <= 40:
+        return repr(value)
+    if isinstance(value, (tuple, list)) and len(value) <= 8:  # a shape, a few column names
+        inner = ", ".join(map(_argument, value)) + ("," if isinstance(value, tuple) and len(value) == 1 else "")
+        return f"({inner})" if isinstance(value, tuple) else f"[{inner}]"
+    if callable(value) and getattr(value, "__qualname__", None):
+        return describe(value)  # a function is known by its name, which no run changes
+    return f"<{type(value).__qualname__}>"
 
 
 def differences(saved: dict[str, Any], now: dict[str, Any]) -> list[str]:

@@ -155,7 +155,7 @@ def test_cli_resume_appends_to_the_json_log_and_refuses_other_settings(tiny_mnis
     assert run(*base, "--passes", "2", "--resume").exit_code == 0
     assert [json.loads(line)["pass"] for line in log.read_text().splitlines()] == [0, 1]
     other = run(*base, "--passes", "3", "--resume", "--lr", "0.01")
-    assert other.exit_code == 1 and "the checkpoint was made with config=" in other.output
+    assert other.exit_code == 1 and "other settings or data (config.lr: 0.003 then, 0.01 now)" in other.output
 
 
 def test_cli_resume_of_a_mistyped_folder_fails_at_start_and_creates_nothing(tiny_mnist, tmp_path):
@@ -204,7 +204,7 @@ def test_cli_resume_of_the_same_files_by_another_path_and_refusal_of_other_data(
     assert run(*base, "--passes", "1").exit_code == 0
     other = write_mnist(tmp_path / "fashion", seed=5) if (tmp_path / "fashion").mkdir() is None else None
     refused = run(*base, "--data-dir", str(other), "--passes", "2", "--resume")
-    assert refused.exit_code == 1 and "made on other data (content: the data itself differs" in refused.output
+    assert refused.exit_code == 1 and "other settings or data (content: the data itself differs" in refused.output
     copy = tmp_path / "copy"
     copy.mkdir()
     for f in tiny_mnist.glob("*-ubyte*"):
@@ -233,12 +233,78 @@ def test_cli_second_run_into_a_locked_folder_names_the_first(tiny_mnist, tmp_pat
     assert result.exit_code == 1 and f"another run is using {ckpt} (pid {os.getpid()})" in result.output
 
 
+def test_cli_a_refused_run_leaves_the_live_runs_log_untouched(tiny_mnist, tmp_path):
+    """Review of issue 12: the log was trimmed or emptied before the folder's lock refused the run."""
+    from train.checkpoint import lock_folder
+
+    ckpt, log = tmp_path / "ck", tmp_path / "log.jsonl"
+    log.write_text('{"pass": 0}\n{"pass": 1}\n')
+    with lock_folder(str(ckpt)):
+        for more in ([], ["--resume"], ["--overwrite"]):
+            result = run(*_train_args(tiny_mnist, ckpt, "--passes", "1", "--log-json", str(log), *more))
+            assert result.exit_code == 1 and "another run is using" in result.output
+    assert log.read_text() == '{"pass": 0}\n{"pass": 1}\n'
+
+
+def test_cli_resume_with_another_reader_names_it(tiny_mnist, tmp_path, monkeypatch):
+    """Review of issue 12: a resume with another --reader did not say the reader had changed."""
+    (tmp_path / "mymnist.py").write_text("from readers.mnist import test, train\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    ckpt = tmp_path / "ck"
+    assert run(*_train_args(tiny_mnist, ckpt, "--passes", "1")).exit_code == 0
+    other = run(*_train_args(tiny_mnist, ckpt, "--passes", "2", "--resume", "--reader", "mymnist"))
+    assert other.exit_code == 1 and "(config.reader: 'mnist' then, 'mymnist' now)" in other.output
+
+
+def test_cli_labels_beyond_classes_name_the_option(tiny_mnist):
+    result = run("train", "--data-dir", str(tiny_mnist), "--no-download", "--passes", "1", "--classes", "3")
+    assert result.exit_code == 1 and re.search(r"pass --classes \d+ or more \(this run has 3 from --classes\)",
+                                               result.output), result.output
+
+
+INTERRUPTING = """
+import os
+import numpy as np
+
+def rows():
+    for i in range(64):
+        if os.path.exists(os.environ["STOP_AFTER"]):  # the key press comes once pass 0 is saved
+            raise KeyboardInterrupt
+        yield np.full(3, i % 2, np.float32), i % 2
+"""
+
+
+def test_cli_resume_command_sets_the_data_folder_it_found_in_the_environment(tmp_path, monkeypatch):
+    """Review of issue 12: `READERKIT_DATA=... cli.py train` printed a resume command without it."""
+    (tmp_path / "stopping.py").write_text(INTERRUPTING)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("READERKIT_DATA", str(tmp_path / "my data"))
+    monkeypatch.setenv("STOP_AFTER", str(tmp_path / "ck" / "checkpoint.npz"))
+    result = run("train", "--reader", "stopping:rows", "--batch-size", "8", "--passes", "2",
+                 "--checkpoint-dir", str(tmp_path / "ck"))
+    assert result.exit_code == 130, result.output
+    command = result.stderr.strip().splitlines()[-1].strip()
+    assert command.startswith(f"READERKIT_DATA='{tmp_path / 'my data'}' ") and command.endswith(" --resume")
+
+
+def test_cli_ctrl_c_before_any_data_is_read_exits_130_not_aborted(tmp_path, monkeypatch):
+    """Review of issue 12: a very early Ctrl-C printed click's "Aborted!" with exit code 1."""
+    import readers.registry
+
+    def interrupted(name):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(readers.registry, "find_model", interrupted)
+    result = run("train", "--checkpoint-dir", str(tmp_path / "ck"))
+    assert result.exit_code == 130 and "Aborted" not in result.output
+    assert "interrupted: no checkpoint was saved in" in result.stderr
+
+
 def test_cli_resume_of_a_finished_run_with_other_settings_says_only_what_differs(tiny_mnist, tmp_path):
     """Trial of issue 11: "already covers" and "made with lr=" were both printed."""
     ckpt = tmp_path / "ck"
     assert run(*_train_args(tiny_mnist, ckpt, "--passes", "1")).exit_code == 0
     other = run(*_train_args(tiny_mnist, ckpt, "--passes", "1", "--resume", "--lr", "0.01"))
-    assert other.exit_code == 1 and "already holds" not in other.output and "made with config=" in other.output
+    assert other.exit_code == 1 and "already holds" not in other.output and "config.lr: 0.003 then" in other.output
     same = run(*_train_args(tiny_mnist, ckpt, "--passes", "1", "--resume"))
     assert same.exit_code == 0 and "already holds 1 passes; nothing to train for --passes 1" in same.stderr
 

@@ -14,6 +14,7 @@ import re
 import signal
 import tempfile
 import threading
+import time
 import warnings
 import zipfile
 from collections.abc import Iterator
@@ -22,12 +23,17 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["CheckpointError", "FolderInUse", "checkpoints_in", "load_checkpoint", "load_for_rank", "lock_folder",
-           "rank_folder", "remove_checkpoints", "save_checkpoint"]
+__all__ = ["CheckpointError", "FolderInUse", "check_file", "checkpoints_in", "folder_in_use", "hold_run", "left_by_earlier_run",
+           "load_checkpoint", "load_for_rank", "lock_folder", "rank_folder", "remove_checkpoints", "save_checkpoint"]
 
 FILE = "checkpoint.npz"
 LOCK = ".readerkit.lock"
 _PART = re.compile(r"^\.checkpoint\.(\d+)\.[^.]+\.npz\.part$")
+#: Seconds a lock is retried before the folder counts as in use: another process's ``folder_in_use``
+#: probe holds a lock for microseconds, and must not make a rank's start fail.
+PATIENCE = 0.5
+_held: set[str] = set()  # folders this process holds exclusively: their part files are all stale
+STARTED = time.time()  # about when this process started: a checkpoint older than this was left by an earlier run
 
 
 class CheckpointError(ValueError):
@@ -39,12 +45,14 @@ class FolderInUse(CheckpointError):
 
 
 @contextmanager
-def lock_folder(directory: str) -> Iterator[None]:
+def lock_folder(directory: str, *, shared: bool = False) -> Iterator[None]:
     """Hold ``directory`` for this run: a second run into it fails at once, naming this one's pid.
 
     The lock is ``fcntl.flock`` on ``directory/.readerkit.lock``, so the
     system releases it when the process dies, however it dies; the file keeps
-    the holder's pid for the message.
+    a holder's pid for the message. ``shared`` locks coexist with each other
+    (the ranks of one job share their top folder) but not with an exclusive
+    one (a one-process run there).
 
     >>> import tempfile
     >>> folder = tempfile.TemporaryDirectory()
@@ -57,18 +65,90 @@ def lock_folder(directory: str) -> Iterator[None]:
     """
     os.makedirs(directory, exist_ok=True)
     fd = os.open(os.path.join(directory, LOCK), os.O_RDWR | os.O_CREAT, 0o644)
+    key = os.path.realpath(directory)
     try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "unknown"
-            raise FolderInUse(f"another run is using {directory} (pid {holder}); wait for it to end, or give this "
-                              "run another checkpoint folder") from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        deadline = time.monotonic() + PATIENCE
+        while True:
+            try:
+                fcntl.flock(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "unknown"
+                    raise FolderInUse(f"another run is using {directory} (pid {holder}); wait for it to end, or "
+                                      "give this run another checkpoint folder") from None
+                time.sleep(0.02)
+        if not shared:
+            os.ftruncate(fd, 0)
+            _held.add(key)
+        os.pwrite(fd, f"{os.getpid():<10}\n".encode(), 0)  # one width: shared holders overwrite, never mix
         yield
     finally:
+        if not shared:
+            _held.discard(key)
         os.close(fd)  # closing the only descriptor releases the lock
+
+
+def folder_in_use(directory: str) -> bool:
+    """Whether a live run holds ``directory`` exclusively (its lock file is locked), on this or any machine
+    that shares the file system's locks.
+
+    >>> import tempfile
+    >>> folder = tempfile.TemporaryDirectory()
+    >>> folder_in_use(folder.name)
+    False
+    """
+    try:
+        fd = os.open(os.path.join(directory, LOCK), os.O_RDONLY)
+    except OSError:  # no lock file: no run ever held it
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)  # released at close, microseconds later
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    return False
+
+
+def left_by_earlier_run(path: str) -> bool:
+    """Whether the checkpoint at ``path`` was left by a run that has ended before this process started:
+    no live process holds its folder, and it was last saved before this process started.
+
+    Another rank of this job may save at any time after the job started; a
+    rank of an earlier job (one of fewer processes, say) saved before.
+
+    >>> import tempfile
+    >>> folder = tempfile.TemporaryDirectory()
+    >>> path = save_checkpoint(folder.name, {"w": np.zeros(1)}, {"pass": 1})
+    >>> left_by_earlier_run(path)
+    False
+    >>> os.utime(path, (STARTED - 60, STARTED - 60)); left_by_earlier_run(path)
+    True
+    """
+    return os.path.getmtime(path) < STARTED and not folder_in_use(os.path.dirname(path))
+
+
+@contextmanager
+def hold_run(directory: str, rank: int, world_size: int) -> Iterator[None]:
+    """Lock a run's checkpoint folders: ``directory`` for a one-process run; for rank ``rank`` of a job of
+    several, ``directory`` shared with the job's other ranks and its own ``rank_folder`` exclusively.
+
+    So the ranks of one job run side by side, while a one-process run and a
+    job never share a folder (one could remove the other's checkpoints).
+
+    >>> import tempfile
+    >>> folder = tempfile.TemporaryDirectory()
+    >>> with hold_run(folder.name, 0, 2), hold_run(folder.name, 1, 2):
+    ...     folder_in_use(folder.name + "/rank1")
+    True
+    """
+    if world_size == 1:
+        with lock_folder(directory):
+            yield
+    else:
+        with lock_folder(directory, shared=True), lock_folder(rank_folder(directory, rank, world_size)):
+            yield
 
 
 def _alive(pid: int) -> bool:
@@ -82,10 +162,15 @@ def _alive(pid: int) -> bool:
 
 
 def _sweep_parts(directory: str) -> None:
-    """Remove part files that saves killed before their rename left behind, never a live writer's."""
+    """Remove part files that saves killed before their rename left behind, never a live writer's.
+
+    In a folder this process holds exclusively (``lock_folder``) every part
+    file is stale, even one whose pid a new process has taken since.
+    """
+    mine = os.path.realpath(directory) in _held
     for path in glob.glob(os.path.join(directory, ".checkpoint.*.npz.part")):
         match = _PART.match(os.path.basename(path))
-        if match is None or not _alive(int(match.group(1))) or int(match.group(1)) == os.getpid():
+        if mine or match is None or not _alive(int(match.group(1))) or int(match.group(1)) == os.getpid():
             try:
                 os.unlink(path)
             except FileNotFoundError:  # another process swept it first
@@ -175,7 +260,8 @@ def load_for_rank(directory: str, rank: int, world_size: int) -> tuple[dict[str,
     own = load_checkpoint(rank_folder(directory, rank, world_size))
     others = [os.path.join(directory, name) for name in sorted(os.listdir(directory))
               if name.startswith("rank") and name[4:].isdigit()] if os.path.isdir(directory) else []
-    found = {d: c for d in [directory, *others] if (c := load_checkpoint(d)) is not None}
+    found = {d: c for d in [directory, *others]
+             if (c := own if d == rank_folder(directory, rank, world_size) else load_checkpoint(d)) is not None}
     positions = {d: (c[1].get("pass", 0), c[1].get("cursor", 0)) for d, c in found.items()}
     if len(set(positions.values())) > 1:
         # the processes share no channel to agree on one position: say so rather than resume unevenly
@@ -201,9 +287,7 @@ def load_checkpoint(directory: str) -> tuple[dict[str, np.ndarray], dict[str, An
     path = os.path.join(directory, FILE)
     if not os.path.lexists(path):
         return None
-    if not os.path.isfile(path):
-        raise CheckpointError(f"{path} is not a file (a folder?), so it cannot be a checkpoint; move it away, or "
-                              "give another checkpoint folder")
+    check_file(path)
     if not zipfile.is_zipfile(path):
         raise CheckpointError(f"{path}: not a readable checkpoint (not an .npz archive: no zip directory in its "
                               f"{os.path.getsize(path)} bytes); it was damaged or is another file. Delete it to start afresh")
@@ -221,11 +305,26 @@ def load_checkpoint(directory: str) -> tuple[dict[str, np.ndarray], dict[str, An
     if not isinstance(meta, dict):
         raise CheckpointError(f"{path}: its meta data is not a JSON object; delete it to start afresh")
     for name, value in state.items():
-        if value.dtype.kind in "fc" and np.isnan(value).any():
-            raise CheckpointError(f"{path}: model state {name!r} holds NaN ({int(np.isnan(value).sum())} of {value.size} "
-                                  "values): the run that saved it diverged. Resume from an earlier checkpoint, or "
-                                  "start afresh with a lower learning rate")
+        if value.dtype.kind in "fc" and not np.isfinite(value).all():
+            nan, inf = int(np.isnan(value).sum()), int(np.isinf(value).sum())
+            held = " and ".join(f"{n} {what}" for n, what in ((nan, "NaN"), (inf, "infinite")) if n)
+            raise CheckpointError(f"{path}: model state {name!r} holds {held} of {value.size} values: the run "
+                                  "that saved it diverged. Resume from an earlier checkpoint, or start afresh with "
+                                  "a lower learning rate")
     return state, meta
+
+
+def check_file(path: str) -> None:
+    """Refuse a checkpoint path that is not a file (a folder, a broken link): nothing could be saved there.
+
+    >>> check_file("/")
+    Traceback (most recent call last):
+    ...
+    train.checkpoint.CheckpointError: / is not a file (a folder?), so it cannot be a checkpoint; move it away, or give another checkpoint folder
+    """
+    if not os.path.isfile(path):
+        raise CheckpointError(f"{path} is not a file (a folder?), so it cannot be a checkpoint; move it away, or "
+                              "give another checkpoint folder")
 
 
 def checkpoints_in(directory: str) -> list[str]:
@@ -255,9 +354,11 @@ def remove_checkpoints(directory: str, rank: int, world_size: int) -> None:
     doomed = {own}
     if rank == 0:
         for path in checkpoints_in(directory):
-            folder = os.path.basename(os.path.dirname(path))
-            theirs = folder.startswith("rank") and folder[4:].isdigit() and int(folder[4:]) < world_size
-            if not theirs or world_size == 1:
+            folder = os.path.dirname(path)
+            name = os.path.basename(folder)
+            theirs = name.startswith("rank") and name[4:].isdigit() and int(name[4:]) < world_size
+            # a rank folder a live process holds is not this run's to clear (hold_run keeps jobs apart)
+            if (not theirs or world_size == 1) and (path == own or not folder_in_use(folder)):
                 doomed.add(path)
     for path in doomed:
         if os.path.isfile(path):

@@ -21,13 +21,15 @@ import readers
 from readers.allocator import tune_allocator
 from readers.checks import check_reader, whole
 from readers.identity import fingerprint
+from readers.pipeline import describe, walk
 from readers.position import check_resumable, start_of
 from readers.registry import find_model
 from readers.sharding import check_equalize, is_sharded
-from train.checkpoint import CheckpointError, lock_folder, rank_folder, save_checkpoint
+from readers.shuffling import DrawnSeed
+from train.checkpoint import CheckpointError, rank_folder, save_checkpoint
 from train.events import BeginIteration, BeginPass, EndIteration, EndPass, TestResult
 from train.feeds import check_unbatched, columns_of, feeds, infer_sizes, warn_unscaled
-from train.resume import check_folder, check_meta, open_run
+from train.resume import check_meta, claim
 
 __all__ = ["evaluate", "train"]
 
@@ -234,6 +236,7 @@ def train(
     if checkpoint_dir is None:
         return loop(None)
     check_resumable(minibatches)  # before any work, not at the first checkpoint
+    _check_seeds(provider)
     data = fingerprint(provider)
     if is_sharded(provider):  # a shard's length depends on the number of processes, which may change
         data["length"] = None
@@ -241,14 +244,21 @@ def train(
            "config": dict(config or {})}
     info = readers.worker_info()
     folder = rank_folder(checkpoint_dir, info.rank, info.world_size)
-    where = {"rank": info.rank, "world_size": info.world_size}
-    check_folder(checkpoint_dir, resume=resume, overwrite=overwrite, **where)  # before the lock makes the folder
-    with lock_folder(folder):
-        found = open_run(checkpoint_dir, resume=resume, overwrite=overwrite, **where)
+    with claim(checkpoint_dir, resume=resume, overwrite=overwrite, rank=info.rank,
+               world_size=info.world_size) as found:
         saved = _Saved(folder, model, run, checkpoint_every)
         if found is not None:
             saved.restore(*found)
         return loop(saved)
+
+
+def _check_seeds(provider: Any) -> None:
+    """Refuse checkpoints of a pipeline whose shuffle draws its seed: a resume would draw another order."""
+    drawn = [s for s in walk(provider) if isinstance(getattr(s, "seed", None), DrawnSeed)]
+    if drawn:
+        name = getattr(drawn[0], "name", describe(drawn[0]))
+        raise ValueError(f"train: the provider's {name}(seed=None) draws a new seed in every run, so a resume "
+                         f"could not continue its order; give it a seed ({name}(..., seed=0)) to checkpoint the run")
 
 
 class _Saved:

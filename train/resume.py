@@ -10,6 +10,10 @@ from __future__ import annotations
 
 import numbers
 import os
+import threading
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -18,24 +22,35 @@ from readers.identity import differences
 from train.checkpoint import (
     FILE,
     CheckpointError,
+    check_file,
     checkpoints_in,
+    hold_run,
+    left_by_earlier_run,
     load_for_rank,
     rank_folder,
     remove_checkpoints,
 )
 
-__all__ = ["check_folder", "check_meta", "open_run"]
+__all__ = ["check_folder", "check_meta", "claim", "open_run"]
+
+Found = tuple[dict[str, np.ndarray], dict[str, Any]] | None
+_claims: dict[tuple[str, int], Found] = {}  # (folder, thread) -> what its claim found
 
 _TOTALS = ("loss", "accuracy", "weight", "samples", "batches", "seconds")
 
 
 def check_folder(directory: str, *, resume: bool, overwrite: bool, rank: int, world_size: int,
                  flags: tuple[str, str] = ("resume=True", "overwrite=True")) -> None:
-    """Refuse what would lose or mix runs, from the names of the files alone; changes and loads nothing.
+    """Refuse what would lose or mix runs, from the files' names and locks alone; changes and loads nothing.
 
     Refuses a new run into a folder that holds a checkpoint (unless
-    ``overwrite``) and a resume from a folder without one. ``flags`` are the
-    words for resume and overwrite in the messages (the CLI's are its options).
+    ``overwrite``), a resume from a folder without one, and a checkpoint path
+    that is no file. For rank ``rank`` of a job of several, another rank's
+    checkpoint counts when it was left by an earlier job (one of fewer
+    processes, say: see ``train.checkpoint.left_by_earlier_run``), not saved
+    by a rank of this one.
+    ``flags`` are the words for resume and overwrite in the messages (the
+    CLI's are its options).
 
     >>> import tempfile
     >>> folder = tempfile.TemporaryDirectory()
@@ -50,26 +65,27 @@ def check_folder(directory: str, *, resume: bool, overwrite: bool, rank: int, wo
         raise ValueError(f"{resume_flag} continues the checkpoint and {overwrite_flag} starts over, replacing it; "
                          "give one of them")
     held = checkpoints_in(directory)  # the files load_for_rank would read
+    for path in held:
+        check_file(path)
     if resume:
         if not held:
             where = "does not exist" if not os.path.exists(directory) else "holds no checkpoint"
             raise CheckpointError(f"{resume_flag}: {directory} {where}; check the folder's name, or drop "
                                   f"{resume_flag} to start a new run")
         return
-    if world_size > 1:  # the other ranks of this job may have saved already: only this rank's and the folder's
+    if world_size > 1:  # the other ranks of this job may have saved already
         mine = {os.path.join(rank_folder(directory, rank, world_size), FILE), os.path.join(directory, FILE)}
-        held = [path for path in held if path in mine]
+        held = [path for path in held if path in mine or left_by_earlier_run(path)]
     if held and not overwrite:
         raise CheckpointError(f"{directory} holds a checkpoint ({held[0]}); add {resume_flag} to continue that "
                               f"run, or {overwrite_flag} to start over and replace it")
 
 
-def open_run(directory: str, *, resume: bool, overwrite: bool, rank: int,
-             world_size: int) -> tuple[dict[str, np.ndarray], dict[str, Any]] | None:
+def open_run(directory: str, *, resume: bool, overwrite: bool, rank: int, world_size: int) -> Found:
     """``check_folder``, then the checkpoint this rank resumes from, or for a new run None (after removing
     the checkpoints it replaces, when it overwrites).
 
-    Call it holding the folder's lock (``train.checkpoint.lock_folder``).
+    Call it holding the run's locks (``train.checkpoint.hold_run``), or use ``claim``.
 
     >>> import tempfile
     >>> folder = tempfile.TemporaryDirectory()
@@ -84,6 +100,39 @@ def open_run(directory: str, *, resume: bool, overwrite: bool, rank: int,
     if overwrite:
         remove_checkpoints(directory, rank, world_size)
     return None
+
+
+@contextmanager
+def claim(directory: str, *, resume: bool, overwrite: bool, rank: int, world_size: int,
+          flags: tuple[str, str] = ("resume=True", "overwrite=True")) -> Iterator[Found]:
+    """Hold a run's checkpoint folder (``hold_run``) and give what ``open_run`` finds there, under the lock.
+
+    Re-entrant in one thread: a caller that claims the folder first (the CLI,
+    so that it trims its log only once no other run can be using the folder)
+    can then call ``train``, whose own claim gets the same checkpoint, loaded
+    once, and removes nothing twice. A ``resume`` from a folder that does not
+    exist is refused before the lock would create it.
+
+    >>> import tempfile
+    >>> folder = tempfile.TemporaryDirectory()
+    >>> with claim(folder.name, resume=False, overwrite=False, rank=0, world_size=1) as found:
+    ...     with claim(folder.name, resume=False, overwrite=False, rank=0, world_size=1) as again:
+    ...         found, again
+    (None, None)
+    """
+    key = (os.path.realpath(rank_folder(directory, rank, world_size)), threading.get_ident())
+    if key in _claims:
+        yield _claims[key]
+        return
+    if resume and not os.path.isdir(directory):
+        check_folder(directory, resume=resume, overwrite=overwrite, rank=rank, world_size=world_size, flags=flags)
+    with hold_run(directory, rank, world_size):
+        check_folder(directory, resume=resume, overwrite=overwrite, rank=rank, world_size=world_size, flags=flags)
+        _claims[key] = open_run(directory, resume=resume, overwrite=overwrite, rank=rank, world_size=world_size)
+        try:
+            yield _claims[key]
+        finally:
+            del _claims[key]
 
 
 def _whole(value: Any) -> bool:
@@ -104,8 +153,10 @@ def _check_fields(path: str, meta: dict[str, Any], run: dict[str, Any]) -> None:
     for key in ("pass", "cursor"):
         if not _whole(meta[key]):
             raise _fault(path, key, "a whole number >= 0", meta[key])
-    if not isinstance(meta["reader_state"], dict):
-        raise _fault(path, "reader_state", "a JSON object (the reader's get_state())", meta["reader_state"])
+    state = meta["reader_state"]
+    if not isinstance(state, dict) or state.get("pass") != meta["pass"] or state.get("cursor") != meta["cursor"]:
+        raise _fault(path, "reader_state", f"the reader's get_state() at pass {meta['pass']}, entry "
+                     f"{meta['cursor']} (the fields 'pass' and 'cursor')", state)
     totals = meta["totals"]
     if totals is not None:
         if not isinstance(totals, dict) or set(totals) != set(_TOTALS):
@@ -121,38 +172,62 @@ def _check_fields(path: str, meta: dict[str, Any], run: dict[str, Any]) -> None:
             raise _fault(path, f"history[{i}]", "an object with a 'pass' number", record)
 
 
+def _setting_differences(key: str, then: Any, now: Any) -> list[str]:
+    """One line per setting that differs; a dict of settings (``config``) key by key."""
+    if isinstance(then, dict) and isinstance(now, dict):
+        return [line for name in sorted(set(then) | set(now), key=str)
+                for line in _setting_differences(f"{key}.{name}", then.get(name), now.get(name))]
+    return [] if then == now else [f"{key}: {then!r} then, {now!r} now"]
+
+
+def _migrate(path: str, meta: dict[str, Any], run: dict[str, Any]) -> dict[str, Any]:
+    """A checkpoint of an earlier version, which named its data by repr and length: its fingerprint as far
+    as it can be told (the length alone), with a warning that the content goes unchecked this once."""
+    if "data" in meta or "provider" not in meta or "data" not in run:
+        return meta
+    warnings.warn(f"{path} was made by an earlier readerkit, which did not record what its data is; only "
+                  f"the length ({meta.get('length')} entries) is checked on this resume. The next checkpoint "
+                  "records the data's fingerprint", RuntimeWarning, stacklevel=5)  # at the call of train()
+    return {**meta, "data": {"pipeline": run["data"]["pipeline"], "length": meta.get("length"), "content": None}}
+
+
 def check_meta(directory: str, meta: dict[str, Any], run: dict[str, Any]) -> None:
     """Validate a checkpoint's fields, then refuse one made by a run whose settings or data differ.
 
     ``run`` holds the settings that decide the order of samples, and
-    ``"data"``, the provider's ``readers.fingerprint``.
+    ``"data"``, the provider's ``readers.fingerprint``. A refusal names every
+    setting that differs (each key of a dict such as ``config``) and what
+    differs in the data.
 
     >>> data = {"pipeline": ["from_sequence(str of 2)"], "length": 2, "content": "ab"}
-    >>> meta = {"pass": 1, "cursor": 0, "reader_state": {}, "totals": None, "history": [], "seed": 0, "data": data}
+    >>> state = {"pass": 1, "cursor": 0}
+    >>> meta = {"pass": 1, "cursor": 0, "reader_state": state, "totals": None, "history": [], "seed": 0, "data": data}
     >>> check_meta("ck", meta, {"seed": 0, "data": data})
     >>> check_meta("ck", {**meta, "cursor": "3"}, {"seed": 0, "data": data})
     Traceback (most recent call last):
     ...
     train.checkpoint.CheckpointError: ck/checkpoint.npz: field 'cursor' must be a whole number >= 0, got '3' (str); ...
-    >>> check_meta("ck", meta, {"seed": 0, "data": {**data, "content": "ac"}})
+    >>> check_meta("ck", meta, {"seed": 1, "data": {**data, "content": "ac"}})
     Traceback (most recent call last):
     ...
-    train.checkpoint.CheckpointError: ck: the checkpoint was made on other data (content: the data itself differs (same pipeline and length, other values)); resume on the data it was made on, or train into another checkpoint folder
+    train.checkpoint.CheckpointError: ck: the checkpoint was made with other settings or data (seed: 0 then, 1 now; content: the data itself differs (same pipeline and length, other values)); resume with the same settings and data, or train into another checkpoint folder
     """
     path = os.path.join(directory, FILE)
+    meta = _migrate(path, meta, run)
     _check_fields(path, meta, run)
+    settings, data = [], []
     for key, value in run.items():
         if key == "data":
             if not isinstance(meta[key], dict):
                 raise _fault(path, key, "an object (the data's fingerprint)", meta[key])
-            differ = differences(meta[key], value)
-            if differ:
-                raise CheckpointError(f"{directory}: the checkpoint was made on other data ({'; '.join(differ)}); "
-                                      "resume on the data it was made on, or train into another checkpoint folder")
-        elif meta[key] != value:
-            raise CheckpointError(
-                f"{directory}: the checkpoint was made with {key}={meta[key]!r}, not {value!r}; resume with the "
-                "same setting, or train into another checkpoint folder")
+            data = differences(meta[key], value)
+        else:
+            settings += _setting_differences(key, meta[key], value)
+    differ = settings + data
+    if differ:
+        raise CheckpointError(f"{directory}: the checkpoint was made with other settings or data "
+                              f"({'; '.join(differ)}); resume with the same settings and data, or train into "
+                              "another checkpoint folder")
     length = run.get("data", {}).get("length")
     if length is not None and meta["cursor"] > length:
         raise CheckpointError(f"{directory}: the checkpoint is at entry {meta['cursor']} of a pass, past the "

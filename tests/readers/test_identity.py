@@ -1,11 +1,14 @@
 """readers.identity: a pipeline's data known by its stages, length and content, not by its paths."""
+import functools
+import os
+import pathlib
 import shutil
 
 import numpy as np
 import pytest
 
 import readers
-from readers import mnist
+from readers import identity, mnist
 from readers.identity import (
     array_digest,
     differences,
@@ -13,6 +16,7 @@ from readers.identity import (
     fingerprint,
     value_digest,
 )
+from readers.pipeline import describe
 from tests.train.recording import write_mnist
 
 
@@ -61,6 +65,32 @@ def test_array_digest_sees_shape_type_and_sampled_values(change):
     assert array_digest(a) != array_digest(change(a))
 
 
+def test_array_digest_of_long_rows_reads_a_byte_budget_not_whole_rows(monkeypatch):
+    """Review of issue 12: sampling 1,024 whole rows read all of an array of few, long rows."""
+    a = np.zeros((3, 4 << 20), np.float32)  # 48 MiB in three rows
+    fed = []
+    real = identity._hasher
+
+    def counting():
+        h = real()
+        update = h.update
+        return type("Counting", (), {"update": lambda self, b: fed.append(len(memoryview(b).cast("B"))) or update(b),
+                                     "hexdigest": lambda self: h.hexdigest()})()
+    monkeypatch.setattr(identity, "_hasher", counting)
+    digest = array_digest(a)
+    assert sum(fed) <= identity.WHOLE + 64
+    b = a.copy()
+    b[-1, -1] = 1  # the very last value is in the last block
+    assert array_digest(b) != digest
+    view = a[:, ::2]  # a strided view: sampled by values, the same budget
+    fed.clear()
+    array_digest(view)
+    assert sum(fed) <= identity.WHOLE + 64
+    c = a.copy()
+    c[0, 0] = 1
+    assert array_digest(c[:, ::2]) != array_digest(view)
+
+
 def test_value_digest_is_none_for_objects_without_a_stable_form():
     assert value_digest([{"b": 1, "a": (2, b"x")}]) == value_digest([{"a": (2, b"x"), "b": 1}])
     assert value_digest([np.zeros(2), None]) is not None
@@ -93,3 +123,39 @@ def test_a_text_file_is_known_by_its_content_not_its_path(tmp_path):
     (tmp_path / "c.txt").write_text("one\nthree\n")
     a, b, c = (fingerprint(readers.text_file(tmp_path / n, errors="replace")) for n in ("a.txt", "b.txt", "c.txt"))
     assert a == b and a["pipeline"] == ["text_file(file, errors='replace')"] and a != c
+
+
+class Settings:
+    """An arbitrary object: its repr has a memory address."""
+
+
+def lines(path, *options, split="train", **more):
+    with open(path) as f:
+        yield from f
+
+
+def test_describe_shows_no_address_and_no_long_argument():
+    """New-user trial: describe of a partial showed each argument's repr, <Settings object at 0x...> included."""
+    shown = describe(functools.partial(lines, Settings(), "x" * 60, split="test", key=len, n=3))
+    assert shown == "partial(lines, <Settings>, <str>, split='test', key=<built-in function len>, n=3)"
+
+
+@pytest.mark.parametrize("where", [lambda d: str(d / "rows.txt"), lambda d: d / "rows.txt"], ids=["str", "pathlike"])
+def test_a_partials_path_and_objects_stay_out_of_the_fingerprint(tmp_path, where):
+    """New-user trial: a partial's path and object reprs (with addresses) made every run's fingerprint differ."""
+    for folder in ("one", "two"):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "rows.txt").write_text("a\nb\n")
+    one, two = (fingerprint(functools.partial(lines, where(tmp_path / f), Settings(), split="test", n=2))
+                for f in ("one", "two"))
+    assert one == two and one["pipeline"] == ["partial(lines, <path>, <Settings>, split='test', n=2)"]
+    assert fingerprint(functools.partial(lines, where(tmp_path / "one"), split="train"))["pipeline"] == [
+        "partial(lines, <path>, split='train')"]
+
+
+@pytest.mark.parametrize("value,shown", [(None, "None"), (True, "True"), (3, "3"), (np.float32(0.5), "0.5"),
+                                         ("test", "'test'"), ((28, 28), "(28, 28)"), ("x" * 41, "<str>"),
+                                         (f"data{os.sep}rows", "<path>"), (pathlib.PurePath("rows"), "<path>"),
+                                         (b"raw", "<bytes>")])
+def test_a_partials_plain_values_stay_in_the_fingerprint(value, shown):
+    assert fingerprint(functools.partial(lines, option=value))["pipeline"] == [f"partial(lines, option={shown})"]

@@ -120,8 +120,10 @@ def test_a_folder_named_checkpoint_npz_is_an_error_not_no_checkpoint(tmp_path):
     (tmp_path / "checkpoint.npz").mkdir()
     with pytest.raises(CheckpointError, match=r"checkpoint.npz is not a file \(a folder\?\)"):
         load_checkpoint(str(tmp_path))
-    with pytest.raises(CheckpointError, match="holds a checkpoint"):
-        train(dataset(), MAPPING, 16, 1, model=RecordingModel(), checkpoint_dir=str(tmp_path))
+    for flags in ({}, {"overwrite": True}, {"resume": True}):  # each refused at the start, none at a save
+        with pytest.raises(CheckpointError, match=r"checkpoint.npz is not a file \(a folder\?\)"):
+            train(dataset(), MAPPING, 16, 1, model=RecordingModel(), checkpoint_dir=str(tmp_path), **flags)
+    assert (tmp_path / "checkpoint.npz").is_dir()
 
 
 def test_random_bytes_are_not_reported_as_pickled_data(tmp_path):
@@ -139,8 +141,26 @@ def test_an_npz_without_meta_is_not_a_readerkit_checkpoint(tmp_path):
 
 def test_nan_weights_are_refused_naming_the_array(tmp_path):
     save_checkpoint(str(tmp_path), {"W0": np.array([1.0, np.nan], np.float32), "step": 2}, {"pass": 1})
-    with pytest.raises(CheckpointError, match=r"model state 'W0' holds NaN \(1 of 2 values\)"):
+    with pytest.raises(CheckpointError, match=r"model state 'W0' holds 1 NaN of 2 values"):
         load_checkpoint(str(tmp_path))
+
+
+def test_infinite_weights_are_refused_too(tmp_path):
+    save_checkpoint(str(tmp_path), {"W0": np.array([1.0, np.inf, -np.inf], np.float32)}, {"pass": 1})
+    with pytest.raises(CheckpointError, match=r"model state 'W0' holds 2 infinite of 3 values"):
+        load_checkpoint(str(tmp_path))
+
+
+def test_a_folder_held_by_this_run_is_swept_of_every_part_file_even_a_reused_pids(tmp_path):
+    """Review of issue 12: a part file whose pid a live process has taken since was never swept."""
+    with subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"]) as live:
+        try:
+            (tmp_path / f".checkpoint.{live.pid}.abc.npz.part").write_bytes(b"left by a kill long ago")
+            with lock_folder(str(tmp_path)):
+                save_checkpoint(str(tmp_path), {"w": np.zeros(2)}, {"pass": 0})
+            assert sorted(p for p in os.listdir(tmp_path) if not p.startswith(".readerkit")) == ["checkpoint.npz"]
+        finally:
+            live.kill()
 
 
 def test_checkpoints_in_lists_the_folders_and_the_ranks(tmp_path):

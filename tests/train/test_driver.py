@@ -107,12 +107,24 @@ def test_checkpoint_after_every_pass_and_every_n_steps(tmp_path):
     assert not [p for p in os.listdir(tmp_path) if p.endswith(".part")]
 
 
+def test_checkpoints_of_a_shuffle_that_draws_its_seed_are_refused_at_the_start(tmp_path):
+    """Review of issue 12: seed=None draws another order on resume, which could never continue the pass."""
+    x, y = np.zeros((8, 5), np.float32), np.zeros(8, np.int64)
+    provider = readers.with_index(readers.shuffle(readers.from_arrays(x, y)))
+    with pytest.raises(ValueError, match=r"shuffle\(seed=None\) draws a new seed in every run.*seed=0"):
+        train(provider, MAPPING, 4, 1, model=RecordingModel(), checkpoint_dir=str(tmp_path))
+    assert not os.listdir(tmp_path)
+    train(provider, MAPPING, 4, 1, model=RecordingModel())  # without checkpoints it is fine
+
+
 @pytest.mark.parametrize("change, match", [
-    ({"batch_size": 8}, "made with batch_size=16, not 8"),
-    ({"seed": 3}, "made with seed=0, not 3"),
-    ({"drop_last": True}, "made with drop_last=False, not True"),
-    ({"provider": dataset(seed=1)}, "made on other data (pipeline: stage 1 was 'shuffle(buf_size=None (global), seed=0)', now 'shuffle(buf_size=None (global), seed=1)'; content: the data itself differs"),
-    ({"config": {"lr": 0.1}}, "made with config={}, not {'lr': 0.1}"),
+    ({"batch_size": 8}, "other settings or data (batch_size: 16 then, 8 now)"),
+    ({"seed": 3}, "(seed: 0 then, 3 now)"),
+    ({"drop_last": True}, "(drop_last: False then, True now)"),
+    ({"provider": dataset(seed=1)}, "(pipeline: stage 1 was 'shuffle(buf_size=None (global), seed=0)', now 'shuffle(buf_size=None (global), seed=1)'; content: the data itself differs"),
+    ({"config": {"lr": 0.1}}, "(config.lr: None then, 0.1 now)"),
+    ({"seed": 3, "config": {"lr": 0.1, "momentum": 0.9}},  # every difference, not the first alone
+     "(seed: 0 then, 3 now; config.lr: None then, 0.1 now; config.momentum: None then, 0.9 now)"),
 ])
 def test_resume_refuses_a_checkpoint_of_another_run(tmp_path, change, match):
     """A resume under other settings would train some samples twice and others never (review of issue 3)."""
@@ -376,6 +388,6 @@ def test_resume_knows_the_data_by_content_not_by_path(tmp_path):
         return train(data, ["image", "label"], 16, passes, model="softmax", checkpoint_dir=str(ck), **options)
 
     run(first, 1)
-    with pytest.raises(CheckpointError, match=r"made on other data \(content: the data itself differs"):
+    with pytest.raises(CheckpointError, match=r"other settings or data \(content: the data itself differs"):
         run(fashion, 2, resume=True)
     assert [r["pass"] for r in run(copy, 2, resume=True)] == [0, 1]

@@ -5,9 +5,16 @@ import numpy as np
 import pytest
 
 from tests.train.recording import MAPPING, RecordingModel, dataset
-from train.checkpoint import CheckpointError, save_checkpoint
+from train.checkpoint import (
+    STARTED,
+    CheckpointError,
+    FolderInUse,
+    hold_run,
+    lock_folder,
+    save_checkpoint,
+)
 from train.driver import train
-from train.resume import check_meta, open_run
+from train.resume import check_meta, claim, open_run
 
 DATA = {"pipeline": ["from_sequence(str of 2)"], "length": 2, "content": "ab"}
 META = {"pass": 1, "cursor": 0, "reader_state": {"pass": 1, "cursor": 0}, "totals": None, "history": [],
@@ -54,11 +61,78 @@ def test_a_rank_of_a_new_job_sees_only_its_own_folder_and_the_folders(tmp_path):
         open_run(str(tmp_path), resume=False, overwrite=False, rank=1, world_size=2)
 
 
+def _earlier(path):
+    """Date a checkpoint back to before this process started, as one left by an earlier job."""
+    os.utime(path, (STARTED - 60, STARTED - 60))
+
+
+def test_a_larger_job_refuses_to_start_beside_an_earlier_jobs_checkpoints(tmp_path):
+    """Review of issue 12: ranks 2 and 3 of a new job of 4 trained beside a job of 2's checkpoints."""
+    for rank in (0, 1):
+        _earlier(save_checkpoint(str(tmp_path / f"rank{rank}"), {"w": np.zeros(1)}, {"pass": 2}))
+    for rank in range(4):
+        with pytest.raises(CheckpointError, match=r"holds a checkpoint \(.*rank0/checkpoint.npz\); add resume=True"):
+            open_run(str(tmp_path), resume=False, overwrite=False, rank=rank, world_size=4)
+    # a rank that holds its folder now is one of this job, however early it saved
+    with hold_run(str(tmp_path), 0, 4), hold_run(str(tmp_path), 1, 4):
+        assert open_run(str(tmp_path), resume=False, overwrite=False, rank=2, world_size=4) is None
+
+
+def test_a_one_process_run_cannot_clear_a_live_jobs_folders(tmp_path):
+    """Review of issue 12: a one-process --overwrite deleted the checkpoints of a job still running."""
+    for rank in (0, 1):
+        save_checkpoint(str(tmp_path / f"rank{rank}"), {"w": np.zeros(1)}, {"pass": 1})
+    with hold_run(str(tmp_path), 1, 2):  # rank 1 of the job is live
+        with pytest.raises(FolderInUse, match=f"another run is using {tmp_path} "):
+            train(dataset(), MAPPING, 16, 1, model=RecordingModel(), checkpoint_dir=str(tmp_path), overwrite=True)
+    assert (tmp_path / "rank0" / "checkpoint.npz").exists() and (tmp_path / "rank1" / "checkpoint.npz").exists()
+    with lock_folder(str(tmp_path)):  # and a job cannot start while a one-process run holds the folder
+        with pytest.raises(FolderInUse):
+            with hold_run(str(tmp_path), 0, 2):
+                pass
+
+
+def test_resume_into_a_folder_in_use_says_so_not_that_it_holds_no_checkpoint(tmp_path):
+    """Review of issue 12: a --resume while another run had not saved yet said "holds no checkpoint"."""
+    with lock_folder(str(tmp_path)):
+        with pytest.raises(FolderInUse, match="another run is using"):
+            train(dataset(), MAPPING, 16, 1, model=RecordingModel(), checkpoint_dir=str(tmp_path), resume=True)
+
+
+def test_a_claim_is_reentrant_in_its_thread_and_loads_the_checkpoint_once(tmp_path, monkeypatch):
+    train(dataset(), MAPPING, 16, 1, model=RecordingModel(), checkpoint_dir=str(tmp_path))
+    import train.checkpoint as checkpoint
+    loads = []
+    real = checkpoint.load_checkpoint
+    monkeypatch.setattr(checkpoint, "load_checkpoint", lambda d: loads.append(d) or real(d))
+    with claim(str(tmp_path), resume=True, overwrite=False, rank=0, world_size=1) as found:
+        history = train(dataset(), MAPPING, 16, 2, model=RecordingModel(), checkpoint_dir=str(tmp_path), resume=True)
+    assert found[1]["pass"] == 1 and [r["pass"] for r in history] == [0, 1] and len(loads) == 1
+
+
+def test_a_checkpoint_of_an_earlier_version_resumes_with_a_warning(tmp_path):
+    """Review of issue 12: checkpoints made before fingerprints (a repr and a length) were refused."""
+    train(dataset(), MAPPING, 16, 1, model=RecordingModel(), checkpoint_dir=str(tmp_path), checkpoint_every=3)
+    from train.checkpoint import load_checkpoint
+    state, meta = load_checkpoint(str(tmp_path))
+    old = {k: v for k, v in meta.items() if k != "data"}
+    save_checkpoint(str(tmp_path), state, {**old, "provider": "shuffle(...)", "length": meta["data"]["length"]})
+    with pytest.warns(RuntimeWarning, match="made by an earlier readerkit.*only the length"):
+        history = train(dataset(), MAPPING, 16, 2, model=RecordingModel(), checkpoint_dir=str(tmp_path), resume=True)
+    assert [r["pass"] for r in history] == [0, 1]
+    assert "data" in load_checkpoint(str(tmp_path))[1]
+    save_checkpoint(str(tmp_path), state, {**old, "provider": "x", "length": 3})
+    with pytest.raises(CheckpointError, match="length: 3 entries per pass"), pytest.warns(RuntimeWarning):
+        train(dataset(), MAPPING, 16, 2, model=RecordingModel(), checkpoint_dir=str(tmp_path), resume=True)
+
+
 @pytest.mark.parametrize("field, value, wanted", [
     ("pass", "1", "a whole number >= 0"),
     ("cursor", -4, "a whole number >= 0"),
     ("cursor", True, "a whole number >= 0"),
-    ("reader_state", "pass 1", "a JSON object"),
+    ("reader_state", "pass 1", "the reader's get_state"),
+    ("reader_state", {}, "the reader's get_state"),  # was a KeyError traceback at the start of the pass
+    ("reader_state", {"pass": 1, "cursor": 7}, r"the reader's get_state\(\) at pass 1, entry 0"),
     ("totals", {"loss": 1.0}, "null or an object with the keys"),
     ("totals", {"loss": "x", "accuracy": 0, "weight": 0, "samples": 0, "batches": 0, "seconds": 0}, "a number"),
     ("history", "[]", "a list of pass records"),
@@ -72,7 +146,7 @@ def test_check_meta_names_the_file_and_the_field_of_a_wrong_type(field, value, w
 
 
 def test_check_meta_names_what_differs_in_the_data():
-    with pytest.raises(CheckpointError, match=r"other data \(length: 2 entries per pass, now 3\)"):
+    with pytest.raises(CheckpointError, match=r"other settings or data \(length: 2 entries per pass, now 3\)"):
         check_meta("ck", META, {"seed": 0, "data": {**DATA, "length": 3}})
     with pytest.raises(CheckpointError, match="does not record 'seed'"):
         check_meta("ck", {k: v for k, v in META.items() if k != "seed"}, {"seed": 0, "data": DATA})
@@ -82,7 +156,7 @@ def test_a_reader_state_that_does_not_fit_names_the_field(tmp_path):
     train(dataset(), MAPPING, 16, 2, model=RecordingModel(), checkpoint_dir=str(tmp_path), checkpoint_every=3)
     from train.checkpoint import load_checkpoint
     state, meta = load_checkpoint(str(tmp_path))
-    meta.update({"pass": 1, "reader_state": {"pass": 1, "cursor": 5, "layout": [[1]]}})
+    meta.update({"pass": 1, "cursor": 5, "reader_state": {"pass": 1, "cursor": 5, "layout": [[1]]}})
     save_checkpoint(str(tmp_path), state, meta)
     with pytest.raises(CheckpointError, match="field 'reader_state' does not fit this pipeline"):
         train(dataset(), MAPPING, 16, 3, model=RecordingModel(), checkpoint_dir=str(tmp_path), resume=True)
