@@ -19,7 +19,6 @@ from collections.abc import Callable
 from typing import Any
 
 import click
-import numpy as np
 
 __all__ = ["main"]
 
@@ -51,34 +50,16 @@ def _reader_options(command: Callable) -> Callable:
                              "or a reader creator.")(command)
 
 
-def _download_bar(file: Any, url: str) -> Callable[[int, int | None], None]:
-    click.echo(f"downloading {file.name} from {url}", err=True)
-    state: dict[str, Any] = {}
-
-    def progress(done: int, total: int | None) -> None:
-        if "bar" not in state:
-            state["bar"] = click.progressbar(length=total or 0, label=file.name, file=sys.stderr)
-            state["bar"].__enter__()
-            state["seen"] = 0
-        state["bar"].update(done - state["seen"])
-        state["seen"] = done
-        if total is not None and done >= total:
-            state["bar"].__exit__(None, None, None)
-
-    return progress
-
-
 def _splits(reader_name: str, data_dir: str | None, download: bool) -> tuple[Any, Any]:
-    """The (train, test or None) readers of a registered or module:attribute reader creator."""
-    from readers.registry import reader_splits
+    from train.command import splits
 
-    return reader_splits(reader_name, data_dir=data_dir, download=download, progress=_download_bar)
+    return splits(reader_name, data_dir, download)
 
 
 def _first_entry(reader: Any) -> Any:
-    for entry in reader():
-        return entry
-    raise click.ClickException("the reader gave no entries; check its data")
+    from train.command import first_entry
+
+    return first_entry(reader)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -90,9 +71,13 @@ def main() -> None:
     """
     # readerkit's own packages first: a user's train.py, readers.py or batching.py in the current
     # folder must not shadow them once that folder leads the import path
-    import batching  # noqa: F401
-    import readers  # noqa: F401
-    import train  # noqa: F401
+    try:
+        import batching  # noqa: F401
+        import readers  # noqa: F401
+        import train  # noqa: F401
+    except KeyboardInterrupt:  # Ctrl-C this early: nothing started, nothing to resume
+        click.echo("\ninterrupted before anything started; nothing to resume", err=True)
+        click.get_current_context().exit(130)
 
     if os.getcwd() not in sys.path:  # neither `readerkit` nor `python path/to/cli.py` puts it there
         sys.path.insert(0, os.getcwd())
@@ -105,7 +90,7 @@ def main() -> None:
                    "factory(n_inputs, n_classes=..., lr=..., seed=...).")
 @click.option("--classes", default=None, type=click.IntRange(min=2),
               help="Number of label classes (labels 0..classes-1).  [default: one more than the largest label "
-                   "in up to 10,000 entries spread over the data]")
+                   "of the training and test splits: of 10,000 entries spread over an indexed reader, or a stream's first 10,000]")
 @click.option("--batch-size", default=128, show_default=True, type=click.IntRange(min=1), help="Entries per minibatch.")
 @click.option("--passes", default=5, show_default=True, type=click.IntRange(min=1), help="Passes over the training data.")
 @click.option("--lr", default=3e-3, show_default=True, type=click.FloatRange(min=0, min_open=True), help="Adam learning rate of the first pass.")
@@ -122,156 +107,15 @@ def main() -> None:
                    "are kept and later ones rewritten); under a launcher with several processes, rank r writes "
                    "FILE with .rank<r> before its extension.")
 @_fail_cleanly
-def train(reader_name: str, data_dir: str | None, download: bool, model_name: str, classes: int | None,
-          batch_size: int, passes: int, lr: float, lr_decay: float, seed: int, checkpoint_dir: str | None,
-          checkpoint_every: int, resume: bool, overwrite: bool, log_json: str | None) -> None:
+def train(**params: Any) -> None:
     """Train a model on a reader, with a progress bar and test accuracy per pass.
 
-    Ctrl-C stops it with exit code 130, printing where the checkpoint is and
-    the command that resumes from it.
+    Ctrl-C (or SIGTERM) stops it with exit code 130 (143), printing where the
+    checkpoint is and the command that resumes from it.
     """
-    import contextlib
+    from train.command import train_command
 
-    import readers
-    from readers.registry import find_model
-    from train.resume import claim
-
-    info = readers.worker_info()
-    try:
-        for flag, value in (("--resume", resume), ("--overwrite", overwrite)):
-            if value and checkpoint_dir is None:
-                raise click.UsageError(f"{flag} needs --checkpoint-dir, the folder to {flag[2:]}")
-        factory = find_model(model_name)  # a typo is reported before any data is read or fetched
-        held = contextlib.nullcontext() if checkpoint_dir is None else claim(
-            checkpoint_dir, resume=resume, overwrite=overwrite, rank=info.rank, world_size=info.world_size,
-            flags=("--resume", "--overwrite"))
-        with held as found:  # the folder is this run's before any data is read or the log is touched
-            _train(factory, info, found, **click.get_current_context().params)
-    except KeyboardInterrupt:
-        _interrupted(checkpoint_dir, info)
-
-
-def _train(factory: Callable, info: Any, found: Any, *, reader_name: str, data_dir: str | None, download: bool,
-           model_name: str, classes: int | None, batch_size: int, passes: int, lr: float, lr_decay: float,
-           seed: int, checkpoint_dir: str | None, checkpoint_every: int, resume: bool, overwrite: bool,
-           log_json: str | None) -> None:
-    """The train command once its options are checked and its checkpoint folder is held."""
-    import readers
-    from train.console import Progress, keep_passes_before
-    from train.driver import train as run
-    from train.feeds import infer_sizes
-    from train.models import LabelRangeError
-
-    train_reader, test_reader = _splits(reader_name, data_dir, download)
-    _check_entry(reader_name, train_reader)
-    if test_reader is not None:
-        _check_entry(f"{reader_name} (test split)", test_reader)  # a missing test file fails now, not after a pass
-    n_inputs, inferred, shown = infer_sizes(train_reader, {"image": 0, "label": 1})
-    if classes is None:
-        classes = inferred
-    else:
-        shown = shown.rsplit(";", 1)[0] + f"; {classes} classes (--classes)"
-    model = factory(n_inputs, n_classes=classes, lr=lr, seed=seed)
-    try:
-        provider = readers.shuffle(train_reader, seed=seed)
-    except ValueError:  # a stream: shuffle in a buffer
-        provider = readers.shuffle(train_reader, 10000, seed=seed)
-    who = ""
-    if info.world_size > 1:  # each process trains its own model on its shard: say whose figures these are
-        who = f"rank {info.rank}/{info.world_size}: "
-        if log_json:
-            stem, ext = os.path.splitext(log_json)
-            log_json = f"{stem}.rank{info.rank}{ext}"
-    click.echo(f"{who}model {model_name}: {shown}")
-    if log_json and found is not None:
-        keep_passes_before(log_json, found[1]["pass"])  # lines of passes the checkpoint does not hold go
-    log = open(log_json, "a" if resume else "w", encoding="utf-8") if log_json else None
-    handler = Progress(log, who)
-
-    def on_event(event: Any) -> None:
-        if type(event).__name__ == "BeginPass" and hasattr(model, "lr"):
-            model.lr = lr * lr_decay ** event.pass_id  # from the pass number alone, so a resume agrees
-        handler(event)
-        if type(event).__name__ == "TestResult" or (test_reader is None and type(event).__name__ == "EndPass"):
-            handler.flush()
-
-    try:
-        run(provider, ["image", "label"], batch_size, passes, model=model, event_handler=on_event,
-            test_provider=test_reader, seed=seed, checkpoint_dir=checkpoint_dir, resume=resume,
-            overwrite=overwrite, checkpoint_every=checkpoint_every if checkpoint_dir else None,
-            config={"reader": reader_name, "model": model_name, "classes": classes, "lr": lr, "lr_decay": lr_decay})
-    except LabelRangeError as exc:
-        if exc.label < 0:
-            raise
-        raise click.ClickException(f"{exc}; pass --classes {exc.label + 1} or more (this run has {classes}"
-                                   f"{' from --classes' if _given('classes') else ', inferred from the labels it scanned'})") from None
-    finally:
-        if log is not None:
-            log.close()
-    if found is not None and not handler.passes:
-        click.echo(f"{who}the checkpoint in {checkpoint_dir} already holds {found[1]['pass']} passes; nothing to "
-                   f"train for --passes {passes}", err=True)
-
-
-def _given(name: str) -> bool:
-    """Whether the user gave option ``name`` on the command line (not its default)."""
-    from click.core import ParameterSource
-
-    return click.get_current_context().get_parameter_source(name) is ParameterSource.COMMANDLINE
-
-
-def _resume_command() -> str:
-    """The command line of this run with --resume (and without --overwrite), to print on Ctrl-C.
-
-    The data folder it found through ``READERKIT_DATA`` is set on the line,
-    so the command finds the same data from any shell.
-    """
-    import shlex
-
-    ctx = click.get_current_context()
-    root = ctx.find_root().info_name or "readerkit"
-    prog = ["python", sys.argv[0]] if root.endswith(".py") and os.path.basename(sys.argv[0]) == root else [root]
-    args = [ctx.info_name or "train"]
-    for param in ctx.command.params:
-        value = ctx.params.get(param.name)
-        if not isinstance(param, click.Option) or param.name in ("resume", "overwrite") or value == param.default:
-            continue
-        if param.is_flag:
-            args.append(param.opts[0] if value else param.secondary_opts[0])
-        else:
-            args += [param.opts[0], str(value)]
-    env = []
-    if ctx.params.get("data_dir") is None and os.environ.get("READERKIT_DATA"):
-        env = [f"READERKIT_DATA={shlex.quote(os.environ['READERKIT_DATA'])}"]
-    return " ".join([*env, shlex.join([*prog, *args, "--resume"])])
-
-
-def _interrupted(directory: str | None, info: Any) -> None:
-    from train.checkpoint import load_for_rank
-
-    found = load_for_rank(directory, info.rank, info.world_size) if directory else None
-    if found is None:
-        where = "no --checkpoint-dir" if directory is None else f"no checkpoint was saved in {directory} yet"
-        click.echo(f"\ninterrupted: {where}; nothing to resume", err=True)
-    else:
-        meta = found[1]
-        launcher = ("\n(run it under your launcher, as this run was: torchrun, srun or mpirun, with this or "
-                    "another number of processes)") if info.world_size > 1 else ""
-        click.echo(f"\ninterrupted: the checkpoint in {directory} holds pass {meta['pass']}, entry "
-                   f"{meta['cursor']}. Resume with:\n  {_resume_command()}{launcher}", err=True)
-    click.get_current_context().exit(130)
-
-
-def _check_entry(name: str, reader: Any) -> Any:
-    """The image of ``reader``'s first entry, after checking entries are (image, label)."""
-    from readers.checks import check_reader
-
-    check_reader(reader, f"reader creator {name!r} returned something that")
-    entry = _first_entry(reader)
-    if not (isinstance(entry, tuple) and len(entry) == 2):
-        shown = f"a tuple of {len(entry)} columns" if isinstance(entry, tuple) else f"a single {type(entry).__name__}"
-        raise click.ClickException(f"reader {name!r} gives entries that are {shown}; train needs (image, label) entries")
-    return entry[0]
+    train_command(params)
 
 
 @main.command("readers")
@@ -286,6 +130,8 @@ def list_readers() -> None:
 
 
 def _describe_value(value: Any) -> str:
+    import numpy as np
+
     a = np.asarray(value)
     if a.dtype == object:
         return type(value).__name__
@@ -298,6 +144,8 @@ def _describe_value(value: Any) -> str:
 @_fail_cleanly
 def inspect_reader(reader_name: str, data_dir: str | None, download: bool, count: int) -> None:
     """Show a reader's columns, dtypes, shapes, length and first entries."""
+    import numpy as np
+
     import readers
     from readers.checks import check_reader
     from readers.pipeline import Node, describe
@@ -324,7 +172,8 @@ def inspect_reader(reader_name: str, data_dir: str | None, download: bool, count
     np.set_printoptions(threshold=8, edgeitems=3, precision=3)
     for i, entry in enumerate(readers.firstn(train_reader, count)()):
         shown = entry if isinstance(entry, tuple) else (entry,)
-        click.echo(f"entry {i}: " + ", ".join(repr(v) if np.ndim(v) == 0 else np.array2string(np.asarray(v)) for v in shown))
+        click.echo(f"entry {i}: " + ", ".join(repr(v.item() if isinstance(v, np.generic) else v) if np.ndim(v) == 0
+                                              else np.array2string(np.asarray(v)) for v in shown))
 
 
 @main.command("bench")

@@ -39,6 +39,24 @@ def whole(value: Any, name: str, where: str, minimum: int = 0, *, floats: bool =
     return int(value)
 
 
+def _rows(value: Any) -> int | None:
+    """The rows of an array (numpy's, or any with a ``shape``), or None for anything else or a 0-d array."""
+    shape = getattr(value, "shape", None)
+    return shape[0] if isinstance(shape, tuple) and shape and isinstance(shape[0], int) else None
+
+
+def _wrapping(data: Any) -> str:
+    """How to make a reader of ``data`` given where a reader was due."""
+    if _rows(data) is not None:
+        return "wrap the array with readers.np_array(x) (its rows as entries) or readers.from_arrays(x)"
+    rows = [_rows(a) for a in data] if isinstance(data, (tuple, list)) and data else [None]
+    if None not in rows and len(set(rows)) == 1:  # (x, y): what from_arrays zips row by row
+        names = ", ".join("xyzw"[:len(rows)]) if len(rows) <= 4 else "*arrays"
+        return (f"it holds {len(rows)} arrays of {rows[0]} rows: wrap them with readers.from_arrays({names}), "
+                "whose entry i is the tuple of their rows i")
+    return "wrap data with readers.from_sequence(...) or pass the generator function itself"
+
+
 def check_reader(reader: Any, role: str = "reader") -> Any:
     """Check eagerly that ``reader`` is a zero-argument callable; return it.
 
@@ -48,6 +66,10 @@ def check_reader(reader: Any, role: str = "reader") -> Any:
     Traceback (most recent call last):
     ...
     TypeError: reader must be a zero-argument callable returning an iterable, got list [1, 2]; wrap data with readers.from_sequence(...) or pass the generator function itself
+    >>> check_reader((np.zeros((3, 2)), np.zeros(3)))
+    Traceback (most recent call last):
+    ...
+    TypeError: reader must be ...; it holds 2 arrays of 3 rows: wrap them with readers.from_arrays(x, y), whose entry i is the tuple of their rows i
     """
     if inspect.isgenerator(reader):
         raise TypeError(
@@ -56,13 +78,12 @@ def check_reader(reader: Any, role: str = "reader") -> Any:
             "calling it) so every pass can start afresh"
         )
     if not callable(reader):
-        shown = repr(reader)
+        shown = " ".join(repr(reader).split())  # an array's repr spans lines
         if len(shown) > 60:
             shown = shown[:57] + "..."
         raise TypeError(
             f"{role} must be a zero-argument callable returning an iterable, got "
-            f"{type(reader).__name__} {shown}; wrap data with readers.from_sequence(...) "
-            "or pass the generator function itself"
+            f"{type(reader).__name__} {shown}; {_wrapping(reader)}"
         )
     if not isinstance(reader, Node):
         try:

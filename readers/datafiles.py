@@ -174,6 +174,9 @@ def fetch_all(
     best = max(looked, key=lambda d: sum(locate(f, [d]) is not None for f in files))
     missing = [f.name for f in files if locate(f, [best]) is None]
     what = f"file {missing[0]}" if len(missing) == 1 else f"files {', '.join(missing)}"
+    if data_dir is not None and not os.path.isdir(data_dir):  # a mistyped folder: say so first
+        raise MissingDataError(f"{dataset}: the data folder {data_dir} does not exist; check its name "
+                               f"(--data-dir / data_dir), or leave it out to use READERKIT_DATA and the cache")
     raise MissingDataError(
         f"{dataset} {what} not found; looked in: {', '.join(looked)} (all of a dataset's files must be in "
         f"one folder). Download: {tried}. Put the {'file' if len(missing) == 1 else 'files'} (gzipped or not) "

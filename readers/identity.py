@@ -10,11 +10,15 @@ refusal can say which differs:
     the entries in a pass, or None for a stream;
 ``content``
     one digest of every source's ``digest()``: the SHA-256 of the MNIST
-    files, a sampled hash of arrays, ...; None when a source cannot say
-    (a plain generator function), and then only the other two are compared.
+    files, a sampled hash of arrays, ...; a source that cannot say (a plain
+    generator function) is known by its first 64 entries, when they are
+    plain data. None when they are not, and then only the other two are
+    compared.
 
 The same files reached through another folder give the same fingerprint;
-other files of the same shape do not.
+other files of the same shape do not. A stage that holds a function (a map,
+a filter) shows its name and ``function_digest``, so changed preprocessing
+is other data. The digests are ``readers.digests``' (also importable from here).
 
 >>> import numpy as np
 >>> from readers import from_arrays, shuffle
@@ -30,109 +34,33 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
+import types
 from typing import Any
 
 import numpy as np
 
-from readers.pipeline import Node, describe, walk
+from readers.digests import (
+    SHORT,
+    array_digest,
+    file_digest,
+    function_digest,
+    plain_digest,
+    value_digest,
+)
+from readers.pipeline import Node, describe, describe_partial, walk
 
-__all__ = ["array_digest", "differences", "file_digest", "fingerprint", "value_digest"]
-
-#: Arrays up to this many bytes are hashed whole; larger ones by BLOCKS spread over them, as many bytes in all.
-WHOLE = 1 << 22
-BLOCKS = 1024
-SAMPLES = 1024  # entries of a long sequence hashed by value_digest
-
-
-def _hasher() -> Any:
-    return hashlib.blake2b(digest_size=16)
-
-
-def _sampled(a: np.ndarray, h: Any) -> None:
-    """Feed ``h`` about WHOLE bytes of a large array, from evenly spread places, reading nothing else."""
-    if a.flags.c_contiguous:  # 1,024 blocks of 4 KiB of its bytes, the first and the last included
-        flat = a.reshape(-1).view(np.uint8)
-        size = WHOLE // BLOCKS
-        for start in np.linspace(0, flat.size - size, BLOCKS).astype(np.int64).tolist():
-            h.update(flat[start:start + size].data)
-    else:  # a strided view: single values at evenly spread flat positions, gathered without a copy of the rest
-        picks = np.linspace(0, a.size - 1, max(1, WHOLE // a.itemsize)).astype(np.int64)
-        h.update(np.ascontiguousarray(a[np.unravel_index(picks, a.shape)]).view(np.uint8).data)
+__all__ = [
+    "array_digest", "differences", "file_digest", "fingerprint", "function_digest", "function_identity", "value_digest",
+]
 
 
-def array_digest(*arrays: Any) -> str:
-    """A cheap digest of arrays: dtype, shape and their bytes, sampled when they are large.
+def function_identity(func: Any) -> str:
+    """``func`` in a stage's identity: its name, as ``describe`` shows it, and its ``function_digest``.
 
-    Arrays up to 4 MiB are hashed whole. A larger one is hashed by 4 MiB of
-    its bytes: 1,024 blocks spread evenly over it, the first and the last
-    included (for a strided view, values at evenly spread places). A digest
-    costs about the same for any size, however long its rows, while any
-    change of shape or type and most edits still show.
-
-    >>> import numpy as np
-    >>> array_digest(np.zeros(3)) == array_digest(np.zeros(3)), array_digest(np.zeros(3)) == array_digest(np.ones(3))
-    (True, False)
+    >>> function_identity(abs)
+    'abs ...'
     """
-    h = _hasher()
-    for a in arrays:
-        a = np.asarray(a)
-        h.update(f"{a.dtype.str}{a.shape}".encode())
-        if a.dtype == object:
-            raise TypeError(f"array_digest: an object array ({a.shape}) has no bytes to hash; use value_digest")
-        if a.nbytes > WHOLE:
-            _sampled(a, h)
-        elif a.size:
-            h.update(np.ascontiguousarray(a).reshape(-1).view(np.uint8).data)
-    return h.hexdigest()
-
-
-def _plain(value: Any, h: Any) -> bool:
-    """Feed ``value`` to ``h``; False when it holds something without a stable form (an object's repr)."""
-    if value is None or isinstance(value, (bool, int, float, complex, str, bytes, np.generic)):
-        h.update(f"{type(value).__name__}:{value!r};".encode())
-        return True
-    if isinstance(value, np.ndarray) and value.dtype != object:
-        h.update(array_digest(value).encode())
-        return True
-    if isinstance(value, (tuple, list)):
-        h.update(f"{type(value).__name__}{len(value)}(".encode())
-        return all(_plain(v, h) for v in value)
-    if isinstance(value, dict):
-        h.update(f"dict{len(value)}(".encode())
-        return all(_plain(k, h) and _plain(v, h) for k, v in sorted(value.items(), key=lambda kv: repr(kv[0])))
-    return False
-
-
-def value_digest(values: Any) -> str | None:
-    """A digest of a sequence's entries (sampled when it is long), or None when one is not plain data.
-
-    Plain data is numbers, strings, bytes, None, numpy arrays, and tuples,
-    lists and dicts of them; an arbitrary object has no stable form to hash.
-
-    >>> value_digest(["a", (1, 2.5)]) == value_digest(["a", (1, 2.5)]), value_digest([object()])
-    (True, None)
-    """
-    n = len(values)
-    picks = range(n) if n <= SAMPLES else np.unique(np.linspace(0, n - 1, SAMPLES).astype(np.int64)).tolist()
-    h = _hasher()
-    h.update(f"{n};".encode())
-    return h.hexdigest() if all(_plain(values[i], h) for i in picks) else None
-
-
-def file_digest(path: str | os.PathLike) -> str:
-    """The SHA-256 of a file's bytes, read in 1 MiB blocks.
-
-    >>> import tempfile
-    >>> with tempfile.NamedTemporaryFile() as f:
-    ...     _ = f.write(b"abc"); f.flush()
-    ...     file_digest(f.name)[:16]
-    'ba7816bf8f01cfea'
-    """
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+    return f"{describe(func)} {function_digest(func)}"
 
 
 def fingerprint(reader: Any) -> dict[str, Any]:
@@ -140,22 +68,32 @@ def fingerprint(reader: Any) -> dict[str, Any]:
 
     A stage that is a ``functools.partial`` shows plain arguments (numbers,
     short strings such as ``split='test'``) but not paths or objects, so the
-    same data reached through another folder fingerprints the same.
+    same data reached through another folder fingerprints the same. A path
+    is a ``PathLike``; a string with a folder separator; a string given to a
+    keyword named as a path (``data_dir=``, ``root=``, ``path=``); or one
+    given by position that names a file or folder that exists (``"data"``,
+    read from the current folder). ``split="train"`` stays a value.
+    Other data (a dict, a long list, an array) shows its type and a digest
+    of its values; a function, its name and ``function_digest``.
 
-    >>> fingerprint(lambda: iter([1, 2]))
-    {'pipeline': ['<lambda>'], 'length': None, 'content': None}
+    >>> fingerprint(lambda: iter([1, 2]))["pipeline"]
+    ['<lambda>']
+    >>> fingerprint(lambda: iter([1, 2]))["content"] == fingerprint(lambda: iter([1, 3]))["content"]
+    False
     >>> def rows(path, split):
     ...     with open(path) as f:
     ...         yield from f
     >>> fingerprint(functools.partial(rows, "/data/rows.txt", split="test"))["pipeline"]
     ["partial(rows, <path>, split='test')"]
+    >>> fingerprint(functools.partial(rows, "/data/rows.txt", names={"a": 0}))["pipeline"]
+    ['partial(rows, <path>, names=<dict ...>)']
     """
     stages = list(walk(reader))
     sources = [s for s in stages if not (isinstance(s, Node) and s.parents)]
-    digests = [s.digest() if isinstance(s, Node) else None for s in sources]
+    digests = [_head(s) if (d := s.digest() if isinstance(s, Node) else None) is None else d for s in sources]
     content = None
     if all(d is not None for d in digests):
-        h = _hasher()
+        h = hashlib.blake2b(digest_size=16)
         for d in digests:
             h.update(d.encode() + b";")
         content = h.hexdigest()
@@ -166,21 +104,62 @@ def fingerprint(reader: Any) -> dict[str, Any]:
     return {"pipeline": [_identity(s) for s in stages], "length": length, "content": content}
 
 
+#: Entries of a source that has no digest of its own read to know it by.
+HEAD = 64
+
+
+def _head(source: Any) -> str | None:
+    """A digest of the first HEAD entries of pass 0 of a source that cannot digest its data, or None when
+    they are not plain data (see ``value_digest``)."""
+    head: list[Any] = []
+    entries = None
+    try:
+        entries = source.run(0) if isinstance(source, Node) else source()  # run(0) leaves the pass count alone
+        for entry in entries:
+            head.append(entry)
+            if len(head) == HEAD:
+                break
+    except Exception:  # a reader that cannot be read now fails in training, where it is reported
+        return None
+    finally:
+        close = getattr(entries, "close", None)
+        if callable(close):
+            close()
+    found = value_digest(head)
+    return None if found is None else f"head:{found}"
+
+
 def _identity(stage: Any) -> str:
     """A stage as part of what the data is; a partial's paths and objects are left out, as a source's are."""
     if isinstance(stage, Node):
         return stage.identity()
     if isinstance(stage, functools.partial):
-        args = [_identity(stage.func), *map(_argument, stage.args),
-                *(f"{k}={_argument(v)}" for k, v in stage.keywords.items())]
-        return f"partial({', '.join(args)})"
+        return describe_partial(stage, _argument, _identity)
     return describe(stage)
 
 
-def _argument(value: Any) -> str:
-    """A partial's argument in an identity: plain values as they are; a path is ``<path>``, an object its type."""
-    if isinstance(value, os.PathLike) or isinstance(value, str) and (
-            os.sep in value or (os.altsep is not None and os.altsep in value)):
+#: Parts of a keyword's name (split at "_") that say its string is a path: data_dir=, root=, cache_path=.
+_PATH_WORDS = {"path", "paths", "dir", "dirs", "directory", "folder", "root", "file", "files", "filename", "location"}
+
+
+def _is_path(value: Any, key: str | None) -> bool:
+    """Whether a partial's argument is a path: a ``PathLike``; a string with a folder separator, given to a
+    keyword named as a path, or given by position and naming a file or folder that exists ("data")."""
+    if isinstance(value, os.PathLike):
+        return True
+    if not isinstance(value, str):
+        return False
+    if os.sep in value or (os.altsep is not None and os.altsep in value):
+        return True
+    if key is not None:  # split="train" is a value, even beside a folder train/
+        return not _PATH_WORDS.isdisjoint(key.lower().split("_"))
+    return os.path.exists(value)
+
+
+def _argument(value: Any, key: str | None = None) -> str:
+    """A partial's argument in an identity: plain values as they are; a path ``<path>``; a function by name
+    and ``function_digest``; other data by type and digest (``<dict 1a2b...>``); an object by its type."""
+    if _is_path(value, key):
         return "<path>"
     if isinstance(value, (np.number, np.bool_)):
         value = value.item()  # the same identity whichever numpy prints it
@@ -189,11 +168,15 @@ def _argument(value: Any) -> str:
     if isinstance(value, str) and len(value) <= 40:
         return repr(value)
     if isinstance(value, (tuple, list)) and len(value) <= 8:  # a shape, a few column names
-        inner = ", ".join(map(_argument, value)) + ("," if isinstance(value, tuple) and len(value) == 1 else "")
+        inner = ", ".join(_argument(v, key) for v in value)
+        inner += "," if isinstance(value, tuple) and len(value) == 1 else ""
         return f"({inner})" if isinstance(value, tuple) else f"[{inner}]"
+    if isinstance(value, (types.FunctionType, types.MethodType, functools.partial)):
+        return function_identity(value)  # what it computes, as a map's function is known
     if callable(value) and getattr(value, "__qualname__", None):
-        return describe(value)  # a function is known by its name, which no run changes
-    return f"<{type(value).__qualname__}>"
+        return describe(value)  # a class or a built-in is known by its name, which no run changes
+    digest = plain_digest(value)  # a dict, a long list, an array: different values, different identities
+    return f"<{type(value).__qualname__}{'' if digest is None else ' ' + digest[:SHORT]}>"
 
 
 def differences(saved: dict[str, Any], now: dict[str, Any]) -> list[str]:

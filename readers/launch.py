@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 
 from readers.checks import whole
 
-__all__ = ["WorkerInfo", "local_worker", "worker_context", "worker_info"]
+__all__ = ["WorkerInfo", "job_id", "local_worker", "worker_context", "worker_info"]
 
 
 class WorkerInfo(NamedTuple):
@@ -206,3 +206,27 @@ def worker_info() -> WorkerInfo:
     worker, workers = local_worker()
     return WorkerInfo(rank, world, worker, workers, worker + workers * rank, workers * world,
                       node, num_nodes, local_rank, local_world, launcher)
+
+
+def job_id() -> str | None:
+    """What names this launch of the job, the same in all its ranks, or None when the launcher says nothing.
+
+    torchrun's ``TORCHELASTIC_RUN_ID`` (unless it is the default ``none``),
+    SLURM's job and step (``SLURM_JOB_ID``, ``SLURM_STEP_ID``: each srun is a
+    launch), PMIx's namespace (Open MPI, MPICH). Checkpoints record it to tell
+    their own job's ranks from an earlier job's.
+
+    >>> import os
+    >>> os.environ.update(SLURM_JOB_ID="812", SLURM_STEP_ID="0")
+    >>> job_id()
+    'slurm:812.0'
+    >>> del os.environ["SLURM_JOB_ID"], os.environ["SLURM_STEP_ID"]
+    """
+    env = os.environ
+    run = env.get("TORCHELASTIC_RUN_ID", "").strip()
+    if run and run != "none":
+        return f"torchrun:{run}"
+    if env.get("SLURM_JOB_ID", "").strip():
+        return f"slurm:{env['SLURM_JOB_ID'].strip()}.{env.get('SLURM_STEP_ID', '').strip()}"
+    namespace = env.get("PMIX_NAMESPACE", "").strip()
+    return f"pmix:{namespace}" if namespace else None

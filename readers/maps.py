@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from readers.checks import check_reader
+from readers.identity import function_identity
 from readers.parents import access_of, as_indexed, iterate, open_plan
 from readers.pipeline import describe
 from readers.plans import Plan
@@ -96,6 +97,15 @@ class Mapped(_EntryByEntry):
 
     def _options(self) -> str:
         return describe(self.func)
+
+    def identity(self) -> str:
+        """The map by its function's name and code, so that other preprocessing is other data.
+
+        >>> from readers import from_sequence
+        >>> map_readers(lambda e: e * 2, from_sequence([1])).identity()
+        'map_readers(<lambda> ...)'
+        """
+        return f"{self.name}({function_identity(self.func)})"
 
 
 def map_readers(func: Callable, *readers: Any) -> Stage:

@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from readers.checks import check_reader
+from readers.identity import function_identity
 from readers.launch import local_worker
 from readers.maps import Mapped
 from readers.pipeline import describe
@@ -278,8 +279,13 @@ class XmapReaders(Prefetch):
             return "xmap_readers(order=False) yields entries as they finish, in no fixed order; give order=True"
         return super().unresumable
 
-    def _options(self) -> str:
-        opts = (f"{describe(self.mapper)}, process_num={self.process_num}, "
+    def identity(self) -> str:
+        # the mapper's code is what the data is; in order, the workers change only how fast it comes
+        mapper = function_identity(self.mapper)
+        return f"{self.name}({mapper})" if self.ordered else f"{self.name}({self._options(mapper)})"
+
+    def _options(self, mapper: str | None = None) -> str:
+        opts = (f"{mapper or describe(self.mapper)}, process_num={self.process_num}, "
                 f"buffer_size={self.total_buffer}, order={self.ordered}")
         opts += "" if self.mode == "thread" else f", mode={self.mode!r}"
         opts += "" if self.start_method is None else f", start_method={self.start_method!r}"

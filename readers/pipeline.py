@@ -20,10 +20,10 @@ below this node instead. ``readers.stage.Stage`` adds running passes.
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, ClassVar, NamedTuple
 
-__all__ = ["Node", "Share", "describe", "walk"]
+__all__ = ["Node", "Share", "describe", "describe_partial", "walk"]
 
 
 class Share(NamedTuple):
@@ -97,7 +97,9 @@ class Node:
 
         A source that shows a path or folder in its options overrides this to
         leave it out, so the same data read through another folder is known
-        as the same.
+        as the same. A stage that holds a user function (a map, a filter)
+        overrides it to add the function's digest
+        (``readers.identity.function_identity``), so other code is other data.
 
         >>> from readers import from_sequence
         >>> from_sequence("ab").identity()
@@ -152,7 +154,7 @@ class Node:
 _SHORT = 40
 
 
-def _argument(value: Any) -> str:
+def _argument(value: Any, key: str | None = None) -> str:
     """An argument of a partial as ``describe`` shows it: its repr when short and without an address."""
     shown = repr(value)
     if len(shown) <= _SHORT and " at 0x" not in shown:
@@ -182,11 +184,27 @@ def describe(reader: Any) -> str:
     if isinstance(reader, Node):
         return reader.title()
     if isinstance(reader, functools.partial):
-        args = [describe(reader.func), *map(_argument, reader.args),
-                *(f"{k}={_argument(v)}" for k, v in reader.keywords.items())]
-        return f"partial({', '.join(args)})"
+        return describe_partial(reader)
     name = getattr(reader, "__qualname__", None) or getattr(reader, "__name__", None)
     return name or type(reader).__name__
+
+
+def describe_partial(partial: functools.partial, argument: Callable[[Any, str | None], str] = _argument,
+                     function: Callable[[Any], str] = describe) -> str:
+    """A partial as ``partial(func, args, key=value)``: its function shown by ``function``, each argument by ``argument``.
+
+    ``argument(value, key)`` gets the keyword's name, None for a positional
+    argument. ``describe`` shows arguments by their short repr;
+    ``readers.fingerprint`` passes its own ``argument``, which leaves paths out.
+
+    >>> describe_partial(functools.partial(int, "7", base=8))
+    "partial(int, '7', base=8)"
+    >>> describe_partial(functools.partial(int, "7", base=8), argument=lambda value, key: key or type(value).__name__)
+    'partial(int, str, base=base)'
+    """
+    args = [function(partial.func), *(argument(v, None) for v in partial.args),
+            *(f"{k}={argument(v, k)}" for k, v in partial.keywords.items())]
+    return f"partial({', '.join(args)})"
 
 
 def walk(reader: Any) -> Iterator:

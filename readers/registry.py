@@ -39,7 +39,6 @@ Every error is a ``PluginError``: ``PluginNotFound`` (a ``LookupError``),
 """
 from __future__ import annotations
 
-import difflib
 import functools
 import importlib
 import inspect
@@ -47,7 +46,15 @@ from collections.abc import Callable, Iterable, Iterator
 from importlib.metadata import EntryPoint, entry_points
 from typing import Any, NamedTuple
 
-from readers.plugin_modules import importable, refusal, shadow_note
+from readers.plugin_modules import (
+    attribute_advice,
+    file_advice,
+    importable,
+    not_found,
+    plugin_not_module,
+    refusal,
+    shadow_note,
+)
 
 __all__ = [
     "BUILTINS", "PluginError", "PluginInfo", "PluginLoadError", "PluginNotFound", "PluginTypeError",
@@ -123,16 +130,16 @@ def _import(spec: str) -> Any:
     try:
         obj = importlib.import_module(module_name)
     except Exception as exc:  # whatever the module raises, it is the plugin's fault, not ours
+        advice = shadow_note(module_name) or (f"; {hint}" if (hint := file_advice(spec)) else "")
         raise PluginLoadError(f"cannot import module {module_name!r} (from {spec!r}): {type(exc).__name__}: {exc}"
-                              f"{shadow_note(module_name)}") from exc
+                              f"{advice}") from exc
     for i, part in enumerate(parts):
         try:
             obj = getattr(obj, part)
         except AttributeError:
             where = module_name if i == 0 else f"{module_name}:{'.'.join(parts[:i])}"
             detail = f" ({where} has no {part!r})" if len(parts) > 1 else ""
-            close = difflib.get_close_matches(part, [n for n in dir(obj) if not n.startswith("_")], n=1)
-            advice = f"did you mean {close[0]!r}?" if close else f"check the spelling, or define {part!r} in {where}"
+            advice = attribute_advice(obj, part, module_name, where)
             raise PluginLoadError(f"module {module_name!r} has no attribute {attribute!r}{detail}"
                                   f"{shadow_note(module_name) or '; ' + advice}") from None
     return obj
@@ -175,25 +182,18 @@ def _checked(kind: str, name: str, source: str, obj: Any) -> tuple[Callable[...,
 def _find(kind: str, name: str) -> tuple[Callable[..., Any], Callable[..., Any] | None]:
     _check_kind(kind)
     if ":" in name:
+        module = name.partition(":")[0]
+        if not importable(module) and any(module == candidate for candidate, _, _ in _candidates(kind)):
+            raise PluginLoadError(plugin_not_module(kind, name, _find(kind, module)[1] is not None))  # mnist:train
         return _checked(kind, name, name, _import(name))
     known = []
     for candidate, source, target in _candidates(kind):
         if candidate == name:
             return _checked(kind, name, source, _load(kind, name, source, target))
         known.append(candidate)
-    why_not = refusal(name)
-    if not why_not and importable(name):
+    if not refusal(name) and importable(name):
         return _checked(kind, name, name, _import(name))
-    close = difflib.get_close_matches(name, known, n=1)
-    hint = f" (did you mean {close[0]!r}?)" if close else ""
-    if why_not:
-        hint += f" ({why_not}, never a plugin: rename a module of yours that has this name)"
-    names = ", ".join(sorted(set(known))) or "none"
-    raise PluginNotFound(
-        f"unknown {_SINGULAR[kind]} {name!r}{hint}; known {kind}: {names}. To add one, declare an entry point in "
-        f"group 'readerkit.{kind}' in a package's metadata, or name an importable module ('mydata', with train and "
-        f"test) or 'module:attribute'; modules are found on the import path (the CLI puts the current folder first)"
-    )
+    raise PluginNotFound(not_found(kind, name, known))
 
 
 def find_reader(name: str) -> Callable[..., Any]:

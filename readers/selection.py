@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from readers.checks import check_reader, whole
+from readers.identity import function_identity
 from readers.parents import access_of, as_indexed, iterate, open_plan
 from readers.pipeline import describe
 from readers.plans import Plan, slice_chunks
@@ -119,6 +120,15 @@ class Filtered(Stage):
 
     def _options(self) -> str:
         return describe(self.predicate)
+
+    def identity(self) -> str:
+        """The filter by its predicate's name and code, so that another predicate is other data.
+
+        >>> from readers import from_sequence
+        >>> filter_entries(from_sequence([1]), lambda e: e > 0).identity()
+        'filter_entries(<lambda> ...)'
+        """
+        return f"{self.name}({function_identity(self.predicate)})"
 
 
 def filter_entries(reader: Any, predicate: Callable[[Any], bool]) -> Filtered:

@@ -51,7 +51,8 @@ What the data is, for checkpoints (``readers.identity``):
 
 =================  ==========================================================
 ``identity()``     the stage in the data's identity: its title, less the
-                   paths or folders its data was read from
+                   paths or folders its data was read from; a stage that
+                   holds a user function adds ``function_identity(func)``
 ``digest()``       a source's digest of its data (a file's SHA-256, a
                    sampled hash of arrays), or None when it cannot say
 =================  ==========================================================

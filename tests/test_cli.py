@@ -93,7 +93,7 @@ def test_cli_train_with_a_users_reader_creator():
     (["train", "--reader", "tests.test_cli:three_columns"], "Error: reader 'tests.test_cli:three_columns' gives entries that are a tuple of 3 columns"),
     (["train", "--reader", "tests.test_cli:not_a_reader"], "Error: reader 'tests.test_cli:not_a_reader': calling 'not_a_reader' returned int, neither entries nor a reader"),
     (["train", "--data-dir", "/nonexistent-readerkit", "--no-download"],
-     "Error: mnist files train-images-idx3-ubyte.gz, train-labels-idx1-ubyte.gz not found; looked in: /nonexistent-readerkit"),
+     "Error: mnist: the data folder /nonexistent-readerkit does not exist; check its name (--data-dir"),
 ])
 def test_cli_errors_are_one_line_without_traceback(args, message):
     result = run(*args)  # no data folder: a bad model must be named before any data is looked for
@@ -155,7 +155,7 @@ def test_cli_resume_appends_to_the_json_log_and_refuses_other_settings(tiny_mnis
     assert run(*base, "--passes", "2", "--resume").exit_code == 0
     assert [json.loads(line)["pass"] for line in log.read_text().splitlines()] == [0, 1]
     other = run(*base, "--passes", "3", "--resume", "--lr", "0.01")
-    assert other.exit_code == 1 and "other settings or data (config.lr: 0.003 then, 0.01 now)" in other.output
+    assert other.exit_code == 1 and "other settings or data (--lr: 0.003 then, 0.01 now)" in other.output
 
 
 def test_cli_resume_of_a_mistyped_folder_fails_at_start_and_creates_nothing(tiny_mnist, tmp_path):
@@ -246,6 +246,20 @@ def test_cli_a_refused_run_leaves_the_live_runs_log_untouched(tiny_mnist, tmp_pa
     assert log.read_text() == '{"pass": 0}\n{"pass": 1}\n'
 
 
+def test_cli_a_refused_resume_or_failed_overwrite_touches_neither_log_nor_checkpoint(tiny_mnist, tmp_path):
+    """Review of issue 12: a resume refused for other settings still cut the log; an --overwrite whose reader
+    failed to load had already removed the checkpoint."""
+    ck, log = tmp_path / "ck", tmp_path / "log.jsonl"
+    assert run(*_train_args(tiny_mnist, ck, "--passes", "2", "--log-json", str(log))).exit_code == 0
+    lines, before = log.read_text(), (ck / "checkpoint.npz").read_bytes()
+    refused = run(*_train_args(tiny_mnist, ck, "--passes", "3", "--seed", "7", "--resume", "--log-json", str(log)))
+    assert refused.exit_code == 1 and "(--seed: 0 then, 7 now; pipeline: stage 0 was" in refused.output
+    failed = run(*_train_args(tiny_mnist, ck, "--passes", "1", "--overwrite", "--reader", "nosuchmodule:rows",
+                              "--log-json", str(log)))
+    assert failed.exit_code == 1 and "nosuchmodule" in failed.output
+    assert log.read_text() == lines and (ck / "checkpoint.npz").read_bytes() == before
+
+
 def test_cli_resume_with_another_reader_names_it(tiny_mnist, tmp_path, monkeypatch):
     """Review of issue 12: a resume with another --reader did not say the reader had changed."""
     (tmp_path / "mymnist.py").write_text("from readers.mnist import test, train\n")
@@ -253,13 +267,54 @@ def test_cli_resume_with_another_reader_names_it(tiny_mnist, tmp_path, monkeypat
     ckpt = tmp_path / "ck"
     assert run(*_train_args(tiny_mnist, ckpt, "--passes", "1")).exit_code == 0
     other = run(*_train_args(tiny_mnist, ckpt, "--passes", "2", "--resume", "--reader", "mymnist"))
-    assert other.exit_code == 1 and "(config.reader: 'mnist' then, 'mymnist' now)" in other.output
+    assert other.exit_code == 1 and "(--reader: 'mnist' then, 'mymnist' now)" in other.output
 
 
-def test_cli_labels_beyond_classes_name_the_option(tiny_mnist):
+def test_cli_classes_below_the_labels_read_are_refused_before_training(tiny_mnist):
     result = run("train", "--data-dir", str(tiny_mnist), "--no-download", "--passes", "1", "--classes", "3")
-    assert result.exit_code == 1 and re.search(r"pass --classes \d+ or more \(this run has 3 from --classes\)",
-                                               result.output), result.output
+    assert result.exit_code == 1 and "pass 0" not in result.output
+    assert "Error: --classes 3: the training split has labels up to 9; pass --classes 10 or more" in result.output
+
+
+LATE_CLASS = """
+import numpy as np
+
+def rows():  # a stream sorted by class: label 2 first appears after the 10,000 entries the classes are counted in
+    for i in range(10_200):
+        yield np.full(3, i % 7, np.float32), 0 if i < 5_000 else 1 if i < 10_100 else 2
+"""
+
+
+def test_cli_a_label_beyond_the_counted_classes_says_which_option_and_why(tmp_path, monkeypatch):
+    """New-user trial of issue 12: a stream sorted by class failed mid-run with the API's advice."""
+    (tmp_path / "late.py").write_text(LATE_CLASS)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    result = run("train", "--reader", "late:rows", "--passes", "1", "--batch-size", "512",
+                 "--checkpoint-dir", str(tmp_path / "ck"))
+    assert result.exit_code == 1
+    error = result.output.splitlines()[-1]
+    assert re.search(r"label 2 at pass 0, step \d+ is out of range for 2 classes \(counted in the labels read "
+                     r"before training\); pass --classes 3 or more; the reader is a stream", error), error
+    assert "n_classes" not in error and "with --checkpoint-dir, add --overwrite" in error
+
+
+def test_cli_a_test_split_that_cannot_fit_the_model_fails_before_training(tmp_path, monkeypatch):
+    """New-user trial of issue 12: a test split's wider images or larger labels failed after a whole pass."""
+    (tmp_path / "splits.py").write_text(
+        "import numpy as np\n"
+        "def train():\n    yield from ((np.zeros(8, np.float32), i % 2) for i in range(40))\n"
+        "def test():\n    yield from ((np.zeros(WIDTH, np.float32), LABEL) for i in range(10))\n"
+        "WIDTH, LABEL = 9, 0\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    wide = run("train", "--reader", "splits", "--passes", "1")
+    assert wide.exit_code == 1 and "pass 0" not in wide.output
+    assert "the test split's images (image float32[9]) do not match the training split's (image float32[8])" in wide.output
+    import splits
+    monkeypatch.setattr(splits, "WIDTH", 8)
+    monkeypatch.setattr(splits, "LABEL", 4)
+    counted = run("train", "--reader", "splits", "--passes", "1")
+    assert counted.exit_code == 0, counted.output
+    assert counted.output.splitlines()[0].endswith("labels 0..1 in all 40 entries, up to 4 in the test split: 5 classes")
 
 
 INTERRUPTING = """
@@ -289,11 +344,11 @@ def test_cli_resume_command_sets_the_data_folder_it_found_in_the_environment(tmp
 
 def test_cli_ctrl_c_before_any_data_is_read_exits_130_not_aborted(tmp_path, monkeypatch):
     """Review of issue 12: a very early Ctrl-C printed click's "Aborted!" with exit code 1."""
-    import readers.registry
+    import train.command
 
     def interrupted(name):
         raise KeyboardInterrupt
-    monkeypatch.setattr(readers.registry, "find_model", interrupted)
+    monkeypatch.setattr(train.command, "find_model", interrupted)
     result = run("train", "--checkpoint-dir", str(tmp_path / "ck"))
     assert result.exit_code == 130 and "Aborted" not in result.output
     assert "interrupted: no checkpoint was saved in" in result.stderr
@@ -304,7 +359,7 @@ def test_cli_resume_of_a_finished_run_with_other_settings_says_only_what_differs
     ckpt = tmp_path / "ck"
     assert run(*_train_args(tiny_mnist, ckpt, "--passes", "1")).exit_code == 0
     other = run(*_train_args(tiny_mnist, ckpt, "--passes", "1", "--resume", "--lr", "0.01"))
-    assert other.exit_code == 1 and "already holds" not in other.output and "config.lr: 0.003 then" in other.output
+    assert other.exit_code == 1 and "already holds" not in other.output and "(--lr: 0.003 then, 0.01 now)" in other.output
     same = run(*_train_args(tiny_mnist, ckpt, "--passes", "1", "--resume"))
     assert same.exit_code == 0 and "already holds 1 passes; nothing to train for --passes 1" in same.stderr
 
@@ -320,30 +375,47 @@ def rows():
 """
 
 
-def test_cli_ctrl_c_prints_the_resume_command_and_exits_130(tmp_path):
-    """New-user trial (issue 12): Ctrl-C left a traceback and no word on how to go on."""
+STOPPED_ENV = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+
+
+def _stop_after_first_checkpoint(tmp_path, signum):
+    """Train slowdata:rows from cli.py in ``tmp_path``, send ``signum`` once a checkpoint is saved: (rc, stderr)."""
     (tmp_path / "slowdata.py").write_text(SLOW_READER)
     args = ["train", "--reader", "slowdata:rows", "--batch-size", "8", "--passes", "4", "--checkpoint-every", "1",
             "--checkpoint-dir", "ck"]
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    with subprocess.Popen([sys.executable, str(ROOT / "cli.py"), *args], cwd=tmp_path, env=env,
+    with subprocess.Popen([sys.executable, str(ROOT / "cli.py"), *args], cwd=tmp_path, env=STOPPED_ENV,
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
         try:
             wait_until(lambda: (tmp_path / "ck" / "checkpoint.npz").exists() or proc.poll() is not None, 60,
                        "the first checkpoint")
-            proc.send_signal(signal.SIGINT)
-            out, err = proc.communicate(timeout=60)
+            proc.send_signal(signum)
+            _, err = proc.communicate(timeout=60)
         finally:
             proc.kill()
-    assert proc.returncode == 130, err
+    return proc.returncode, err
+
+
+def test_cli_ctrl_c_prints_the_resume_command_and_exits_130(tmp_path):
+    """New-user trial (issue 12): Ctrl-C left a traceback and no word on how to go on."""
+    returncode, err = _stop_after_first_checkpoint(tmp_path, signal.SIGINT)
+    assert returncode == 130, err
     command = err.strip().splitlines()[-1].strip()
     assert command == f"python {ROOT / 'cli.py'} train --reader slowdata:rows --batch-size 8 --passes 4 " \
                       "--checkpoint-dir ck --checkpoint-every 1 --resume"
     assert "interrupted: the checkpoint in ck holds pass " in err and "Traceback" not in err
-    resumed = subprocess.run([sys.executable, *command.split()[1:]], cwd=tmp_path, env=env, capture_output=True,
-                             text=True, timeout=120)
+    assert f"Resume with, from {tmp_path}:" in err
+    resumed = subprocess.run([sys.executable, *command.split()[1:]], cwd=tmp_path, env=STOPPED_ENV,
+                             capture_output=True, text=True, timeout=120)
     assert resumed.returncode == 0, resumed.stderr
     assert [line[:6] for line in resumed.stdout.splitlines() if "loss" in line][-1] == "pass 3"
+
+
+def test_cli_sigterm_stops_like_ctrl_c_with_exit_143(tmp_path):
+    """New-user trial of issue 12: a scheduler's SIGTERM left no message, no resume command and a part file."""
+    returncode, err = _stop_after_first_checkpoint(tmp_path, signal.SIGTERM)
+    assert returncode == 143, err
+    assert "terminated (SIGTERM): the checkpoint in ck holds pass " in err and "Traceback" not in err
+    assert err.strip().splitlines()[-1].strip().endswith("--checkpoint-every 1 --resume")
 
 
 def test_cli_reader_may_be_a_generator_function_in_the_current_folder(tmp_path):

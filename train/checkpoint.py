@@ -6,7 +6,6 @@ the data, the seed and whatever else the driver needs to resume.
 """
 from __future__ import annotations
 
-import fcntl
 import glob
 import json
 import os
@@ -14,141 +13,29 @@ import re
 import signal
 import tempfile
 import threading
-import time
 import warnings
 import zipfile
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
 
-__all__ = ["CheckpointError", "FolderInUse", "check_file", "checkpoints_in", "folder_in_use", "hold_run", "left_by_earlier_run",
-           "load_checkpoint", "load_for_rank", "lock_folder", "rank_folder", "remove_checkpoints", "save_checkpoint"]
+from train.feeds import user_stacklevel
+from train.folders import (
+    FILE,
+    CheckpointError,
+    FolderInUse,
+    folder_in_use,
+    held_by_this_process,
+    hold_run,
+    lock_folder,
+    rank_folder,
+    rank_folders,
+)
 
-FILE = "checkpoint.npz"
-LOCK = ".readerkit.lock"
+__all__ = ["CheckpointError", "FolderInUse", "check_file", "checkpoints_in", "folder_in_use", "hold_run",
+           "load_checkpoint", "load_for_rank", "lock_folder", "rank_folder", "read_meta", "remove_checkpoints",
+           "save_checkpoint"]
 _PART = re.compile(r"^\.checkpoint\.(\d+)\.[^.]+\.npz\.part$")
-#: Seconds a lock is retried before the folder counts as in use: another process's ``folder_in_use``
-#: probe holds a lock for microseconds, and must not make a rank's start fail.
-PATIENCE = 0.5
-_held: set[str] = set()  # folders this process holds exclusively: their part files are all stale
-STARTED = time.time()  # about when this process started: a checkpoint older than this was left by an earlier run
-
-
-class CheckpointError(ValueError):
-    """A checkpoint that cannot be read or does not fit; the message names the file."""
-
-
-class FolderInUse(CheckpointError):
-    """Another run holds the checkpoint folder's lock; the message names the folder and its pid."""
-
-
-@contextmanager
-def lock_folder(directory: str, *, shared: bool = False) -> Iterator[None]:
-    """Hold ``directory`` for this run: a second run into it fails at once, naming this one's pid.
-
-    The lock is ``fcntl.flock`` on ``directory/.readerkit.lock``, so the
-    system releases it when the process dies, however it dies; the file keeps
-    a holder's pid for the message. ``shared`` locks coexist with each other
-    (the ranks of one job share their top folder) but not with an exclusive
-    one (a one-process run there).
-
-    >>> import tempfile
-    >>> folder = tempfile.TemporaryDirectory()
-    >>> with lock_folder(folder.name):
-    ...     with lock_folder(folder.name):
-    ...         pass
-    Traceback (most recent call last):
-    ...
-    train.checkpoint.FolderInUse: another run is using .../... (pid ...); wait for it to end, or give this run another checkpoint folder
-    """
-    os.makedirs(directory, exist_ok=True)
-    fd = os.open(os.path.join(directory, LOCK), os.O_RDWR | os.O_CREAT, 0o644)
-    key = os.path.realpath(directory)
-    try:
-        deadline = time.monotonic() + PATIENCE
-        while True:
-            try:
-                fcntl.flock(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "unknown"
-                    raise FolderInUse(f"another run is using {directory} (pid {holder}); wait for it to end, or "
-                                      "give this run another checkpoint folder") from None
-                time.sleep(0.02)
-        if not shared:
-            os.ftruncate(fd, 0)
-            _held.add(key)
-        os.pwrite(fd, f"{os.getpid():<10}\n".encode(), 0)  # one width: shared holders overwrite, never mix
-        yield
-    finally:
-        if not shared:
-            _held.discard(key)
-        os.close(fd)  # closing the only descriptor releases the lock
-
-
-def folder_in_use(directory: str) -> bool:
-    """Whether a live run holds ``directory`` exclusively (its lock file is locked), on this or any machine
-    that shares the file system's locks.
-
-    >>> import tempfile
-    >>> folder = tempfile.TemporaryDirectory()
-    >>> folder_in_use(folder.name)
-    False
-    """
-    try:
-        fd = os.open(os.path.join(directory, LOCK), os.O_RDONLY)
-    except OSError:  # no lock file: no run ever held it
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)  # released at close, microseconds later
-    except BlockingIOError:
-        return True
-    finally:
-        os.close(fd)
-    return False
-
-
-def left_by_earlier_run(path: str) -> bool:
-    """Whether the checkpoint at ``path`` was left by a run that has ended before this process started:
-    no live process holds its folder, and it was last saved before this process started.
-
-    Another rank of this job may save at any time after the job started; a
-    rank of an earlier job (one of fewer processes, say) saved before.
-
-    >>> import tempfile
-    >>> folder = tempfile.TemporaryDirectory()
-    >>> path = save_checkpoint(folder.name, {"w": np.zeros(1)}, {"pass": 1})
-    >>> left_by_earlier_run(path)
-    False
-    >>> os.utime(path, (STARTED - 60, STARTED - 60)); left_by_earlier_run(path)
-    True
-    """
-    return os.path.getmtime(path) < STARTED and not folder_in_use(os.path.dirname(path))
-
-
-@contextmanager
-def hold_run(directory: str, rank: int, world_size: int) -> Iterator[None]:
-    """Lock a run's checkpoint folders: ``directory`` for a one-process run; for rank ``rank`` of a job of
-    several, ``directory`` shared with the job's other ranks and its own ``rank_folder`` exclusively.
-
-    So the ranks of one job run side by side, while a one-process run and a
-    job never share a folder (one could remove the other's checkpoints).
-
-    >>> import tempfile
-    >>> folder = tempfile.TemporaryDirectory()
-    >>> with hold_run(folder.name, 0, 2), hold_run(folder.name, 1, 2):
-    ...     folder_in_use(folder.name + "/rank1")
-    True
-    """
-    if world_size == 1:
-        with lock_folder(directory):
-            yield
-    else:
-        with lock_folder(directory, shared=True), lock_folder(rank_folder(directory, rank, world_size)):
-            yield
 
 
 def _alive(pid: int) -> bool:
@@ -167,7 +54,7 @@ def _sweep_parts(directory: str) -> None:
     In a folder this process holds exclusively (``lock_folder``) every part
     file is stale, even one whose pid a new process has taken since.
     """
-    mine = os.path.realpath(directory) in _held
+    mine = held_by_this_process(directory)
     for path in glob.glob(os.path.join(directory, ".checkpoint.*.npz.part")):
         match = _PART.match(os.path.basename(path))
         if mine or match is None or not _alive(int(match.group(1))) or int(match.group(1)) == os.getpid():
@@ -233,15 +120,6 @@ def _write(directory: str, model_state: dict[str, Any], meta: dict[str, Any]) ->
     return final
 
 
-def rank_folder(directory: str, rank: int, world_size: int) -> str:
-    """Where this process saves its checkpoints: ``directory``, or ``directory/rank<r>`` for one of several.
-
-    >>> rank_folder("ck", 0, 1), rank_folder("ck", 2, 3)
-    ('ck', 'ck/rank2')
-    """
-    return directory if world_size == 1 else os.path.join(directory, f"rank{rank}")
-
-
 def load_for_rank(directory: str, rank: int, world_size: int) -> tuple[dict[str, np.ndarray], dict[str, Any]] | None:
     """The checkpoint rank ``rank`` of ``world_size`` resumes from, or None.
 
@@ -258,9 +136,7 @@ def load_for_rank(directory: str, rank: int, world_size: int) -> tuple[dict[str,
     True
     """
     own = load_checkpoint(rank_folder(directory, rank, world_size))
-    others = [os.path.join(directory, name) for name in sorted(os.listdir(directory))
-              if name.startswith("rank") and name[4:].isdigit()] if os.path.isdir(directory) else []
-    found = {d: c for d in [directory, *others]
+    found = {d: c for d in [directory, *rank_folders(directory)]
              if (c := own if d == rank_folder(directory, rank, world_size) else load_checkpoint(d)) is not None}
     positions = {d: (c[1].get("pass", 0), c[1].get("cursor", 0)) for d, c in found.items()}
     if len(set(positions.values())) > 1:
@@ -268,7 +144,8 @@ def load_for_rank(directory: str, rank: int, world_size: int) -> tuple[dict[str,
         shown = ", ".join(f"{os.path.basename(d) or d}: pass {p}, entry {c}" for d, (p, c) in positions.items())
         warnings.warn(f"{directory}: the ranks' checkpoints are at different positions ({shown}); a resume "
                       "from them repeats or skips samples. Restart all ranks together from checkpoints of one "
-                      "step (delete the folders of ranks that are no longer in the job)", RuntimeWarning, stacklevel=2)
+                      "step (delete the folders of ranks that are no longer in the job)", RuntimeWarning,
+                      stacklevel=user_stacklevel())
     if own is not None:
         return own
     return min(found.values(), key=lambda c: (c[1].get("pass", 0), c[1].get("cursor", 0)), default=None)
@@ -290,20 +167,20 @@ def load_checkpoint(directory: str) -> tuple[dict[str, np.ndarray], dict[str, An
     check_file(path)
     if not zipfile.is_zipfile(path):
         raise CheckpointError(f"{path}: not a readable checkpoint (not an .npz archive: no zip directory in its "
-                              f"{os.path.getsize(path)} bytes); it was damaged or is another file. Delete it to start afresh")
+                              f"{os.path.getsize(path)} bytes); it was damaged or is another file. Delete it, or start over with overwrite (--overwrite), to start afresh")
     try:
         with np.load(path, allow_pickle=False) as archive:
             if "meta" not in archive.files:
                 raise CheckpointError(f"{path}: not a readerkit checkpoint (no 'meta' entry; it holds "
-                                      f"{sorted(archive.files)[:5]}); delete it to start afresh")
+                                      f"{sorted(archive.files)[:5]}); delete it, or start over with overwrite (--overwrite)")
             meta = json.loads(str(archive["meta"]))
             state = {k[6:]: archive[k] for k in archive.files if k.startswith("model/")}
     except CheckpointError:
         raise
     except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as exc:
-        raise CheckpointError(f"{path}: not a readable checkpoint ({exc or type(exc).__name__}); delete it to start afresh") from None
+        raise CheckpointError(f"{path}: not a readable checkpoint ({exc or type(exc).__name__}); delete it, or start over with overwrite (--overwrite)") from None
     if not isinstance(meta, dict):
-        raise CheckpointError(f"{path}: its meta data is not a JSON object; delete it to start afresh")
+        raise CheckpointError(f"{path}: its meta data is not a JSON object; delete it, or start over with overwrite (--overwrite)")
     for name, value in state.items():
         if value.dtype.kind in "fc" and not np.isfinite(value).all():
             nan, inf = int(np.isnan(value).sum()), int(np.isinf(value).sum())
@@ -314,13 +191,29 @@ def load_checkpoint(directory: str) -> tuple[dict[str, np.ndarray], dict[str, An
     return state, meta
 
 
+def read_meta(path: str) -> dict[str, Any] | None:
+    """The meta data of the checkpoint file ``path`` alone (no model state is read), or None when it has none.
+
+    >>> import tempfile
+    >>> folder = tempfile.TemporaryDirectory()
+    >>> read_meta(save_checkpoint(folder.name, {"w": np.zeros(9)}, {"pass": 2}))
+    {'pass': 2}
+    """
+    try:
+        with np.load(path, allow_pickle=False) as archive:
+            meta = json.loads(str(archive["meta"]))
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):
+        return None
+    return meta if isinstance(meta, dict) else None
+
+
 def check_file(path: str) -> None:
     """Refuse a checkpoint path that is not a file (a folder, a broken link): nothing could be saved there.
 
     >>> check_file("/")
     Traceback (most recent call last):
     ...
-    train.checkpoint.CheckpointError: / is not a file (a folder?), so it cannot be a checkpoint; move it away, or give another checkpoint folder
+    train.folders.CheckpointError: / is not a file (a folder?), so it cannot be a checkpoint; move it away, or give another checkpoint folder
     """
     if not os.path.isfile(path):
         raise CheckpointError(f"{path} is not a file (a folder?), so it cannot be a checkpoint; move it away, or "
@@ -335,9 +228,7 @@ def checkpoints_in(directory: str) -> list[str]:
     """
     if not os.path.isdir(directory):
         return []
-    folders = [directory] + [os.path.join(directory, name) for name in sorted(os.listdir(directory))
-                             if name.startswith("rank") and name[4:].isdigit()]
-    return [os.path.join(d, FILE) for d in folders if os.path.lexists(os.path.join(d, FILE))]
+    return [os.path.join(d, FILE) for d in [directory, *rank_folders(directory)] if os.path.lexists(os.path.join(d, FILE))]
 
 
 def remove_checkpoints(directory: str, rank: int, world_size: int) -> None:

@@ -20,7 +20,12 @@ class Progress:
     """The CLI's event handler: a progress bar per pass (on a terminal) and one summary line per pass.
 
     ``flush()`` prints the line of the pass that just ended, after its test
-    if any, and appends it to ``log_json`` (an open file) as one JSON object.
+    if any, and appends it to the JSON log as one object. ``log`` is an open
+    file, or a path opened at the first pass, once ``train`` has accepted
+    the run, so a run refused at its start leaves the file as it was: written
+    afresh, or with ``resume`` cut to the passes before the one it resumes
+    (``keep_passes_before``) and appended to. ``close()`` ends a bar cut short
+    (restoring the terminal's cursor) and closes the log.
 
     >>> import io
     >>> from train.events import EndPass
@@ -33,14 +38,32 @@ class Progress:
     '{"pass": 0, "train_loss": 0.5, "train_accuracy": 0.9, "test_accuracy": null, "samples_per_s": 1000.0, "seconds": 1.0}\\n'
     """
 
-    def __init__(self, log_json: Any, who: str = ""):
+    def __init__(self, log: Any = None, who: str = "", *, resume: bool = False):
         self.bar: Any = None
-        self.log_json, self.who = log_json, who
+        self.path = log if isinstance(log, (str, os.PathLike)) else None
+        self.log_json = None if self.path is not None else log
+        self.who, self.resume = who, resume
         self.pending: dict[str, Any] = {}
         self.passes = 0
 
+    def _open(self, first_pass: int) -> None:
+        if self.path is None or self.log_json is not None:
+            return
+        if self.resume:
+            keep_passes_before(self.path, first_pass)  # lines of passes the checkpoint does not hold go
+        self.log_json = open(self.path, "a" if self.resume else "w", encoding="utf-8")
+
+    def close(self) -> None:
+        """End a progress bar cut short and close a log this handler opened."""
+        if self.bar is not None:
+            self.bar.__exit__(None, None, None)
+            self.bar = None
+        if self.path is not None and self.log_json is not None:
+            self.log_json.close()
+
     def __call__(self, event: Any) -> None:
         if isinstance(event, BeginPass):
+            self._open(event.pass_id)
             if sys.stderr.isatty():  # elsewhere a bar is only a stray label line in the log
                 self.bar = click.progressbar(length=event.batches or 0, label=f"pass {event.pass_id}",
                                              show_eta=False, file=sys.stderr)
@@ -73,8 +96,6 @@ class Progress:
             self.log_json.flush()
         self.pending = {}
         self.passes += 1
-
-
 
 
 def keep_passes_before(path: str, first: int) -> None:

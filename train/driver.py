@@ -26,10 +26,15 @@ from readers.position import check_resumable, start_of
 from readers.registry import find_model
 from readers.sharding import check_equalize, is_sharded
 from readers.shuffling import DrawnSeed
-from train.checkpoint import CheckpointError, rank_folder, save_checkpoint
+from train.checkpoint import (
+    CheckpointError,
+    rank_folder,
+    remove_checkpoints,
+    save_checkpoint,
+)
 from train.events import BeginIteration, BeginPass, EndIteration, EndPass, TestResult
 from train.feeds import check_unbatched, columns_of, feeds, infer_sizes, warn_unscaled
-from train.resume import check_meta, claim
+from train.resume import check_meta, claim, this_job
 
 __all__ = ["evaluate", "train"]
 
@@ -169,18 +174,21 @@ def train(
     as ``{name: array}`` through ``mapping``. ``model`` is an object with
     step/evaluate/state_dict/load_state_dict, or a registered name ("mlp")
     built with ``seed`` for the data: its input size from the first entry's
-    ``image``, its classes from the largest ``label`` of the first 10,000.
+    ``image``, its classes from the largest ``label`` (``train.feeds.infer_sizes``:
+    of 10,000 entries spread over an indexed provider, else of its first 10,000).
     An input far outside [0, 1] (raw uint8 pixels) draws one RuntimeWarning.
 
     With ``checkpoint_dir`` the model and the position are saved after every
     pass and every ``checkpoint_every`` steps. The folder is locked for the
     run (a second run into it fails at once). A new run into a folder that
-    holds a checkpoint is refused unless ``overwrite`` (which removes it);
+    holds a checkpoint is refused unless ``overwrite`` (which replaces it at
+    the first save);
     ``resume`` continues from the last checkpoint there (refusing a folder
     without one), and refuses one made with another batch size, seed,
-    drop_last, ``config`` (a JSON-able dict of the caller's own settings, such
-    as the learning rate) or data, since any of them would break "every sample
-    once per pass". The data is known by ``readers.fingerprint``: the
+    drop_last, model (its class, and what its ``settings()`` returns: the
+    built-in models' sizes and learning rate), ``config`` (a JSON-able dict of
+    the caller's own settings) or data, since any of them would break "every
+    sample once per pass" or the run's results. The data is known by ``readers.fingerprint``: the
     pipeline, the length and the sources' content, not the paths it was read
     from, so the same files in another folder resume.
 
@@ -241,20 +249,26 @@ def train(
     if is_sharded(provider):  # a shard's length depends on the number of processes, which may change
         data["length"] = None
     run = {"batch_size": batch_size, "seed": seed, "drop_last": bool(drop_last), "data": data,
-           "config": dict(config or {})}
+           "model": _model_settings(model), "config": dict(config or {})}
     info = readers.worker_info()
-    folder = rank_folder(checkpoint_dir, info.rank, info.world_size)
     with claim(checkpoint_dir, resume=resume, overwrite=overwrite, rank=info.rank,
                world_size=info.world_size) as found:
-        saved = _Saved(folder, model, run, checkpoint_every)
+        saved = _Saved(checkpoint_dir, info, model, run, checkpoint_every, replace=overwrite)
         if found is not None:
             saved.restore(*found)
         return loop(saved)
 
 
+def _model_settings(model: Any) -> dict[str, Any]:
+    """The model's class and, when it says (``settings()``), what it was built with: a resume compares them."""
+    settings = getattr(model, "settings", None)
+    return {"class": type(model).__qualname__, **(settings() if callable(settings) else {})}
+
+
 def _check_seeds(provider: Any) -> None:
     """Refuse checkpoints of a pipeline whose shuffle draws its seed: a resume would draw another order."""
-    drawn = [s for s in walk(provider) if isinstance(getattr(s, "seed", None), DrawnSeed)]
+    drawn = [s for s in walk(provider) if isinstance(getattr(s, "seed", None), DrawnSeed)
+             and getattr(s, "buf_size", None) not in (0, 1)]  # a buffer of one entry keeps the order
     if drawn:
         name = getattr(drawn[0], "name", describe(drawn[0]))
         raise ValueError(f"train: the provider's {name}(seed=None) draws a new seed in every run, so a resume "
@@ -262,10 +276,17 @@ def _check_seeds(provider: Any) -> None:
 
 
 class _Saved:
-    """A run's checkpoints: the position, the pass totals and history saved with the model."""
+    """A run's checkpoints: the position, the pass totals and history saved with the model.
 
-    def __init__(self, folder: str, model: Any, run: dict[str, Any], every: int | None):
-        self.folder, self.model, self.run, self.every = folder, model, run, every
+    A run that replaces (``overwrite``) removes the checkpoints it replaces at
+    its first save, not before: a run that fails first leaves them.
+    """
+
+    def __init__(self, directory: str, info: Any, model: Any, run: dict[str, Any], every: int | None, *,
+                 replace: bool):
+        self.directory, self.rank, self.world_size = directory, info.rank, info.world_size
+        self.folder = rank_folder(directory, info.rank, info.world_size)
+        self.model, self.run, self.every, self.replace = model, run, every, replace
         self.first_pass, self.reader_state, self.totals, self.history = 0, None, None, []
 
     def restore(self, state: dict[str, Any], meta: dict[str, Any]) -> None:
@@ -281,7 +302,10 @@ class _Saved:
 
     def save(self, state: dict[str, Any], totals: dict[str, float] | None) -> None:
         meta = {"pass": state["pass"], "cursor": state["cursor"], "reader_state": state, "totals": totals,
-                "history": self.history, **self.run}
+                "history": self.history, "job": this_job(self.world_size), **self.run}
+        if self.replace:
+            remove_checkpoints(self.directory, self.rank, self.world_size)
+            self.replace = False
         save_checkpoint(self.folder, self.model.state_dict(), meta)
 
 

@@ -26,7 +26,7 @@ from readers.pipeline import describe, walk
 from readers.plans import CHUNK
 from readers.stage import Stage
 
-__all__ = ["check_unbatched", "columns_of", "feeds", "infer_sizes", "warn_unscaled"]
+__all__ = ["check_unbatched", "columns_of", "feeds", "infer_sizes", "user_stacklevel", "warn_unscaled"]
 
 #: Entries read to find the classes of a built-in model, and the largest |value| an input is expected to have.
 SCAN = 10_000
@@ -257,11 +257,16 @@ def infer_sizes(reader: Any, columns: Mapping[str, Any], image: str = "image",
     return x.size, max(top + 1, 2), shown
 
 
-def _outside_level() -> int:
+def user_stacklevel() -> int:
     """The stacklevel, for a warning raised by our caller, of the first frame outside the train package.
 
     That is the user's line: their call of ``train(...)`` however deep the
-    driver calls this module, or their own call of ``warn_unscaled``.
+    driver calls the code that warns, or their own call of it.
+
+    >>> def warns():
+    ...     return user_stacklevel()
+    >>> warns()  # called from outside the train package: the caller's own line
+    1
     """
     here = inspect.currentframe()
     frame, level = here.f_back if here is not None else None, 1  # our caller, the function that warns: stacklevel 1
@@ -311,6 +316,6 @@ def warn_unscaled(feed: Mapping[str, Any], skip: Sequence[str] = ("label", "weig
                             "readers.map_readers(lambda e: ((e[0] - mean) / std, e[1]), reader)")
         warnings.warn(f"input {name!r} holds {a.dtype} values {seen}, far outside [0, 1]: models train poorly on "
                       f"unscaled values. {advice}", RuntimeWarning,
-                      stacklevel=_outside_level() if stacklevel is None else stacklevel)
+                      stacklevel=user_stacklevel() if stacklevel is None else stacklevel)
         return True
     return False

@@ -120,6 +120,7 @@ class _Network:
         if isinstance(lr, bool) or not (isinstance(lr, numbers.Real) and math.isfinite(lr) and lr > 0):
             raise ValueError(f"lr must be a positive number, got {lr!r}")
         self.n_inputs, self.n_classes, self.lr, self.seed = int(sizes[0]), int(sizes[-1]), float(lr), seed
+        self._built_lr = self.lr
         rng = np.random.default_rng(seed)
         self._names, self._params = [], []
         for k, (fan_in, fan_out) in enumerate(zip(sizes[:-1], sizes[1:])):
@@ -131,6 +132,18 @@ class _Network:
         self._v = [np.zeros_like(p) for p in self._params]
         self._scratch = [np.empty_like(p) for p in self._params]
         self._step = 0
+
+    def settings(self) -> dict[str, Any]:
+        """What the model was built with, as JSON: checkpoints record it, so a resume with another
+        learning rate or size is refused (``lr`` as built, before any schedule changes it).
+
+        >>> MLP(4, (8,), 3, lr=0.01).settings()
+        {'n_inputs': 4, 'hidden': [8], 'n_classes': 3, 'lr': 0.01, 'seed': 0}
+        """
+        sizes = [len(w) for w in self._params[0::2]][1:]
+        seed = int(self.seed) if isinstance(self.seed, (int, np.integer)) else None
+        return {"n_inputs": self.n_inputs, "hidden": sizes, "n_classes": self.n_classes, "lr": self._built_lr,
+                "seed": seed}
 
     def step(self, batch: Mapping[str, Any]) -> dict[str, float | int]:
         """Train on one batch and return its metrics, computed before the update.

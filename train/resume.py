@@ -19,38 +19,60 @@ from typing import Any
 import numpy as np
 
 from readers.identity import differences
+from readers.launch import job_id
 from train.checkpoint import (
     FILE,
     CheckpointError,
     check_file,
     checkpoints_in,
+    folder_in_use,
     hold_run,
-    left_by_earlier_run,
     load_for_rank,
     rank_folder,
-    remove_checkpoints,
+    read_meta,
 )
+from train.feeds import user_stacklevel
 
-__all__ = ["check_folder", "check_meta", "claim", "open_run"]
+__all__ = ["check_folder", "check_meta", "claim", "open_run", "this_job"]
 
 Found = tuple[dict[str, np.ndarray], dict[str, Any]] | None
-_claims: dict[tuple[str, int], Found] = {}  # (folder, thread) -> what its claim found
+_claims: dict[tuple[str, int], dict[str, Any]] = {}  # (folder, thread) -> its claim's flags and checkpoint
 
 _TOTALS = ("loss", "accuracy", "weight", "samples", "batches", "seconds")
 
 
+def this_job(world_size: int) -> dict[str, Any]:
+    """What a checkpoint records of the job that saved it: its size and launch (``readers.launch.job_id``).
+
+    >>> this_job(4)
+    {'world_size': 4, 'id': None}
+    """
+    return {"world_size": world_size, "id": job_id()}
+
+
+def _of_this_job(path: str, job: dict[str, Any]) -> bool:
+    """Whether the checkpoint at ``path`` was saved by a rank of this job: its folder is held by a live
+    process now, or it records this job (the same launch, or without launch names, the same size)."""
+    if folder_in_use(os.path.dirname(path)):
+        return True
+    saved = (read_meta(path) or {}).get("job")
+    if not isinstance(saved, dict) or saved.get("world_size") != job["world_size"]:
+        return False
+    return None in (saved.get("id"), job["id"]) or saved.get("id") == job["id"]
+
+
 def check_folder(directory: str, *, resume: bool, overwrite: bool, rank: int, world_size: int,
                  flags: tuple[str, str] = ("resume=True", "overwrite=True")) -> None:
-    """Refuse what would lose or mix runs, from the files' names and locks alone; changes and loads nothing.
+    """Refuse what would lose or mix runs, from the files, their locks and the jobs they record; changes
+    and loads nothing.
 
     Refuses a new run into a folder that holds a checkpoint (unless
     ``overwrite``), a resume from a folder without one, and a checkpoint path
     that is no file. For rank ``rank`` of a job of several, another rank's
-    checkpoint counts when it was left by an earlier job (one of fewer
-    processes, say: see ``train.checkpoint.left_by_earlier_run``), not saved
-    by a rank of this one.
-    ``flags`` are the words for resume and overwrite in the messages (the
-    CLI's are its options).
+    checkpoint counts unless a rank of this job saved it (see ``this_job``):
+    one left by an earlier job, of fewer processes say, must not be trained
+    beside. ``flags`` are the words for resume and overwrite in the messages
+    (the CLI's are its options).
 
     >>> import tempfile
     >>> folder = tempfile.TemporaryDirectory()
@@ -58,7 +80,7 @@ def check_folder(directory: str, *, resume: bool, overwrite: bool, rank: int, wo
     >>> check_folder(folder.name + "/typo", resume=True, overwrite=False, rank=0, world_size=1, flags=("--resume", "--overwrite"))
     Traceback (most recent call last):
     ...
-    train.checkpoint.CheckpointError: --resume: .../typo does not exist; check the folder's name, or drop --resume to start a new run
+    train.folders.CheckpointError: --resume: .../typo does not exist; check the folder's name, or drop --resume to start a new run
     """
     resume_flag, overwrite_flag = flags
     if resume and overwrite:
@@ -75,31 +97,31 @@ def check_folder(directory: str, *, resume: bool, overwrite: bool, rank: int, wo
         return
     if world_size > 1:  # the other ranks of this job may have saved already
         mine = {os.path.join(rank_folder(directory, rank, world_size), FILE), os.path.join(directory, FILE)}
-        held = [path for path in held if path in mine or left_by_earlier_run(path)]
+        job = this_job(world_size)
+        held = [path for path in held if path in mine or not _of_this_job(path, job)]
     if held and not overwrite:
         raise CheckpointError(f"{directory} holds a checkpoint ({held[0]}); add {resume_flag} to continue that "
                               f"run, or {overwrite_flag} to start over and replace it")
 
 
-def open_run(directory: str, *, resume: bool, overwrite: bool, rank: int, world_size: int) -> Found:
-    """``check_folder``, then the checkpoint this rank resumes from, or for a new run None (after removing
-    the checkpoints it replaces, when it overwrites).
+def open_run(directory: str, *, resume: bool, overwrite: bool, rank: int, world_size: int,
+             flags: tuple[str, str] = ("resume=True", "overwrite=True")) -> Found:
+    """``check_folder``, then the checkpoint this rank resumes from, or None for a new run.
 
-    Call it holding the run's locks (``train.checkpoint.hold_run``), or use ``claim``.
+    A run that overwrites removes nothing here: the checkpoints it replaces
+    go at its first save (``train.checkpoint.remove_checkpoints``), so a run
+    that fails before it has anything to save leaves them as they were. Call
+    it holding the run's locks (``train.checkpoint.hold_run``), or use ``claim``.
 
     >>> import tempfile
     >>> folder = tempfile.TemporaryDirectory()
     >>> from train.checkpoint import save_checkpoint
     >>> _ = save_checkpoint(folder.name, {"w": np.zeros(1)}, {"pass": 1})
-    >>> open_run(folder.name, resume=False, overwrite=True, rank=0, world_size=1), checkpoints_in(folder.name)
-    (None, [])
+    >>> open_run(folder.name, resume=False, overwrite=True, rank=0, world_size=1), len(checkpoints_in(folder.name))
+    (None, 1)
     """
-    check_folder(directory, resume=resume, overwrite=overwrite, rank=rank, world_size=world_size)
-    if resume:
-        return load_for_rank(directory, rank, world_size)
-    if overwrite:
-        remove_checkpoints(directory, rank, world_size)
-    return None
+    check_folder(directory, resume=resume, overwrite=overwrite, rank=rank, world_size=world_size, flags=flags)
+    return load_for_rank(directory, rank, world_size) if resume else None
 
 
 @contextmanager
@@ -107,11 +129,12 @@ def claim(directory: str, *, resume: bool, overwrite: bool, rank: int, world_siz
           flags: tuple[str, str] = ("resume=True", "overwrite=True")) -> Iterator[Found]:
     """Hold a run's checkpoint folder (``hold_run``) and give what ``open_run`` finds there, under the lock.
 
-    Re-entrant in one thread: a caller that claims the folder first (the CLI,
-    so that it trims its log only once no other run can be using the folder)
-    can then call ``train``, whose own claim gets the same checkpoint, loaded
-    once, and removes nothing twice. A ``resume`` from a folder that does not
-    exist is refused before the lock would create it.
+    Re-entrant in one thread, for the same ``resume`` and ``overwrite``: a
+    caller that claims the folder first (the CLI, so that nothing it reads or
+    writes can race another run) can then call ``train``, whose own claim
+    gets the checkpoint the outer one loaded. Later claims inside it look at
+    the folder afresh (a run inside may have saved). A ``resume`` from a
+    folder that does not exist is refused before the lock would create it.
 
     >>> import tempfile
     >>> folder = tempfile.TemporaryDirectory()
@@ -121,16 +144,21 @@ def claim(directory: str, *, resume: bool, overwrite: bool, rank: int, world_siz
     (None, None)
     """
     key = (os.path.realpath(rank_folder(directory, rank, world_size)), threading.get_ident())
-    if key in _claims:
-        yield _claims[key]
+    where = {"resume": resume, "overwrite": overwrite, "rank": rank, "world_size": world_size, "flags": flags}
+    outer = _claims.get(key)
+    if outer is not None:
+        if (outer["resume"], outer["overwrite"]) != (resume, overwrite):
+            raise ValueError(f"{directory} is claimed already in this thread with resume={outer['resume']}, "
+                             f"overwrite={outer['overwrite']}; a run inside the claim must use the same")
+        found, outer["found"] = outer["found"], None
+        yield found if found is not None else open_run(directory, **where)
         return
     if resume and not os.path.isdir(directory):
-        check_folder(directory, resume=resume, overwrite=overwrite, rank=rank, world_size=world_size, flags=flags)
+        check_folder(directory, **where)
     with hold_run(directory, rank, world_size):
-        check_folder(directory, resume=resume, overwrite=overwrite, rank=rank, world_size=world_size, flags=flags)
-        _claims[key] = open_run(directory, resume=resume, overwrite=overwrite, rank=rank, world_size=world_size)
+        _claims[key] = {"resume": resume, "overwrite": overwrite, "found": open_run(directory, **where)}
         try:
-            yield _claims[key]
+            yield _claims[key]["found"]
         finally:
             del _claims[key]
 
@@ -142,14 +170,14 @@ def _whole(value: Any) -> bool:
 def _fault(path: str, field: str, wanted: str, value: Any) -> CheckpointError:
     shown = repr(value) if len(repr(value)) <= 60 else repr(value)[:57] + "..."
     return CheckpointError(f"{path}: field {field!r} must be {wanted}, got {shown} ({type(value).__name__}); the "
-                           "file was damaged or edited: delete it to start afresh, or restore it")
+                           "file was damaged or edited: delete it, or start over with overwrite (--overwrite), or restore it")
 
 
 def _check_fields(path: str, meta: dict[str, Any], run: dict[str, Any]) -> None:
     for key in ("pass", "cursor", "reader_state", "totals", "history", *run):
         if key not in meta:
             raise CheckpointError(f"{path}: the checkpoint does not record {key!r} (made by another version?); "
-                                  "delete it to start afresh")
+                                  "delete it, or start over with overwrite (--overwrite)")
     for key in ("pass", "cursor"):
         if not _whole(meta[key]):
             raise _fault(path, key, "a whole number >= 0", meta[key])
@@ -187,7 +215,7 @@ def _migrate(path: str, meta: dict[str, Any], run: dict[str, Any]) -> dict[str, 
         return meta
     warnings.warn(f"{path} was made by an earlier readerkit, which did not record what its data is; only "
                   f"the length ({meta.get('length')} entries) is checked on this resume. The next checkpoint "
-                  "records the data's fingerprint", RuntimeWarning, stacklevel=5)  # at the call of train()
+                  "records the data's fingerprint", RuntimeWarning, stacklevel=user_stacklevel())
     return {**meta, "data": {"pipeline": run["data"]["pipeline"], "length": meta.get("length"), "content": None}}
 
 
@@ -206,11 +234,11 @@ def check_meta(directory: str, meta: dict[str, Any], run: dict[str, Any]) -> Non
     >>> check_meta("ck", {**meta, "cursor": "3"}, {"seed": 0, "data": data})
     Traceback (most recent call last):
     ...
-    train.checkpoint.CheckpointError: ck/checkpoint.npz: field 'cursor' must be a whole number >= 0, got '3' (str); ...
+    train.folders.CheckpointError: ck/checkpoint.npz: field 'cursor' must be a whole number >= 0, got '3' (str); ...
     >>> check_meta("ck", meta, {"seed": 1, "data": {**data, "content": "ac"}})
     Traceback (most recent call last):
     ...
-    train.checkpoint.CheckpointError: ck: the checkpoint was made with other settings or data (seed: 0 then, 1 now; content: the data itself differs (same pipeline and length, other values)); resume with the same settings and data, or train into another checkpoint folder
+    train.folders.CheckpointError: ck: the checkpoint was made with other settings or data (seed: 0 then, 1 now; content: the data itself differs (same pipeline and length, other values)); resume with the same settings and data, or train into another checkpoint folder
     """
     path = os.path.join(directory, FILE)
     meta = _migrate(path, meta, run)

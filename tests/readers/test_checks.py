@@ -64,3 +64,18 @@ def test_whole_accepts_ints_and_integral_floats(value, expected):
 def test_whole_refuses_other_values_naming_where_and_what(value, minimum, floats):
     with pytest.raises(ValueError, match=rf"^firstn: n must be an int >= {minimum}, got "):
         whole(value, "n", "firstn", minimum, floats=floats)
+
+
+@pytest.mark.parametrize("data,advice", [
+    ((np.zeros((6, 2)), np.arange(6)), "it holds 2 arrays of 6 rows: wrap them with readers.from_arrays(x, y)"),
+    ([np.zeros(4), np.zeros(4), np.zeros((4, 3))], "it holds 3 arrays of 4 rows: wrap them with readers.from_arrays(x, y, z)"),
+    (np.zeros((5, 2)), "wrap the array with readers.np_array(x) (its rows as entries) or readers.from_arrays(x)"),
+    ((np.zeros(3), np.zeros(4)), "wrap data with readers.from_sequence(...)"),  # unequal: no from_arrays
+    ((np.zeros(3), [1, 2, 3]), "wrap data with readers.from_sequence(...)"),
+    ((), "wrap data with readers.from_sequence(...)"),
+])
+def test_data_given_as_a_reader_is_told_the_reader_that_fits(data, advice):
+    """Review of issue 12: train((x, y), ...) was told to use readers.from_sequence, whose entries would be x and y."""
+    with pytest.raises(TypeError) as info:
+        check_reader(data)
+    assert advice in str(info.value)

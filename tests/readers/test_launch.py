@@ -181,3 +181,19 @@ def test_worker_info_counts_each_global_worker_once():
         os.environ.clear()
         os.environ.update(saved)
     assert sorted(ids) == list(range(6)) and set(ids.values()) == {1}
+
+
+@pytest.mark.parametrize("env, expected", [
+    ({}, None),
+    ({"TORCHELASTIC_RUN_ID": "none"}, None),  # torchrun's default names no launch
+    ({"TORCHELASTIC_RUN_ID": "a1b2"}, "torchrun:a1b2"),
+    ({"SLURM_JOB_ID": "812", "SLURM_STEP_ID": "3"}, "slurm:812.3"),
+    ({"PMIX_NAMESPACE": "prterun-host-1234@1"}, "pmix:prterun-host-1234@1"),
+])
+def test_job_id_names_the_launch_where_the_launcher_does(monkeypatch, env, expected):
+    for name in ("TORCHELASTIC_RUN_ID", "SLURM_JOB_ID", "SLURM_STEP_ID", "PMIX_NAMESPACE"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    from readers.launch import job_id
+    assert job_id() == expected

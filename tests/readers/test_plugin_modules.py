@@ -6,7 +6,14 @@ import sys
 
 import pytest
 
-from readers.plugin_modules import OWN_PACKAGES, importable, refusal, shadow_note
+from readers.plugin_modules import (
+    OWN_PACKAGES,
+    file_advice,
+    importable,
+    not_found,
+    refusal,
+    shadow_note,
+)
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
@@ -55,3 +62,22 @@ def test_shadow_note_names_the_users_file_and_says_to_rename_it(tmp_path, monkey
 def test_shadow_note_is_empty_in_readerkits_own_folder(monkeypatch):
     monkeypatch.chdir(ROOT)
     assert [shadow_note(name) for name in OWN_PACKAGES] == [""] * len(OWN_PACKAGES)
+
+
+@pytest.mark.parametrize("name,advice", [
+    ("blobs.py", "'blobs.py' is a file: name its module, 'blobs', without '.py' or a folder"),
+    ("./mydata.py", "'./mydata.py' is a file: name its module, 'mydata', without '.py' or a folder"),
+    ("data/mydata.py:train", ("'data/mydata.py' is a file: name its module, 'mydata:train', without '.py' or a "
+                              "folder, and run from the folder 'data'")),
+    ("data/", "'data/' is a path: name a module, a file's name without '.py', and run from the folder that holds it"),
+    ("mydata", ""), ("pkg.mydata:train", ""),
+])
+def test_file_advice_names_the_module_of_a_file(name, advice):
+    """Review of issue 12: --reader blobs.py and ./mydata.py said "unknown reader" without a hint."""
+    assert file_advice(name) == advice
+
+
+def test_not_found_says_when_a_files_module_would_lose_to_a_plugin_of_its_name():
+    message = not_found("readers", "mnist.py", ["mnist"])
+    assert "name its module, 'mnist', without '.py'" in message and "rename the file" in message
+    assert "did you mean" not in message

@@ -442,3 +442,45 @@ def test_cli_imports_readerkits_packages_before_a_users_files_of_the_same_names(
     proc = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines()[1].startswith("pass 0: loss")
+
+
+@pytest.mark.parametrize("name,advice", [
+    ("blobs.py", "'blobs.py' is a file: name its module, 'blobs', without '.py' or a folder"),
+    ("./blobs.py", "'./blobs.py' is a file: name its module, 'blobs', without '.py' or a folder"),
+    ("data/blobs.py", "name its module, 'blobs', without '.py' or a folder, and run from the folder 'data'"),
+])
+def test_a_file_named_as_a_reader_is_told_to_name_its_module(install, name, advice):
+    """Review of issue 12: --reader blobs.py or ./mydata.py said "unknown reader" without a hint."""
+    install("blobs-dist", "", blobs="def train():\n    return lambda: iter([1])\n")
+    with pytest.raises(PluginNotFound) as info:
+        find_reader(name)
+    assert f"unknown reader {name!r} (" in str(info.value) and advice in str(info.value)
+    with pytest.raises(PluginLoadError, match="name its module, 'blobs:train', without '.py'"):
+        find_reader(f"{name}:train")
+    assert list(find_reader("blobs")()()) == [1]  # what the advice says works
+
+
+def test_a_plugins_name_as_a_module_is_told_to_name_the_plugin_alone(register):
+    """Review of issue 12: --reader mnist:train said only "No module named 'mnist'"."""
+    with pytest.raises(PluginLoadError) as info:
+        find_reader("mnist:train")
+    assert str(info.value) == (
+        "cannot import module 'mnist' (from 'mnist:train'): 'mnist' is the name of a reader plugin, not a module; "
+        "name the plugin alone, 'mnist' (--reader mnist): its test split comes with it")
+    register("readers", "letters", lambda: lambda: iter("ab"))
+    with pytest.raises(PluginLoadError, match=r"name the plugin alone, 'letters' \(--reader letters\)$"):
+        find_reader("letters:train")  # no test split to speak of
+    with pytest.raises(PluginLoadError, match=r"--model mlp\)$"):
+        find_model("mlp:MLP")
+
+
+def test_a_missing_attribute_suggests_only_callables_the_module_defines(install):
+    """Review of issue 12: --reader mygen:nope suggested "did you mean 'np'?", the module's import of numpy."""
+    install("mygen-dist", "", mygen="import numpy as np\nfrom os.path import join\n\n\ndef rows():\n    yield 1\n")
+    with pytest.raises(PluginLoadError) as info:
+        find_reader("mygen:nope")
+    assert str(info.value) == "module 'mygen' has no attribute 'nope'; check the spelling, or define 'nope' in mygen"
+    with pytest.raises(PluginLoadError, match="define 'jion' in mygen"):
+        find_reader("mygen:jion")  # join is imported, not defined there
+    with pytest.raises(PluginLoadError, match=r"did you mean 'rows'\?"):
+        find_reader("mygen:rws")

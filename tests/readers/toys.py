@@ -40,3 +40,7 @@ class CountingReader:
         for item in self.items:
             self.pulled += 1
             yield item
+
+
+def is_vowel(x: str) -> bool:
+    return x in {"a", "e", "i", "o", "u", "y"}  # compiled to a frozenset constant, whose order follows the hash seed

@@ -10,7 +10,6 @@ import pytest
 from tests.train.recording import MAPPING, RecordingModel, dataset
 from train.checkpoint import (
     CheckpointError,
-    FolderInUse,
     checkpoints_in,
     load_checkpoint,
     load_for_rank,
@@ -83,23 +82,6 @@ def test_load_for_rank_prefers_its_own_checkpoint_else_the_earliest(tmp_path):
         new = load_for_rank(str(tmp_path), 2, 3)  # a rank new to the job takes the earliest position
     assert int(new[0]["rank"]) == 1
     assert load_for_rank(str(tmp_path / "empty"), 0, 2) is None
-
-
-def test_a_second_run_into_a_locked_folder_fails_naming_the_holder(tmp_path):
-    """New-user trial (issue 12): two runs in one folder deleted each other's part files and crashed."""
-    with lock_folder(str(tmp_path)):
-        with pytest.raises(FolderInUse, match=rf"another run is using {tmp_path} \(pid {os.getpid()}\)"):
-            train(dataset(), MAPPING, 16, 1, model=RecordingModel(), checkpoint_dir=str(tmp_path))
-    train(dataset(), MAPPING, 16, 1, model=RecordingModel(), checkpoint_dir=str(tmp_path))  # released
-
-
-def test_the_lock_is_released_when_its_holder_dies(tmp_path):
-    code = ("import os, sys; from train.checkpoint import lock_folder\n"
-            "with lock_folder(sys.argv[1]):\n    os._exit(0)")
-    subprocess.run([sys.executable, "-c", code, str(tmp_path)], cwd=ROOT, check=True, timeout=60,
-                   env={**os.environ, "PYTHONPATH": str(ROOT)})
-    with lock_folder(str(tmp_path)):
-        pass
 
 
 def test_a_save_leaves_a_live_writers_part_file_and_sweeps_a_dead_ones(tmp_path):

@@ -34,3 +34,23 @@ def test_keep_passes_before_drops_later_passes_and_a_half_written_line(tmp_path)
 def test_keep_passes_before_of_a_missing_log_does_nothing(tmp_path):
     keep_passes_before(str(tmp_path / "none.jsonl"), 1)
     assert not (tmp_path / "none.jsonl").exists()
+
+
+def test_progress_opens_its_log_at_the_first_pass_only(tmp_path):
+    """Review of issue 12: the CLI cut or emptied the log before train() had accepted the run."""
+    from train.console import Progress
+    from train.events import BeginPass
+
+    log = tmp_path / "log.jsonl"
+    log.write_text('{"pass": 0}\n{"pass": 1}\n{"pass": 2}\n')
+    refused = Progress(str(log), resume=True)
+    refused.close()  # a run refused before its first pass
+    assert log.read_text() == '{"pass": 0}\n{"pass": 1}\n{"pass": 2}\n'
+    resumed = Progress(str(log), resume=True)
+    resumed(BeginPass(1, 10, 0))
+    resumed.close()
+    assert log.read_text() == '{"pass": 0}\n'
+    fresh = Progress(str(log))
+    fresh(BeginPass(0, 10, 0))
+    fresh.close()
+    assert log.read_text() == ""

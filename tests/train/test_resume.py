@@ -4,9 +4,9 @@ import os
 import numpy as np
 import pytest
 
+import readers
 from tests.train.recording import MAPPING, RecordingModel, dataset
 from train.checkpoint import (
-    STARTED,
     CheckpointError,
     FolderInUse,
     hold_run,
@@ -50,9 +50,15 @@ def test_resume_and_overwrite_together_are_refused(tmp_path):
         open_run(str(tmp_path), resume=True, overwrite=True, rank=0, world_size=1)
 
 
+def _saved_by(folder, world_size, job=None):
+    """A checkpoint as a rank of a job of ``world_size`` processes (launch ``job``) saves it."""
+    meta = {"pass": 0, "job": {"world_size": world_size, "id": job}}
+    return save_checkpoint(str(folder), {"w": np.zeros(1)}, meta)
+
+
 def test_a_rank_of_a_new_job_sees_only_its_own_folder_and_the_folders(tmp_path):
-    # rank 0 of this job saved before rank 1 started: rank 1's new run is not refused for it
-    save_checkpoint(str(tmp_path / "rank0"), {"w": np.zeros(1)}, {"pass": 0})
+    # rank 0 of this job saved (and may even have finished) before rank 1 started: rank 1 is not refused
+    _saved_by(tmp_path / "rank0", 2)
     assert open_run(str(tmp_path), resume=False, overwrite=False, rank=1, world_size=2) is None
     with pytest.raises(CheckpointError, match="rank0"):
         open_run(str(tmp_path), resume=False, overwrite=False, rank=0, world_size=2)
@@ -61,21 +67,36 @@ def test_a_rank_of_a_new_job_sees_only_its_own_folder_and_the_folders(tmp_path):
         open_run(str(tmp_path), resume=False, overwrite=False, rank=1, world_size=2)
 
 
-def _earlier(path):
-    """Date a checkpoint back to before this process started, as one left by an earlier job."""
-    os.utime(path, (STARTED - 60, STARTED - 60))
-
-
-def test_a_larger_job_refuses_to_start_beside_an_earlier_jobs_checkpoints(tmp_path):
+def test_a_larger_job_refuses_to_start_beside_an_earlier_jobs_checkpoints(tmp_path, monkeypatch):
     """Review of issue 12: ranks 2 and 3 of a new job of 4 trained beside a job of 2's checkpoints."""
     for rank in (0, 1):
-        _earlier(save_checkpoint(str(tmp_path / f"rank{rank}"), {"w": np.zeros(1)}, {"pass": 2}))
+        _saved_by(tmp_path / f"rank{rank}", 2)
     for rank in range(4):
         with pytest.raises(CheckpointError, match=r"holds a checkpoint \(.*rank0/checkpoint.npz\); add resume=True"):
             open_run(str(tmp_path), resume=False, overwrite=False, rank=rank, world_size=4)
-    # a rank that holds its folder now is one of this job, however early it saved
+    # a checkpoint of another launch of a job of the same size counts too, where the launcher names launches
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "second")
+    (tmp_path / "rank1" / "checkpoint.npz").unlink()
+    _saved_by(tmp_path / "rank0", 2, "torchrun:first")
+    with pytest.raises(CheckpointError, match="rank0"):
+        open_run(str(tmp_path), resume=False, overwrite=False, rank=1, world_size=2)
+    _saved_by(tmp_path / "rank0", 2, "torchrun:second")
+    assert open_run(str(tmp_path), resume=False, overwrite=False, rank=1, world_size=2) is None
+    # a rank that holds its folder now is one of this job, whatever it recorded
     with hold_run(str(tmp_path), 0, 4), hold_run(str(tmp_path), 1, 4):
         assert open_run(str(tmp_path), resume=False, overwrite=False, rank=2, world_size=4) is None
+
+
+def test_a_job_of_another_size_cannot_start_beside_a_live_job(tmp_path):
+    """Review of issue 12: ranks 2 and 3 of a job of 4 started beside a live job of 2 (ranks 0, 1 refused)."""
+    with hold_run(str(tmp_path), 0, 2), hold_run(str(tmp_path), 1, 2):
+        for rank in range(4):
+            with pytest.raises(FolderInUse, match=f"a job of 2 processes is using {tmp_path}"):
+                with hold_run(str(tmp_path), rank, 4):
+                    pass
+        assert not (tmp_path / "rank2").exists() and not (tmp_path / "rank3").exists()
+    with hold_run(str(tmp_path), 2, 4):  # free again once the job has ended
+        pass
 
 
 def test_a_one_process_run_cannot_clear_a_live_jobs_folders(tmp_path):
@@ -97,6 +118,50 @@ def test_resume_into_a_folder_in_use_says_so_not_that_it_holds_no_checkpoint(tmp
     with lock_folder(str(tmp_path)):
         with pytest.raises(FolderInUse, match="another run is using"):
             train(dataset(), MAPPING, 16, 1, model=RecordingModel(), checkpoint_dir=str(tmp_path), resume=True)
+
+
+def test_overwrite_keeps_the_old_checkpoint_until_the_new_run_saves(tmp_path):
+    """Review of issue 12: --overwrite removed the checkpoint at the start, so a run that then failed lost it."""
+    train(dataset(), MAPPING, 16, 2, model=RecordingModel(), checkpoint_dir=str(tmp_path))
+    before = (tmp_path / "checkpoint.npz").read_bytes()
+    with pytest.raises(ValueError, match="mapping sends column 7"):
+        train(dataset(), {"image": 0, "label": 7}, 16, 1, model="softmax", checkpoint_dir=str(tmp_path),
+              overwrite=True)
+    assert (tmp_path / "checkpoint.npz").read_bytes() == before
+    train(dataset(), MAPPING, 16, 1, model=RecordingModel(), checkpoint_dir=str(tmp_path), overwrite=True)
+    assert (tmp_path / "checkpoint.npz").read_bytes() != before
+
+
+def test_a_nested_claim_must_use_the_outer_claims_flags(tmp_path):
+    """Review of issue 12: inside a resume claim a new run resumed; inside a new-run claim a resume started over."""
+    train(dataset(), MAPPING, 16, 1, model=RecordingModel(), checkpoint_dir=str(tmp_path))
+    with claim(str(tmp_path), resume=True, overwrite=False, rank=0, world_size=1):
+        with pytest.raises(ValueError, match="claimed already in this thread with resume=True, overwrite=False"):
+            train(dataset(), MAPPING, 16, 2, model=RecordingModel(), checkpoint_dir=str(tmp_path))
+
+
+def test_runs_inside_one_claim_see_what_the_runs_before_them_saved(tmp_path):
+    """Review of issue 12: a second run inside one claim got the claim's stale view of the folder."""
+    with claim(str(tmp_path), resume=False, overwrite=False, rank=0, world_size=1):
+        train(dataset(), MAPPING, 16, 1, model=RecordingModel(), checkpoint_dir=str(tmp_path))
+        with pytest.raises(CheckpointError, match="holds a checkpoint"):
+            train(dataset(), MAPPING, 16, 1, model=RecordingModel(), checkpoint_dir=str(tmp_path))
+    with claim(str(tmp_path), resume=True, overwrite=False, rank=0, world_size=1):
+        first = train(dataset(), MAPPING, 16, 2, model=RecordingModel(), checkpoint_dir=str(tmp_path), resume=True)
+        second = train(dataset(), MAPPING, 16, 3, model=RecordingModel(), checkpoint_dir=str(tmp_path), resume=True)
+    assert [r["pass"] for r in first] == [0, 1] and [r["pass"] for r in second] == [0, 1, 2]
+    assert second[:2] == first
+
+
+def test_resume_with_another_learning_rate_is_refused_in_the_api_too(tmp_path):
+    """New-user trial of issue 12: train(model=MLP(lr=0.5), resume=True) resumed a run made with lr=0.01."""
+    from train.models import MLP
+    x = np.random.default_rng(0).normal(size=(64, 5)).astype(np.float32)
+    data = readers.shuffle(readers.from_arrays(x, (x[:, 0] > 0).astype(np.int64)), seed=0)
+    train(data, ["image", "label"], 16, 1, model=MLP(5, (8,), 2, lr=0.01), checkpoint_dir=str(tmp_path))
+    with pytest.raises(CheckpointError, match=r"model\.lr: 0\.01 then, 0\.5 now"):
+        train(data, ["image", "label"], 16, 2, model=MLP(5, (8,), 2, lr=0.5), checkpoint_dir=str(tmp_path),
+              resume=True)
 
 
 def test_a_claim_is_reentrant_in_its_thread_and_loads_the_checkpoint_once(tmp_path, monkeypatch):
