@@ -133,11 +133,17 @@ def fetch_all(
 ) -> list[str]:
     """The paths of ``files``, like ``fetch``; one error lists every file that is missing.
 
+    >>> import tempfile
+    >>> empty = tempfile.TemporaryDirectory()
     >>> fetch_all("demo", [DataFile("a.gz", "0" * 64), DataFile("b.gz", "0" * 64)], [],
-    ...           data_dir="/nonexistent", download=False)
+    ...           data_dir=empty.name, download=False)
     Traceback (most recent call last):
     ...
-    readers.datafiles.MissingDataError: demo files a.gz, b.gz not found; looked in: /nonexistent, ...
+    readers.datafiles.MissingDataError: demo files a.gz, b.gz not found; looked in: ...
+    >>> fetch_all("demo", [DataFile("a.gz", "0" * 64)], [], data_dir="/nonexistent", download=False)
+    Traceback (most recent call last):
+    ...
+    readers.datafiles.MissingDataError: demo: the data folder /nonexistent does not exist; check its name (--data-dir / data_dir), or leave it out to use READERKIT_DATA and the cache
     """
     dirs = search_dirs(dataset, data_dir)
     # every file from one folder: files from two folders can pair one dataset's images
@@ -200,10 +206,12 @@ def fetch(
     When every mirror fails, ``MissingDataError`` says where the file was looked
     for, what each mirror answered, and how to supply the file by hand.
 
-    >>> fetch("demo", DataFile("nothing.gz", "0" * 64), [], data_dir="/nonexistent", download=False)
+    >>> import tempfile
+    >>> empty = tempfile.TemporaryDirectory()
+    >>> fetch("demo", DataFile("nothing.gz", "0" * 64), [], data_dir=empty.name, download=False)
     Traceback (most recent call last):
     ...
-    readers.datafiles.MissingDataError: demo file nothing.gz not found; looked in: /nonexistent, ...
+    readers.datafiles.MissingDataError: demo file nothing.gz not found; looked in: ...
 
     See Also:
         fetch_all

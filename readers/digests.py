@@ -14,12 +14,13 @@ import functools
 import hashlib
 import inspect
 import os
+import threading
 import types
 from typing import Any
 
 import numpy as np
 
-__all__ = ["SHORT", "array_digest", "file_digest", "function_digest", "plain_digest", "value_digest"]
+__all__ = ["SHORT", "array_digest", "file_digest", "function_digest", "hasher", "plain_digest", "value_digest"]
 
 #: Arrays up to this many bytes are hashed whole; larger ones by BLOCKS spread over them, as many bytes in all.
 WHOLE = 1 << 22
@@ -29,7 +30,12 @@ SAMPLES = 1024  # entries of a long sequence hashed by value_digest
 SHORT = 16
 
 
-def _hasher() -> Any:
+def hasher() -> Any:
+    """The hash every digest here is made with: BLAKE2b of 16 bytes.
+
+    >>> hasher().hexdigest() == hasher().hexdigest()
+    True
+    """
     return hashlib.blake2b(digest_size=16)
 
 
@@ -66,7 +72,7 @@ def array_digest(*arrays: Any) -> str:
     >>> array_digest(x) == array_digest(np.asfortranarray(x))
     True
     """
-    h = _hasher()
+    h = hasher()
     for a in arrays:
         a = np.asarray(a)
         h.update(f"{a.dtype.str}{a.shape}".encode())
@@ -79,6 +85,9 @@ def array_digest(*arrays: Any) -> str:
     return h.hexdigest()
 
 
+_local = threading.local()  # .inside: the containers _plain is inside of, in this thread's current call
+
+
 def _plain(value: Any, h: Any) -> bool:
     """Feed ``value`` to ``h``; False when it holds something without a stable form (an object's repr)."""
     if value is None or isinstance(value, (bool, int, float, complex, str, bytes, np.generic)):
@@ -87,12 +96,18 @@ def _plain(value: Any, h: Any) -> bool:
     if isinstance(value, np.ndarray) and value.dtype != object:
         h.update(array_digest(value).encode())
         return True
-    if isinstance(value, (tuple, list)):
-        h.update(f"{type(value).__name__}{len(value)}(".encode())
-        return all(_plain(v, h) for v in value)
-    if isinstance(value, dict):
-        h.update(f"dict{len(value)}(".encode())
-        return all(_plain(k, h) and _plain(v, h) for k, v in sorted(value.items(), key=lambda kv: repr(kv[0])))
+    if isinstance(value, (tuple, list, dict)):
+        inside = _local.__dict__.setdefault("inside", set())
+        if id(value) in inside:  # a container that holds itself has no finite form
+            return False
+        inside.add(id(value))
+        try:
+            h.update(f"{type(value).__name__}{len(value)}(".encode())
+            if not isinstance(value, dict):
+                return all(_plain(v, h) for v in value)
+            return all(_plain(k, h) and _plain(v, h) for k, v in sorted(value.items(), key=lambda kv: repr(kv[0])))
+        finally:
+            inside.discard(id(value))
     return False
 
 
@@ -107,7 +122,7 @@ def value_digest(values: Any) -> str | None:
     """
     n = len(values)
     picks = range(n) if n <= SAMPLES else np.unique(np.linspace(0, n - 1, SAMPLES).astype(np.int64)).tolist()
-    h = _hasher()
+    h = hasher()
     h.update(f"{n};".encode())
     return h.hexdigest() if all(_plain(values[i], h) for i in picks) else None
 
@@ -118,7 +133,7 @@ def plain_digest(value: Any) -> str | None:
     >>> plain_digest({"a": [1, 2]}) == plain_digest({"a": [1, 2]}) != plain_digest({"a": [1, 3]}), plain_digest(object())
     (True, None)
     """
-    h = _hasher()
+    h = hasher()
     return h.hexdigest() if _plain(value, h) else None
 
 
@@ -129,7 +144,7 @@ def _const(value: Any, h: Any) -> None:
     elif isinstance(value, (tuple, frozenset)):
         parts = []
         for item in value:
-            sub = _hasher()
+            sub = hasher()
             _const(item, sub)
             parts.append(sub.hexdigest())
         h.update(f"{type(value).__name__}({','.join(sorted(parts) if isinstance(value, frozenset) else parts)});".encode())
@@ -149,10 +164,15 @@ def _code(code: types.CodeType, h: Any) -> None:
 
 def _held(value: Any, h: Any, seen: dict[int, Any]) -> None:
     """Feed a value a function holds (a default, a closure cell, an attribute): plain data, a function, or a type name."""
-    sub = _hasher()
+    sub = hasher()
+    if isinstance(value, (tuple, list, dict, set, frozenset)) and id(value) in seen:  # holds itself
+        h.update(b"<again>;")
+        return
     if _plain(value, sub):
         h.update(b"plain:" + sub.digest())
-    elif isinstance(value, (tuple, list)):
+        return
+    seen[id(value)] = value
+    if isinstance(value, (tuple, list)):
         h.update(f"{type(value).__name__}{len(value)}(".encode())
         for item in value:
             _held(item, h, seen)
@@ -164,7 +184,7 @@ def _held(value: Any, h: Any, seen: dict[int, Any]) -> None:
     elif isinstance(value, (set, frozenset)):  # lambda e: e[1] in keep: in an order no hash seed changes
         parts = []
         for item in value:
-            sub = _hasher()
+            sub = hasher()
             _held(item, sub, seen)
             parts.append(sub.hexdigest())
         h.update(f"{type(value).__name__}({','.join(sorted(parts))});".encode())

@@ -32,9 +32,9 @@ is other data. The digests are ``readers.digests``' (also importable from here).
 from __future__ import annotations
 
 import functools
-import hashlib
 import os
 import types
+import weakref
 from typing import Any
 
 import numpy as np
@@ -44,6 +44,7 @@ from readers.digests import (
     array_digest,
     file_digest,
     function_digest,
+    hasher,
     plain_digest,
     value_digest,
 )
@@ -54,13 +55,27 @@ __all__ = [
 ]
 
 
+_remembered: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
 def function_identity(func: Any) -> str:
     """``func`` in a stage's identity: its name, as ``describe`` shows it, and its ``function_digest``.
+
+    The digest is taken once per function object and remembered while it
+    lives, so a callable whose attributes change as it runs (a call counter,
+    a model put in eval mode) is the same function on a resume in the same
+    process as when training began.
 
     >>> function_identity(abs)
     'abs ...'
     """
-    return f"{describe(func)} {function_digest(func)}"
+    try:
+        found = _remembered.get(func)
+    except TypeError:  # not weakly referable: taken afresh
+        return f"{describe(func)} {function_digest(func)}"
+    if found is None:
+        found = _remembered[func] = f"{describe(func)} {function_digest(func)}"
+    return found
 
 
 def fingerprint(reader: Any) -> dict[str, Any]:
@@ -93,7 +108,7 @@ def fingerprint(reader: Any) -> dict[str, Any]:
     digests = [_head(s) if (d := s.digest() if isinstance(s, Node) else None) is None else d for s in sources]
     content = None
     if all(d is not None for d in digests):
-        h = hashlib.blake2b(digest_size=16)
+        h = hasher()
         for d in digests:
             h.update(d.encode() + b";")
         content = h.hexdigest()
@@ -101,7 +116,10 @@ def fingerprint(reader: Any) -> dict[str, Any]:
         length: int | None = len(reader)
     except TypeError:
         length = None
-    return {"pipeline": [_identity(s) for s in stages], "length": length, "content": content}
+    found = {"pipeline": [_identity(s) for s in stages], "length": length, "content": content}
+    if content is not None and any(d.startswith("head:") for d in digests):
+        found["head"] = HEAD  # the content is known only by the first entries of a source
+    return found
 
 
 #: Entries of a source that has no digest of its own read to know it by.
@@ -115,6 +133,8 @@ def _head(source: Any) -> str | None:
     entries = None
     try:
         entries = source.run(0) if isinstance(source, Node) else source()  # run(0) leaves the pass count alone
+        if not isinstance(source, Node) and iter(entries) is entries and source() is entries:
+            return None  # one iterator, handed out again on every call: what is read here, training loses
         for entry in entries:
             head.append(entry)
             if len(head) == HEAD:
@@ -201,5 +221,8 @@ def differences(saved: dict[str, Any], now: dict[str, Any]) -> list[str]:
         out.append(f"length: {saved.get('length')} entries per pass, now {now.get('length')}")
     if None not in (saved.get("content"), now.get("content")) and saved["content"] != now["content"]:
         same = "same pipeline and length, other values" if not out else "other values"
+        if saved.get("head") or now.get("head"):
+            same += f"; a source without a digest of its own is known by its first {HEAD} entries: a reader " \
+                    "must give the same entries in every run to be resumed"
         out.append(f"content: the data itself differs ({same})")
     return out

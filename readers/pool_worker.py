@@ -331,6 +331,7 @@ def process_main(w: int, job: Any, pass_id: int, cursor: int, context: tuple | N
     for c in inherited:
         c.close()
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a handler forked from the CLI is the consumer's, not ours
     # multiprocessing forbids daemonic processes children, which would rule out a process-mode
     # prefetch inside this one; this worker's lifetime is the pool's business (it dies with its
     # parent), and the children it starts are daemonic, so they die with it.

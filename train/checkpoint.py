@@ -22,6 +22,7 @@ import numpy as np
 from train.feeds import user_stacklevel
 from train.folders import (
     FILE,
+    START_OVER,
     CheckpointError,
     FolderInUse,
     folder_in_use,
@@ -68,8 +69,8 @@ def save_checkpoint(directory: str, model_state: dict[str, Any], meta: dict[str,
     """Write ``model_state`` and ``meta`` to ``directory/checkpoint.npz`` atomically.
 
     A crash at any moment leaves either the previous checkpoint or the new one.
-    A Ctrl-C during the save is held until the save is done, so it stops the
-    run after this checkpoint rather than inside it.
+    A Ctrl-C or SIGTERM during the save is held until the save is done, so it
+    stops the run after this checkpoint rather than inside it.
 
     >>> import tempfile
     >>> folder = tempfile.TemporaryDirectory()
@@ -79,17 +80,20 @@ def save_checkpoint(directory: str, model_state: dict[str, Any], meta: dict[str,
     >>> state["w"].tolist(), int(state["step"]), meta
     ([1.0, 1.0], 3, {'pass': 1})
     """
-    previous = signal.getsignal(signal.SIGINT)
-    if threading.current_thread() is not threading.main_thread() or previous is None:
+    if threading.current_thread() is not threading.main_thread():
         return _write(directory, model_state, meta)  # only the main thread may hold signals
+    held = [signum for signum in (signal.SIGINT, signal.SIGTERM) if signal.getsignal(signum) is not None]
+    previous = {signum: signal.getsignal(signum) for signum in held}
     caught: list[int] = []
-    signal.signal(signal.SIGINT, lambda signum, frame: caught.append(signum))
+    for signum in held:
+        signal.signal(signum, lambda signum, frame: caught.append(signum))
     try:
         return _write(directory, model_state, meta)
     finally:
-        signal.signal(signal.SIGINT, previous)
-        if caught:  # the Ctrl-C that came meanwhile, delivered now that the checkpoint is whole
-            signal.raise_signal(signal.SIGINT)
+        for signum in held:
+            signal.signal(signum, previous[signum])
+        for signum in dict.fromkeys(caught):  # what came meanwhile, delivered now that the checkpoint is whole
+            signal.raise_signal(signum)
 
 
 def _write(directory: str, model_state: dict[str, Any], meta: dict[str, Any]) -> str:
@@ -167,20 +171,20 @@ def load_checkpoint(directory: str) -> tuple[dict[str, np.ndarray], dict[str, An
     check_file(path)
     if not zipfile.is_zipfile(path):
         raise CheckpointError(f"{path}: not a readable checkpoint (not an .npz archive: no zip directory in its "
-                              f"{os.path.getsize(path)} bytes); it was damaged or is another file. Delete it, or start over with overwrite (--overwrite), to start afresh")
+                              f"{os.path.getsize(path)} bytes); it was damaged or is another file: {START_OVER}")
     try:
         with np.load(path, allow_pickle=False) as archive:
             if "meta" not in archive.files:
                 raise CheckpointError(f"{path}: not a readerkit checkpoint (no 'meta' entry; it holds "
-                                      f"{sorted(archive.files)[:5]}); delete it, or start over with overwrite (--overwrite)")
+                                      f"{sorted(archive.files)[:5]}); {START_OVER}")
             meta = json.loads(str(archive["meta"]))
             state = {k[6:]: archive[k] for k in archive.files if k.startswith("model/")}
     except CheckpointError:
         raise
     except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as exc:
-        raise CheckpointError(f"{path}: not a readable checkpoint ({exc or type(exc).__name__}); delete it, or start over with overwrite (--overwrite)") from None
+        raise CheckpointError(f"{path}: not a readable checkpoint ({exc or type(exc).__name__}); {START_OVER}") from None
     if not isinstance(meta, dict):
-        raise CheckpointError(f"{path}: its meta data is not a JSON object; delete it, or start over with overwrite (--overwrite)")
+        raise CheckpointError(f"{path}: its meta data is not a JSON object; {START_OVER}")
     for name, value in state.items():
         if value.dtype.kind in "fc" and not np.isfinite(value).all():
             nan, inf = int(np.isnan(value).sum()), int(np.isinf(value).sum())
@@ -231,9 +235,10 @@ def checkpoints_in(directory: str) -> list[str]:
     return [os.path.join(d, FILE) for d in [directory, *rank_folders(directory)] if os.path.lexists(os.path.join(d, FILE))]
 
 
-def remove_checkpoints(directory: str, rank: int, world_size: int) -> None:
-    """Remove what a fresh run of rank ``rank`` must not resume from later: its own checkpoint, and for
-    rank 0 those of processes that are not in this job (the folder's own, or ranks beyond the job).
+def remove_checkpoints(directory: str, rank: int, world_size: int, *, keep_own: bool = False) -> None:
+    """Remove what a fresh run of rank ``rank`` must not resume from later: its own checkpoint (unless
+    ``keep_own``: the one it has just saved), and for rank 0 those of processes that are not in this job
+    (the folder's own, or ranks beyond the job) that no live process holds.
 
     >>> import tempfile
     >>> folder = tempfile.TemporaryDirectory()
@@ -242,14 +247,13 @@ def remove_checkpoints(directory: str, rank: int, world_size: int) -> None:
     []
     """
     own = os.path.join(rank_folder(directory, rank, world_size), FILE)
-    doomed = {own}
+    doomed = set() if keep_own else {own}
     if rank == 0:
         for path in checkpoints_in(directory):
             folder = os.path.dirname(path)
-            name = os.path.basename(folder)
-            theirs = name.startswith("rank") and name[4:].isdigit() and int(name[4:]) < world_size
+            theirs = world_size > 1 and folder != directory and int(os.path.basename(folder)[4:]) < world_size
             # a rank folder a live process holds is not this run's to clear (hold_run keeps jobs apart)
-            if (not theirs or world_size == 1) and (path == own or not folder_in_use(folder)):
+            if path != own and not theirs and not folder_in_use(folder):
                 doomed.add(path)
     for path in doomed:
         if os.path.isfile(path):

@@ -226,12 +226,14 @@ def _train(factory: Callable, info: Any, found: Any, params: dict[str, Any]) -> 
 #: The run's settings as a checkpoint names them, and the options that set them.
 _FLAGS = {"batch_size": "--batch-size", "seed": "--seed", "config.reader": "--reader", "config.model": "--model",
           "config.lr": "--lr", "config.lr_decay": "--lr-decay", "config.classes": "--classes", "model.lr": "--lr",
-          "model.n_classes": "--classes", "model.seed": "--seed", "model.class": "--model", "model.n_inputs": "the input size (--reader)"}
+          "model.n_classes": "--classes", "model.seed": "--seed", "model.class": "--model",
+          "model.hidden": "--model", "model.n_inputs": "the input size (--reader)"}
 
 
 def in_flag_words(message: str) -> str:
-    """A refusal that names the run's settings as a checkpoint does, in the command line's options; a
-    setting named twice (the model's and the config's learning rate) once.
+    """A refusal that names the run's settings as a checkpoint does, in the command line's options; an
+    option named by several settings (the model's and the config's learning rate) once, in the words of
+    the setting the user gave (``config``).
 
     >>> in_flag_words("ck: made with other settings or data (seed: 0 then, 1 now; model.lr: 0.1 then, 0.2 now; "
     ...               "config.lr: 0.1 then, 0.2 now); resume with the same")
@@ -241,13 +243,13 @@ def in_flag_words(message: str) -> str:
     inner, close, tail = rest.partition("); ")
     if not paren or not close:
         return message
-    lines = []
+    lines: dict[str, str] = {}
     for line in inner.split("; "):
         key, colon, value = line.partition(": ")
-        line = f"{_FLAGS.get(key, key)}{colon}{value}"
-        if line not in lines:
-            lines.append(line)
-    return f"{head} ({'; '.join(lines)}); {tail}"
+        flag = _FLAGS.get(key, key)
+        if flag not in lines or key.startswith("config."):
+            lines[flag] = f"{flag}{colon}{value}"
+    return f"{head} ({'; '.join(lines.values())}); {tail}"
 
 
 def _label_advice(exc: LabelRangeError, at: dict[str, int], reader: Any, directory: str | None, given: bool) -> str:

@@ -21,10 +21,12 @@ class Progress:
 
     ``flush()`` prints the line of the pass that just ended, after its test
     if any, and appends it to the JSON log as one object. ``log`` is an open
-    file, or a path opened at the first pass, once ``train`` has accepted
-    the run, so a run refused at its start leaves the file as it was: written
-    afresh, or with ``resume`` cut to the passes before the one it resumes
-    (``keep_passes_before``) and appended to. ``close()`` ends a bar cut short
+    file, or a path opened once ``train`` has accepted the run, so a run
+    refused at its start leaves the file as it was: with ``resume``, cut at
+    the first pass to the passes before the one it resumes
+    (``keep_passes_before``) and appended to; else written afresh at the
+    first line, so a new run stopped in its first pass (whose ``overwrite``
+    keeps the old checkpoint until its first save) leaves the old log too. ``close()`` ends a bar cut short
     (restoring the terminal's cursor) and closes the log.
 
     >>> import io
@@ -46,8 +48,8 @@ class Progress:
         self.pending: dict[str, Any] = {}
         self.passes = 0
 
-    def _open(self, first_pass: int) -> None:
-        if self.path is None or self.log_json is not None:
+    def _open(self, first_pass: int | None) -> None:
+        if self.path is None or self.log_json is not None or (first_pass is None) == self.resume:
             return
         if self.resume:
             keep_passes_before(self.path, first_pass)  # lines of passes the checkpoint does not hold go
@@ -90,6 +92,7 @@ class Progress:
         test = "n/a" if p["test_accuracy"] is None or math.isnan(p["test_accuracy"]) else f"{100 * p['test_accuracy']:.2f}%"
         click.echo(f"{self.who}pass {p['pass']}: loss {p['train_loss']:.4f}  train accuracy {100 * p['train_accuracy']:.2f}%  "
                    f"test accuracy {test}  {p['samples_per_s']:,.0f} samples/s")
+        self._open(None)
         if self.log_json is not None:  # NaN is not JSON: an undefined figure is null
             clean = {k: None if isinstance(v, float) and math.isnan(v) else v for k, v in p.items()}
             self.log_json.write(json.dumps(clean) + "\n")

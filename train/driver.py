@@ -9,12 +9,13 @@ training entry of the interrupted pass is trained on exactly once.
 from __future__ import annotations
 
 import functools
+import json
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-import numpy as np  # noqa: F401 (the doctests use np)
+import numpy as np
 
 import batching
 import readers
@@ -245,18 +246,30 @@ def train(
         return loop(None)
     check_resumable(minibatches)  # before any work, not at the first checkpoint
     _check_seeds(provider)
-    data = fingerprint(provider)
-    if is_sharded(provider):  # a shard's length depends on the number of processes, which may change
-        data["length"] = None
-    run = {"batch_size": batch_size, "seed": seed, "drop_last": bool(drop_last), "data": data,
-           "model": _model_settings(model), "config": dict(config or {})}
+    settings = _as_json({"batch_size": batch_size, "seed": seed, "drop_last": bool(drop_last),
+                         "model": _model_settings(model), "config": dict(config or {})})
     info = readers.worker_info()
     with claim(checkpoint_dir, resume=resume, overwrite=overwrite, rank=info.rank,
                world_size=info.world_size) as found:
-        saved = _Saved(checkpoint_dir, info, model, run, checkpoint_every, replace=overwrite)
+        data = fingerprint(provider)  # under the lock: it may read a source's first entries
+        if is_sharded(provider):  # a shard's length depends on the number of processes, which may change
+            data["length"] = None
+        saved = _Saved(checkpoint_dir, info, model, {**settings, "data": data}, checkpoint_every,
+                       replace=overwrite)
         if found is not None:
             saved.restore(*found)
         return loop(saved)
+
+
+def _as_json(run: dict[str, Any]) -> dict[str, Any]:
+    """The run's settings as a checkpoint holds them (tuples as lists, numpy numbers as numbers), so that
+    the same settings compare equal on a resume; a value JSON cannot hold is an error now, not at a save."""
+    def plain(value: Any) -> Any:
+        if isinstance(value, np.generic):
+            return value.item()
+        raise TypeError(f"train: the run's settings (config=, the model's settings()) must be JSON data; "
+                        f"{value!r} ({type(value).__name__}) is not: give numbers, strings, lists or dicts")
+    return json.loads(json.dumps(run, default=plain))
 
 
 def _model_settings(model: Any) -> dict[str, Any]:
@@ -303,10 +316,10 @@ class _Saved:
     def save(self, state: dict[str, Any], totals: dict[str, float] | None) -> None:
         meta = {"pass": state["pass"], "cursor": state["cursor"], "reader_state": state, "totals": totals,
                 "history": self.history, "job": this_job(self.world_size), **self.run}
-        if self.replace:
-            remove_checkpoints(self.directory, self.rank, self.world_size)
-            self.replace = False
         save_checkpoint(self.folder, self.model.state_dict(), meta)
+        if self.replace:  # now that this run has a checkpoint, the ones it replaces go
+            remove_checkpoints(self.directory, self.rank, self.world_size, keep_own=True)
+            self.replace = False
 
 
 def _start(minibatches: Any, pass_id: int, saved: _Saved | None) -> None:

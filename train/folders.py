@@ -29,6 +29,10 @@ PATIENCE = 0.5
 _held: set[str] = set()  # folders this process holds exclusively
 
 
+#: What to do about a checkpoint that cannot be used: the end of every such message.
+START_OVER = "delete it, or start over with overwrite=True (--overwrite)"
+
+
 class CheckpointError(ValueError):
     """A checkpoint that cannot be read or does not fit; the message names the file."""
 
@@ -124,6 +128,22 @@ def held_by_this_process(directory: str) -> bool:
     return os.path.realpath(directory) in _held
 
 
+def _probe(path: str, exclusive: bool) -> bool:
+    """Whether another process holds the lock of ``path`` (exclusively; or, probing ``exclusive``, at all).
+    The probe's own lock is released at close, microseconds later."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:  # no lock file: no run ever held it
+        return False
+    try:
+        fcntl.flock(fd, (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    return False
+
+
 def folder_in_use(directory: str) -> bool:
     """Whether a live run holds ``directory`` exclusively (its lock file is locked), on this or any machine
     that shares the file system's locks.
@@ -133,32 +153,15 @@ def folder_in_use(directory: str) -> bool:
     >>> folder_in_use(folder.name)
     False
     """
-    try:
-        fd = os.open(os.path.join(directory, LOCK), os.O_RDONLY)
-    except OSError:  # no lock file: no run ever held it
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)  # released at close, microseconds later
-    except BlockingIOError:
-        return True
-    finally:
-        os.close(fd)
-    return False
+    return _probe(os.path.join(directory, LOCK), exclusive=False)
 
 
 def _other_job(directory: str, world_size: int) -> int | None:
     """The size of a live job of another size in ``directory`` (it holds its ``.readerkit.world<N>.lock``)."""
     for path in glob.glob(os.path.join(directory, ".readerkit.world*.lock")):
         match = _JOB_LOCK.match(os.path.basename(path))
-        if match is None or int(match.group(1)) == world_size:
-            continue
-        fd = os.open(path, os.O_RDONLY)
-        try:  # a probe for holders of the shared lock; released at close, microseconds later
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
+        if match is not None and int(match.group(1)) != world_size and _probe(path, exclusive=True):
             return int(match.group(1))
-        finally:
-            os.close(fd)
     return None
 
 

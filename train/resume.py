@@ -32,6 +32,7 @@ from train.checkpoint import (
     read_meta,
 )
 from train.feeds import user_stacklevel
+from train.folders import START_OVER
 
 __all__ = ["check_folder", "check_meta", "claim", "open_run", "this_job"]
 
@@ -170,14 +171,14 @@ def _whole(value: Any) -> bool:
 def _fault(path: str, field: str, wanted: str, value: Any) -> CheckpointError:
     shown = repr(value) if len(repr(value)) <= 60 else repr(value)[:57] + "..."
     return CheckpointError(f"{path}: field {field!r} must be {wanted}, got {shown} ({type(value).__name__}); the "
-                           "file was damaged or edited: delete it, or start over with overwrite (--overwrite), or restore it")
+                           f"file was damaged or edited: {START_OVER}, or restore it")
 
 
 def _check_fields(path: str, meta: dict[str, Any], run: dict[str, Any]) -> None:
     for key in ("pass", "cursor", "reader_state", "totals", "history", *run):
         if key not in meta:
             raise CheckpointError(f"{path}: the checkpoint does not record {key!r} (made by another version?); "
-                                  "delete it, or start over with overwrite (--overwrite)")
+                                  f"{START_OVER}")
     for key in ("pass", "cursor"):
         if not _whole(meta[key]):
             raise _fault(path, key, "a whole number >= 0", meta[key])
@@ -209,14 +210,20 @@ def _setting_differences(key: str, then: Any, now: Any) -> list[str]:
 
 
 def _migrate(path: str, meta: dict[str, Any], run: dict[str, Any]) -> dict[str, Any]:
-    """A checkpoint of an earlier version, which named its data by repr and length: its fingerprint as far
-    as it can be told (the length alone), with a warning that the content goes unchecked this once."""
-    if "data" in meta or "provider" not in meta or "data" not in run:
-        return meta
-    warnings.warn(f"{path} was made by an earlier readerkit, which did not record what its data is; only "
-                  f"the length ({meta.get('length')} entries) is checked on this resume. The next checkpoint "
-                  "records the data's fingerprint", RuntimeWarning, stacklevel=user_stacklevel())
-    return {**meta, "data": {"pipeline": run["data"]["pipeline"], "length": meta.get("length"), "content": None}}
+    """A checkpoint of an earlier version, which did not record some of what is compared now (the data's
+    fingerprint, named by repr and length before; the model's settings): those parts as far as they can
+    be told, with a warning that the rest goes unchecked this once."""
+    unrecorded, meta = [], dict(meta)
+    if "data" in run and "data" not in meta and "provider" in meta:
+        unrecorded.append(f"what its data is (only the length, {meta.get('length')} entries, is checked)")
+        meta["data"] = {"pipeline": run["data"]["pipeline"], "length": meta.get("length"), "content": None}
+    if "model" in run and "model" not in meta and "pass" in meta:
+        unrecorded.append("the model's settings (not checked)")
+        meta["model"] = run["model"]
+    if unrecorded:
+        warnings.warn(f"{path} was made by an earlier readerkit, which did not record {' or '.join(unrecorded)}; "
+                      "the next checkpoint records them", RuntimeWarning, stacklevel=user_stacklevel())
+    return meta
 
 
 def check_meta(directory: str, meta: dict[str, Any], run: dict[str, Any]) -> None:

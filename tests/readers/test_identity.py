@@ -190,3 +190,34 @@ def test_a_partials_function_argument_is_known_by_its_code():
     a, b = (fingerprint(functools.partial(lines, "/rows.txt", key=f))["pipeline"][0]
             for f in (lambda e: e * 2, lambda e: e * 3))
     assert a != b and re.fullmatch(r"partial\(lines, <path>, key=.*<lambda> [0-9a-f]{16}\)", a)
+
+
+def test_a_one_shot_reader_is_not_read_for_its_fingerprint():
+    """Second review of issue 12: the head digest took 64 entries from `lambda: it`, lost to training."""
+    it = iter(range(100))
+    assert fingerprint(lambda: it)["content"] is None
+    assert next(it) == 0
+
+
+def test_a_callable_whose_attributes_change_as_it_runs_keeps_its_identity_while_it_lives():
+    """Second review of issue 12: a map's call counter refused the resume of the same run in one process."""
+    class Augment:
+        def __init__(self):
+            self.calls = 0
+
+        def __call__(self, entry):
+            self.calls += 1
+            return entry
+
+    augment = Augment()
+    stage = readers.map_readers(augment, readers.from_sequence(range(4)))
+    before = fingerprint(stage)
+    list(stage())
+    assert augment.calls == 4 and fingerprint(stage) == before
+
+
+def test_a_function_over_a_container_that_holds_itself_has_a_digest():
+    """Second review of issue 12: a closure over a self-referencing dict raised RecursionError."""
+    table = {"a": 1}
+    table["self"] = table
+    assert len(function_digest(lambda e: table.get(e))) == 16

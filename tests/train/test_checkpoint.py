@@ -170,3 +170,19 @@ def test_ctrl_c_during_a_save_is_held_until_the_checkpoint_is_whole(tmp_path, mo
         save_checkpoint(str(tmp_path), {"w": np.ones(2)}, {"pass": 1})
     state, meta = load_checkpoint(str(tmp_path))  # delivered after the save: the checkpoint is whole
     assert meta == {"pass": 1} and state["w"].tolist() == [1.0, 1.0]
+
+
+def test_a_sigterm_during_a_save_is_held_until_the_checkpoint_is_whole(tmp_path):
+    """Second review of issue 12: SIGINT was held during a save, SIGTERM abandoned it."""
+    import signal
+    seen = []
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: seen.append(os.path.exists(tmp_path / "checkpoint.npz")))
+    try:
+        class Raising(dict):
+            def items(self):  # the signal arrives in the middle of the save
+                signal.raise_signal(signal.SIGTERM)
+                return super().items()
+        save_checkpoint(str(tmp_path), Raising(w=np.zeros(2)), {"pass": 0})
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert seen == [True]  # delivered once, after the file was in place

@@ -39,7 +39,7 @@ def test_keep_passes_before_of_a_missing_log_does_nothing(tmp_path):
 def test_progress_opens_its_log_at_the_first_pass_only(tmp_path):
     """Review of issue 12: the CLI cut or emptied the log before train() had accepted the run."""
     from train.console import Progress
-    from train.events import BeginPass
+    from train.events import BeginPass, EndPass
 
     log = tmp_path / "log.jsonl"
     log.write_text('{"pass": 0}\n{"pass": 1}\n{"pass": 2}\n')
@@ -50,7 +50,14 @@ def test_progress_opens_its_log_at_the_first_pass_only(tmp_path):
     resumed(BeginPass(1, 10, 0))
     resumed.close()
     assert log.read_text() == '{"pass": 0}\n'
+    log.write_text('{"pass": 0}\n')
     fresh = Progress(str(log))
     fresh(BeginPass(0, 10, 0))
+    fresh.close()  # stopped in its first pass: the old log stays, as the old checkpoint does
+    assert log.read_text() == '{"pass": 0}\n'
+    fresh = Progress(str(log))
+    fresh(BeginPass(0, 10, 0))
+    fresh(EndPass(0, {"loss": 0.5, "accuracy": 0.9, "samples_per_s": 1000.0, "seconds": 1.0}))
+    fresh.flush()
     fresh.close()
-    assert log.read_text() == ""
+    assert [line[:12] for line in log.read_text().splitlines()] == ['{"pass": 0, ']

@@ -120,16 +120,49 @@ def test_resume_into_a_folder_in_use_says_so_not_that_it_holds_no_checkpoint(tmp
             train(dataset(), MAPPING, 16, 1, model=RecordingModel(), checkpoint_dir=str(tmp_path), resume=True)
 
 
-def test_overwrite_keeps_the_old_checkpoint_until_the_new_run_saves(tmp_path):
-    """Review of issue 12: --overwrite removed the checkpoint at the start, so a run that then failed lost it."""
+class _FailsAt:
+    """A RecordingModel that fails at its first step, or at its first checkpoint (state that is no array)."""
+
+    def __init__(self, where):
+        self.inner, self.where = RecordingModel(), where
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def step(self, batch):
+        if self.where == "step":
+            raise RuntimeError("the model failed")
+        return self.inner.step(batch)
+
+    def state_dict(self):
+        return {**self.inner.state_dict(), **({"extra": {"a": 1}} if self.where == "save" else {})}
+
+
+@pytest.mark.parametrize("where", ["step", "save"])
+def test_overwrite_keeps_the_old_checkpoint_until_the_new_run_saves(tmp_path, where):
+    """Reviews of issue 12: --overwrite removed the checkpoint at the start, then before its own first
+    save, so a run that failed first (at a step, or in that save) lost it."""
     train(dataset(), MAPPING, 16, 2, model=RecordingModel(), checkpoint_dir=str(tmp_path))
     before = (tmp_path / "checkpoint.npz").read_bytes()
-    with pytest.raises(ValueError, match="mapping sends column 7"):
-        train(dataset(), {"image": 0, "label": 7}, 16, 1, model="softmax", checkpoint_dir=str(tmp_path),
-              overwrite=True)
+    with pytest.raises((RuntimeError, TypeError)):
+        train(dataset(), MAPPING, 16, 1, model=_FailsAt(where), checkpoint_dir=str(tmp_path), overwrite=True,
+              checkpoint_every=1)
     assert (tmp_path / "checkpoint.npz").read_bytes() == before
     train(dataset(), MAPPING, 16, 1, model=RecordingModel(), checkpoint_dir=str(tmp_path), overwrite=True)
     assert (tmp_path / "checkpoint.npz").read_bytes() != before
+
+
+def test_settings_compare_as_json_and_what_json_cannot_hold_fails_at_the_start(tmp_path):
+    """Review of issue 12: a tuple in config (or settings()) refused the resume of the same run, and a
+    numpy number failed only at the first save."""
+    train(dataset(), MAPPING, 16, 1, model=RecordingModel(), checkpoint_dir=str(tmp_path),
+          config={"sizes": (4, 2), "scale": np.float32(0.5)})
+    history = train(dataset(), MAPPING, 16, 2, model=RecordingModel(), checkpoint_dir=str(tmp_path), resume=True,
+                    config={"sizes": (4, 2), "scale": np.float32(0.5)})
+    assert [r["pass"] for r in history] == [0, 1]
+    with pytest.raises(TypeError, match="must be JSON data; <object object at .*> \\(object\\) is not"):
+        train(dataset(), MAPPING, 16, 3, model=RecordingModel(), checkpoint_dir=str(tmp_path), resume=True,
+              config={"sizes": object()})
 
 
 def test_a_nested_claim_must_use_the_outer_claims_flags(tmp_path):
@@ -175,20 +208,26 @@ def test_a_claim_is_reentrant_in_its_thread_and_loads_the_checkpoint_once(tmp_pa
     assert found[1]["pass"] == 1 and [r["pass"] for r in history] == [0, 1] and len(loads) == 1
 
 
-def test_a_checkpoint_of_an_earlier_version_resumes_with_a_warning(tmp_path):
-    """Review of issue 12: checkpoints made before fingerprints (a repr and a length) were refused."""
+@pytest.mark.parametrize("era", ["repr and length", "fingerprint, no model settings"])
+def test_a_checkpoint_of_an_earlier_version_resumes_with_a_warning(tmp_path, era):
+    """Reviews of issue 12: checkpoints made before fingerprints (a repr and a length), or before model
+    settings were recorded, were refused."""
     train(dataset(), MAPPING, 16, 1, model=RecordingModel(), checkpoint_dir=str(tmp_path), checkpoint_every=3)
     from train.checkpoint import load_checkpoint
     state, meta = load_checkpoint(str(tmp_path))
-    old = {k: v for k, v in meta.items() if k != "data"}
-    save_checkpoint(str(tmp_path), state, {**old, "provider": "shuffle(...)", "length": meta["data"]["length"]})
-    with pytest.warns(RuntimeWarning, match="made by an earlier readerkit.*only the length"):
+    old = {k: v for k, v in meta.items() if k not in ("model", "job")}
+    if era == "repr and length":
+        old = {**{k: v for k, v in old.items() if k != "data"}, "provider": "shuffle(...)", "length": meta["data"]["length"]}
+    save_checkpoint(str(tmp_path), state, old)
+    with pytest.warns(RuntimeWarning, match="made by an earlier readerkit, which did not record") as caught:
         history = train(dataset(), MAPPING, 16, 2, model=RecordingModel(), checkpoint_dir=str(tmp_path), resume=True)
+    assert ("only the length" in str(caught[0].message)) == (era == "repr and length")
     assert [r["pass"] for r in history] == [0, 1]
-    assert "data" in load_checkpoint(str(tmp_path))[1]
-    save_checkpoint(str(tmp_path), state, {**old, "provider": "x", "length": 3})
-    with pytest.raises(CheckpointError, match="length: 3 entries per pass"), pytest.warns(RuntimeWarning):
-        train(dataset(), MAPPING, 16, 2, model=RecordingModel(), checkpoint_dir=str(tmp_path), resume=True)
+    assert {"data", "model", "job"} <= set(load_checkpoint(str(tmp_path))[1])
+    if era == "repr and length":
+        save_checkpoint(str(tmp_path), state, {**old, "length": 3})
+        with pytest.raises(CheckpointError, match="length: 3 entries per pass"), pytest.warns(RuntimeWarning):
+            train(dataset(), MAPPING, 16, 2, model=RecordingModel(), checkpoint_dir=str(tmp_path), resume=True)
 
 
 @pytest.mark.parametrize("field, value, wanted", [
