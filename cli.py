@@ -106,6 +106,16 @@ def main() -> None:
               help="Write one JSON object per pass to this file (with --resume, the passes the checkpoint holds "
                    "are kept and later ones rewritten); under a launcher with several processes, rank r writes "
                    "FILE with .rank<r> before its extension.")
+@click.option("--config", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="A state.toml run file: train a next-token model on its token data, step by step, with the "
+                   "global batch of each step from its schedule (the image options do not apply).")
+@click.option("--steps", type=click.IntRange(min=1), default=None,
+              help="With --config: steps to train.  [default: the run file's total_steps]")
+@click.option("--log-every", default=10, show_default=True, type=click.IntRange(min=1),
+              help="With --config: one line (and --log-json object) every N steps.")
+@click.option("--vocab-size", type=click.IntRange(min=2), default=None,
+              help="With --config: token ids 0..N-1.  [default: one more than the largest id in 1,000 windows "
+                   "spread over the data, at least 256]")
 @_fail_cleanly
 def train(**params: Any) -> None:
     """Train a model on a reader, with a progress bar and test accuracy per pass.
@@ -233,6 +243,35 @@ def bench(reader_name: str, data_dir: str | None, download: bool, workers: int, 
     if log_json:
         with open(log_json, "w", encoding="utf-8") as out:
             out.write(json.dumps(f) + "\n")
+
+
+@main.command("tokenize")
+@click.argument("sources", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False))
+@click.option("--out", required=True, type=click.Path(file_okay=False), help="Folder to write tokens.bin into.")
+@click.option("--token-size", default=2, show_default=True, type=click.IntRange(2, 4),
+              help="Bytes per token in the file: 2 or 4.")
+@_fail_cleanly
+def tokenize(sources: tuple[str, ...], out: str, token_size: int) -> None:
+    """Turn text files into one .bin file of byte-level tokens (0..255), for readers.tokens and data.toml."""
+    from readers.tokens import tokenize_bytes
+
+    if token_size == 3:
+        raise click.BadParameter("3 is neither 2 nor 4", param_hint="--token-size")
+    total = sum(os.path.getsize(source) for source in sources)
+    if not sys.stderr.isatty():  # a bar is only a stray label in a log
+        path = tokenize_bytes(sources, out, token_size=token_size)
+    else:
+        with click.progressbar(length=total, label="tokenizing", file=sys.stderr) as bar:
+            seen = [0]
+
+            def progress(done: int) -> None:
+                bar.update(done - seen[0])
+                seen[0] = done
+
+            path = tokenize_bytes(sources, out, token_size=token_size, progress=progress)
+    count = os.path.getsize(path) // token_size
+    click.echo(f"wrote {path}: {count:,} byte-level tokens (vocabulary 256) from {len(sources)} file"
+               f"{'s' if len(sources) > 1 else ''}, {token_size} bytes each")
 
 
 if __name__ == "__main__":

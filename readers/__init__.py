@@ -36,7 +36,16 @@ mapping
 >>> [sorted(b) for b in pipeline()]
 [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
 """
-from readers import combine, maps, parallel, replay, selection, sharding, shuffling
+from readers import (
+    combine,
+    maps,
+    parallel,
+    replay,
+    rounds,
+    selection,
+    sharding,
+    shuffling,
+)
 from readers.allocator import tune_allocator
 from readers.combine import ComposeNotAligned
 from readers.currying import Curried
@@ -44,18 +53,38 @@ from readers.identity import fingerprint
 from readers.interop import torch_dataset
 from readers.launch import WorkerInfo, worker_context, worker_info
 from readers.locality import node_shuffle as _node_shuffle
+from readers.mixing import mix as _mix
 from readers.parallel import WorkerDiedError
+from readers.rounds import assign_batches
+from readers.runfiles import (
+    DataConfig,
+    LocalData,
+    RunConfig,
+    RunFileError,
+    ServerData,
+    load_data,
+    load_run,
+)
+from readers.schedule import BatchSchedule
 from readers.sources import from_arrays, from_sequence, np_array, text_file
 from readers.stage import IndexedReader, Reader, Stage
+from readers.tokens import tokens
 
 __all__ = [
+    "BatchSchedule",
     "ComposeNotAligned",
     "Curried",
+    "DataConfig",
     "IndexedReader",
+    "LocalData",
     "Reader",
+    "RunConfig",
+    "RunFileError",
+    "ServerData",
     "Stage",
     "WorkerDiedError",
     "WorkerInfo",
+    "assign_batches",
     "buffered",
     "cache",
     "chain",
@@ -65,16 +94,21 @@ __all__ = [
     "firstn",
     "from_arrays",
     "from_sequence",
+    "load_data",
+    "load_run",
     "map_readers",
+    "mix",
     "multiprocess_reader",
     "node_shuffle",
     "np_array",
     "prefetch",
     "repeat",
+    "round_share",
     "shard",
     "shuffle",
     "skip",
     "text_file",
+    "tokens",
     "torch_dataset",
     "tune_allocator",
     "with_index",
@@ -92,10 +126,12 @@ compose = combine.compose
 filter_entries = Curried(selection.filter_entries)
 firstn = Curried(selection.firstn)
 map_readers = Curried(maps.map_readers, reader_at=1)
+mix = Curried(_mix)
 multiprocess_reader = Curried(parallel.multiprocess_reader)
 node_shuffle = Curried(_node_shuffle)
 prefetch = Curried(parallel.prefetch)
 repeat = Curried(replay.repeat)
+round_share = Curried(rounds.round_share)
 shard = Curried(sharding.shard)
 shuffle = Curried(shuffling.shuffle)
 skip = Curried(selection.skip)

@@ -606,3 +606,13 @@ def test_cli_inspect_of_a_module_whose_test_split_is_a_stream(tmp_path, monkeypa
     result = run("inspect", "--reader", "streamsplits", "--count", "1")
     assert result.exit_code == 0, result.output
     assert "length: unknown (a stream) (test split: a stream)" in result.stdout.splitlines()
+
+
+def test_cli_tokenize_writes_a_token_file_that_trains(tmp_path):
+    (tmp_path / "a.txt").write_text("the cat sat on the mat\n" * 20)
+    result = run("tokenize", str(tmp_path / "a.txt"), "--out", str(tmp_path / "tok"))
+    assert result.exit_code == 0, result.output
+    assert result.output.strip() == f"wrote {tmp_path / 'tok' / 'tokens.bin'}: 460 byte-level tokens (vocabulary 256) from 1 file, 2 bytes each"
+    assert len(readers.tokens(tmp_path / "tok", seq_len=45)) == 10
+    bad = run("tokenize", str(tmp_path / "a.txt"), "--out", str(tmp_path / "tok"), "--token-size", "3")
+    assert bad.exit_code == 2 and "3 is neither 2 nor 4" in bad.output

@@ -56,3 +56,12 @@ def test_notebook_pipeline_shows_the_pipeline_and_trains_on_mnist():
     assert "images (128, 784) float32, labels (128,) int64: " in output
     assert len(re.findall(r"^pass \d: train loss .* test accuracy \d+\.\d\d%", output, flags=re.M)) == 2, output
     assert final_accuracy(output) > 0.9
+
+
+def test_language_model_trains_on_the_standard_librarys_source_below_its_unigram_entropy(tmp_path):
+    output = run_example("language_model.py", tmp_path, "--steps", "80").stdout
+    entropy = float(re.search(r"^unigram entropy: (\d\.\d{3}) nats per token", output, flags=re.M)[1])
+    loss = float(re.search(r"^final loss: (\d\.\d{3}) nats per token", output, flags=re.M)[1])
+    assert re.search(r"^corpus: \d+ standard-library modules, [\d,]+ byte-level tokens$", output, flags=re.M), output
+    assert loss < 0.8 * entropy, output
+    assert (tmp_path / "tokens" / "data.toml").exists() and (tmp_path / "state.toml").exists()

@@ -65,6 +65,8 @@ CURRIED = {
     "node_shuffle": (readers.node_shuffle, (), {"seed": 0}, SOURCE),
     "prefetch": (readers.prefetch, (), {"workers": 2}, SOURCE),
     "repeat": (readers.repeat, (), {"times": 2}, SOURCE),
+    "mix": (readers.mix, (), {"weights": [1, 2], "seed": 0}, [SOURCE, WORDS]),
+    "round_share": (readers.round_share, (), {"assignment": {0: (0, 4)}, "client": 0}, SOURCE),
     "shard": (readers.shard, (), {"index": 1, "count": 3}, SOURCE),
     "shuffle": (readers.shuffle, (), {"buf_size": 4, "seed": 0}, SOURCE),
     "skip": (readers.skip, (), {"n": 2}, SOURCE),

@@ -24,7 +24,9 @@ from train.events import (
     TestResult,
 )
 from train.feeds import columns_of, feeds
+from train.language import NextTokenMLP, TokenRangeError, unigram_entropy
 from train.models import MLP, SoftmaxRegression
+from train.steps import train_steps
 
 __all__ = [
     "BeginIteration",
@@ -34,12 +36,16 @@ __all__ = [
     "EndPass",
     "Event",
     "MLP",
+    "NextTokenMLP",
     "SoftmaxRegression",
     "TestResult",
+    "TokenRangeError",
     "columns_of",
     "evaluate",
     "feeds",
     "load_checkpoint",
     "save_checkpoint",
     "train",
+    "train_steps",
+    "unigram_entropy",
 ]

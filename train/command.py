@@ -24,14 +24,14 @@ import readers
 from readers.checks import check_reader
 from readers.registry import find_model, reader_splits
 from train.checkpoint import CheckpointError, load_for_rank, rank_folder
-from train.console import Progress
+from train.console import Progress, in_flag_words
 from train.driver import train
 from train.feeds import infer_sizes
 from train.folders import FILE
 from train.models import LabelRangeError
 from train.resume import claim
 
-__all__ = ["check_entry", "first_entry", "in_flag_words", "resume_command", "splits", "train_command"]
+__all__ = ["check_entry", "first_entry", "resume_command", "splits", "train_command"]
 
 
 class Terminated(KeyboardInterrupt):
@@ -144,7 +144,12 @@ def train_command(params: dict[str, Any]) -> None:
                 directory, resume=params["resume"], overwrite=params["overwrite"], rank=info.rank,
                 world_size=info.world_size, flags=("--resume", "--overwrite"))
             with held as found, _warnings_as_lines():  # the folder is this run's before anything is read
-                _train(factory, info, found, params)
+                if params["config"]:
+                    from train.token_command import config_run
+
+                    config_run(info, found, params)
+                else:
+                    _train(factory, info, found, params)
     except KeyboardInterrupt as stop:
         _interrupted(directory, info, params, started, stop)
 
@@ -223,35 +228,6 @@ def _train(factory: Callable, info: Any, found: Any, params: dict[str, Any]) -> 
                    f"train for --passes {params['passes']}", err=True)
 
 
-#: The run's settings as a checkpoint names them, and the options that set them.
-_FLAGS = {"batch_size": "--batch-size", "seed": "--seed", "config.reader": "--reader", "config.model": "--model",
-          "config.lr": "--lr", "config.lr_decay": "--lr-decay", "config.classes": "--classes", "model.lr": "--lr",
-          "model.n_classes": "--classes", "model.seed": "--seed", "model.class": "--model",
-          "model.hidden": "--model", "model.n_inputs": "the input size (--reader)"}
-
-
-def in_flag_words(message: str) -> str:
-    """A refusal that names the run's settings as a checkpoint does, in the command line's options; an
-    option named by several settings (the model's and the config's learning rate) once, in the words of
-    the setting the user gave (``config``).
-
-    >>> in_flag_words("ck: made with other settings or data (seed: 0 then, 1 now; model.lr: 0.1 then, 0.2 now; "
-    ...               "config.lr: 0.1 then, 0.2 now); resume with the same")
-    'ck: made with other settings or data (--seed: 0 then, 1 now; --lr: 0.1 then, 0.2 now); resume with the same'
-    """
-    head, paren, rest = message.partition(" (")
-    inner, close, tail = rest.partition("); ")
-    if not paren or not close:
-        return message
-    lines: dict[str, str] = {}
-    for line in inner.split("; "):
-        key, colon, value = line.partition(": ")
-        flag = _FLAGS.get(key, key)
-        if flag not in lines or key.startswith("config."):
-            lines[flag] = f"{flag}{colon}{value}"
-    return f"{head} ({'; '.join(lines.values())}); {tail}"
-
-
 def _label_advice(exc: LabelRangeError, at: dict[str, int], reader: Any, directory: str | None, given: bool) -> str:
     """The CLI's words for a label the model has no class for: which option to change, and why it happened."""
     where = f" at pass {at['pass_id']}, step {at['step']}" if at else ""
@@ -313,8 +289,9 @@ def _interrupted(directory: str | None, info: Any, params: dict[str, Any], start
         click.echo(f"\n{what}: {where}; nothing to resume", err=True)
     else:
         meta = found[1]
+        where = f"step {meta['step']}" if "step" in meta else f"pass {meta['pass']}, entry {meta['cursor']}"
         launcher = ("\n(run it under your launcher, as this run was: torchrun, srun or mpirun, with this or "
                     "another number of processes)") if info.world_size > 1 else ""
-        click.echo(f"\n{what}: the checkpoint in {directory} holds pass {meta['pass']}, entry {meta['cursor']}. "
+        click.echo(f"\n{what}: the checkpoint in {directory} holds {where}. "
                    f"Resume with, from {os.getcwd()}:\n  {resume_command(params)}{launcher}", err=True)
     click.get_current_context().exit(143 if isinstance(stop, Terminated) else 130)

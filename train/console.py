@@ -13,7 +13,7 @@ import click
 
 from train.events import BeginPass, EndIteration, EndPass, TestResult
 
-__all__ = ["Progress", "keep_passes_before"]
+__all__ = ["Progress", "in_flag_words", "keep_passes_before"]
 
 
 class Progress:
@@ -101,8 +101,9 @@ class Progress:
         self.passes += 1
 
 
-def keep_passes_before(path: str, first: int) -> None:
-    """Drop the JSON log's lines of passes from ``first`` on (and a line cut short by a kill), atomically.
+def keep_passes_before(path: str, first: int, key: str = "pass") -> None:
+    """Drop the JSON log's lines of passes from ``first`` on (and a line cut short by a kill), atomically;
+    ``key`` names the count a line holds (``"step"`` for a run counted in steps).
 
     A resume from a checkpoint at pass ``first`` trains those passes again and
     logs them again; a kill between a pass's line and its checkpoint would
@@ -126,10 +127,40 @@ def keep_passes_before(path: str, first: int) -> None:
             record = json.loads(line)
         except ValueError:
             continue  # half a line: the run was killed while writing it
-        if isinstance(record, dict) and isinstance(record.get("pass"), int) and record["pass"] < first:
+        if isinstance(record, dict) and isinstance(record.get(key), int) and record[key] < first:
             kept.append(line if line.endswith("\n") else line + "\n")
     if len(kept) != len(lines):
         tmp = f"{path}.part"
         with open(tmp, "w", encoding="utf-8") as f:
             f.writelines(kept)
         os.replace(tmp, path)
+
+
+#: The run's settings as a checkpoint names them, and the options that set them.
+_FLAGS = {"batch_size": "--batch-size", "seed": "--seed", "config.reader": "--reader", "config.model": "--model",
+          "config.lr": "--lr", "config.lr_decay": "--lr-decay", "config.classes": "--classes", "model.lr": "--lr",
+          "model.n_classes": "--classes", "model.seed": "--seed", "model.class": "--model",
+          "model.hidden": "--model", "model.n_inputs": "the input size (--reader)",
+          "model.vocab_size": "--vocab-size", "config.config": "--config"}
+
+
+def in_flag_words(message: str) -> str:
+    """A refusal that names the run's settings as a checkpoint does, in the command line's options; an
+    option named by several settings (the model's and the config's learning rate) once, in the words of
+    the setting the user gave (``config``).
+
+    >>> in_flag_words("ck: made with other settings or data (seed: 0 then, 1 now; model.lr: 0.1 then, 0.2 now; "
+    ...               "config.lr: 0.1 then, 0.2 now); resume with the same")
+    'ck: made with other settings or data (--seed: 0 then, 1 now; --lr: 0.1 then, 0.2 now); resume with the same'
+    """
+    head, paren, rest = message.partition(" (")
+    inner, close, tail = rest.partition("); ")
+    if not paren or not close:
+        return message
+    lines: dict[str, str] = {}
+    for line in inner.split("; "):
+        key, colon, value = line.partition(": ")
+        flag = _FLAGS.get(key, key)
+        if flag not in lines or key.startswith("config."):
+            lines[flag] = f"{flag}{colon}{value}"
+    return f"{head} ({'; '.join(lines.values())}); {tail}"

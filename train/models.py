@@ -31,10 +31,10 @@ from typing import Any
 
 import numpy as np
 
+from train.adam import AdamModel
+
 __all__ = ["LabelRangeError", "MLP", "SoftmaxRegression"]
 
-_BETA1, _BETA2, _EPS = 0.9, 0.999, 1e-8
-_FLUSH_EVERY, _TINY = 16, np.finfo(np.float32).tiny
 _EMPTY = {"loss": 0.0, "accuracy": 0.0, "count": 0, "weight": 0.0}
 
 
@@ -101,7 +101,7 @@ def _loss_and_gradients(params: Sequence[np.ndarray], x: np.ndarray, y: np.ndarr
     return ce, correct, grads
 
 
-class _Network:
+class _Network(AdamModel):
     """A ReLU network trained with Adam: the machinery shared by the public models.
 
     ``inputs`` are the batch names a mapping must provide; ``lr`` may be changed
@@ -128,10 +128,7 @@ class _Network:
             w *= np.float32(math.sqrt(2.0 / fan_in))  # He: keeps activations' variance through ReLUs
             self._names += [f"W{k}", f"b{k}"]
             self._params += [w, np.zeros(fan_out, np.float32)]
-        self._m = [np.zeros_like(p) for p in self._params]
-        self._v = [np.zeros_like(p) for p in self._params]
-        self._scratch = [np.empty_like(p) for p in self._params]
-        self._step = 0
+        self._init_adam()
 
     def settings(self) -> dict[str, Any]:
         """What the model was built with, as JSON: checkpoints record it, so a resume with another
@@ -191,79 +188,6 @@ class _Network:
         array([0, 0])
         """
         return _forward(self._params, self._images(images))[0].argmax(axis=1).astype(np.int64)
-
-    def state_dict(self) -> dict[str, np.ndarray | int]:
-        """A copy of the parameters, Adam's moments (``m.*``, ``v.*``) and its ``step`` count.
-
-        >>> sorted(MLP(4, hidden=(3,), n_classes=2).state_dict())
-        ['W0', 'W1', 'b0', 'b1', 'm.W0', 'm.W1', 'm.b0', 'm.b1', 'step', 'v.W0', 'v.W1', 'v.b0', 'v.b1']
-        """
-        state: dict[str, np.ndarray | int] = {"step": self._step}
-        for prefix, arrays in (("", self._params), ("m.", self._m), ("v.", self._v)):
-            state.update((prefix + name, a.copy()) for name, a in zip(self._names, arrays))
-        return state
-
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Restore a ``state_dict()``; training then continues bit for bit as it would have.
-
-        Everything is checked before anything changes.
-
-        >>> a, b = SoftmaxRegression(3, 2, seed=1), SoftmaxRegression(3, 2, seed=2)
-        >>> b.load_state_dict(a.state_dict())
-        >>> bool(np.array_equal(a.state_dict()["W0"], b.state_dict()["W0"]))
-        True
-        >>> b.load_state_dict(SoftmaxRegression(4, 2).state_dict())
-        Traceback (most recent call last):
-        ...
-        ValueError: state 'W0' has shape (4, 2) but SoftmaxRegression(n_inputs=3, n_classes=2, ...) needs (3, 2); ...
-        """
-        targets = dict(zip(self._names, self._params))
-        targets.update((f"m.{n}", a) for n, a in zip(self._names, self._m))
-        targets.update((f"v.{n}", a) for n, a in zip(self._names, self._v))
-        expected = set(targets) | {"step"}
-        missing, unexpected = sorted(expected - set(state)), sorted(set(state) - expected)
-        if missing or unexpected:
-            raise ValueError(f"state does not fit {self!r}: missing {missing}, unexpected {unexpected}; "
-                             "load a state saved by a model of the same kind")
-        step = np.asarray(state["step"])
-        if step.shape != () or step.dtype.kind not in "iu" or step < 0:
-            raise ValueError(f"state 'step' must be a non-negative integer, got {state['step']!r}")
-        sources = {name: np.asarray(state[name]) for name in targets}
-        for name, source in sources.items():
-            if source.shape != targets[name].shape:
-                raise ValueError(f"state {name!r} has shape {source.shape} but {self!r} needs "
-                                 f"{targets[name].shape}; build the model with the sizes it was saved with")
-            if source.dtype.kind != "f":
-                raise ValueError(f"state {name!r} must hold floats, got {source.dtype}")
-        for name, source in sources.items():
-            np.copyto(targets[name], source, casting="same_kind")
-        self._step = int(step)
-
-    def _adam(self, grads: list[np.ndarray]) -> None:
-        self._step += 1
-        t = self._step
-        # Bias correction folded into the step size and epsilon, so it costs no pass over the arrays.
-        root = math.sqrt(1 - _BETA2 ** t)
-        lr, eps = self.lr * root / (1 - _BETA1 ** t), _EPS * root
-        for p, m, v, g, s in zip(self._params, self._m, self._v, grads, self._scratch):
-            np.multiply(g, g, out=s)
-            s *= 1 - _BETA2
-            v *= _BETA2
-            v += s
-            g *= 1 - _BETA1
-            m *= _BETA1
-            m += g
-            np.sqrt(v, out=s)
-            s += eps
-            np.divide(m, s, out=s)
-            s *= lr
-            p -= s
-            if t % _FLUSH_EVERY == 0:
-                # m of an input that stays 0 (MNIST's border pixels) decays into subnormal numbers,
-                # ~50x slower on x86: they made the fifth MNIST pass 60% slower than the first.
-                # Zeroing them cannot move a parameter (such an update is below 1e-28).
-                for a in (m, v):
-                    np.putmask(a, np.abs(a) < _TINY, 0)
 
     def _metrics(self, ce: np.ndarray, correct: np.ndarray, scale: np.ndarray,
                  total: float) -> dict[str, float | int]:

@@ -34,7 +34,7 @@ from train.checkpoint import (
 from train.feeds import user_stacklevel
 from train.folders import START_OVER
 
-__all__ = ["check_folder", "check_meta", "claim", "open_run", "this_job"]
+__all__ = ["check_folder", "check_meta", "claim", "open_run", "setting_differences", "this_job"]
 
 Found = tuple[dict[str, np.ndarray], dict[str, Any]] | None
 _claims: dict[tuple[str, int], dict[str, Any]] = {}  # (folder, thread) -> its claim's flags and checkpoint
@@ -201,11 +201,15 @@ def _check_fields(path: str, meta: dict[str, Any], run: dict[str, Any]) -> None:
             raise _fault(path, f"history[{i}]", "an object with a 'pass' number", record)
 
 
-def _setting_differences(key: str, then: Any, now: Any) -> list[str]:
-    """One line per setting that differs; a dict of settings (``config``) key by key."""
+def setting_differences(key: str, then: Any, now: Any) -> list[str]:
+    """One line per setting that differs; a dict of settings (``config``) key by key.
+
+    >>> setting_differences("config", {"lr": 0.1, "seed": 1}, {"lr": 0.2, "seed": 1})
+    ['config.lr: 0.1 then, 0.2 now']
+    """
     if isinstance(then, dict) and isinstance(now, dict):
         return [line for name in sorted(set(then) | set(now), key=str)
-                for line in _setting_differences(f"{key}.{name}", then.get(name), now.get(name))]
+                for line in setting_differences(f"{key}.{name}", then.get(name), now.get(name))]
     return [] if then == now else [f"{key}: {then!r} then, {now!r} now"]
 
 
@@ -257,7 +261,7 @@ def check_meta(directory: str, meta: dict[str, Any], run: dict[str, Any]) -> Non
                 raise _fault(path, key, "an object (the data's fingerprint)", meta[key])
             data = differences(meta[key], value)
         else:
-            settings += _setting_differences(key, meta[key], value)
+            settings += setting_differences(key, meta[key], value)
     differ = settings + data
     if differ:
         raise CheckpointError(f"{directory}: the checkpoint was made with other settings or data "

@@ -3,7 +3,8 @@ import click
 import pytest
 
 import readers
-from train.command import check_entry, first_entry, in_flag_words
+from train.command import check_entry, first_entry
+from train.console import in_flag_words
 
 
 def test_in_flag_words_names_options_and_says_each_once():

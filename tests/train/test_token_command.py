@@ -1,0 +1,86 @@
+"""train.token_command: `cli.py train --config state.toml`, a next-token model trained step by step."""
+import json
+
+import numpy as np
+from click.testing import CliRunner
+
+import readers
+from cli import main
+from train.checkpoint import load_checkpoint
+from train.token_command import infer_vocabulary
+
+STATE = """run_id = "test"
+[config]
+global_batch_size_start = 4
+global_batch_size_end = 8
+global_batch_size_warmup_tokens = 400
+total_steps = 12
+[model.LLM]
+architecture = "HfLlama"
+max_seq_len = 16
+[model.LLM.data_location]
+{location}
+"""
+
+
+def _run_files(tmp_path, location='Local = "tokens"'):
+    (tmp_path / "tokens").mkdir(exist_ok=True)
+    text = np.frombuffer(b"a rose is a rose is a rose. " * 40, np.uint8)
+    text.astype("<u2").tofile(tmp_path / "tokens" / "t.bin")
+    (tmp_path / "tokens" / "data.toml").write_text('dir = "."\ntoken_size = "TwoBytes"\nseq_len = 16\nshuffle_seed = 3\n')
+    (tmp_path / "state.toml").write_text(STATE.format(location=location))
+    return str(tmp_path / "state.toml")
+
+
+def run(*args):
+    return CliRunner().invoke(main, list(args))
+
+
+def test_a_run_file_trains_with_a_line_and_a_json_object_every_n_steps(tmp_path):
+    state = _run_files(tmp_path)
+    log = tmp_path / "log.jsonl"
+    result = run("train", "--config", state, "--log-every", "4", "--log-json", str(log))
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert lines[0] == ("model nexttoken: vocabulary 256 (largest token id 115 in all 69 windows); 69 windows of 16 "
+                        "tokens; 12 steps, global batch 4 to 8 windows over 400 tokens")
+    assert [line.split(":")[0] for line in lines[1:]] == ["step 4", "step 8", "step 12"]
+    records = [json.loads(line) for line in log.read_text().splitlines()]
+    assert [sorted(r) for r in records] == [["loss", "perplexity", "step", "tokens_per_s"]] * 3
+    assert records[-1]["loss"] < records[0]["loss"]
+    assert "ignored in" in result.stderr and "run_id, model.LLM.architecture" in result.stderr
+
+
+def test_a_run_file_run_resumes_from_its_checkpoint_and_keeps_its_log(tmp_path):
+    state, ck, log = _run_files(tmp_path), str(tmp_path / "ck"), tmp_path / "log.jsonl"
+    first = run("train", "--config", state, "--steps", "8", "--log-every", "4", "--log-json", str(log),
+                "--checkpoint-dir", ck)
+    assert first.exit_code == 0, first.output
+    assert load_checkpoint(ck)[1]["step"] == 8
+    resumed = run("train", "--config", state, "--log-every", "4", "--log-json", str(log), "--checkpoint-dir", ck,
+                  "--resume")
+    assert resumed.exit_code == 0, resumed.output
+    assert [json.loads(line)["step"] for line in log.read_text().splitlines()] == [4, 8, 12]
+    refused = run("train", "--config", state, "--checkpoint-dir", ck, "--resume", "--lr", "0.1")
+    assert refused.exit_code == 1 and "--lr: 0.003 then, 0.1 now" in refused.output
+
+
+def test_options_of_image_runs_and_a_server_location_are_refused_clearly(tmp_path):
+    state = _run_files(tmp_path)
+    mixed = run("train", "--config", state, "--batch-size", "64")
+    assert mixed.exit_code == 2 and "--batch-size does not apply with --config" in mixed.output
+    server = _run_files(tmp_path, 'Server = "127.0.0.1:20001"')
+    remote = run("train", "--config", server)
+    assert remote.exit_code == 1 and "Server = '127.0.0.1:20001' needs readerkit's data-provider server" in remote.output
+
+
+def test_a_token_beyond_the_vocabulary_names_the_option(tmp_path):
+    state = _run_files(tmp_path)
+    result = run("train", "--config", state, "--vocab-size", "100", "--steps", "2")
+    assert result.exit_code == 1 and "pass --vocab-size 1" in result.output and "out of range for vocab_size=100" in result.output
+
+
+def test_the_vocabulary_is_the_largest_id_in_spread_windows_and_at_least_256():
+    windows = np.zeros((5000, 4), np.int32)
+    windows[4999, 2] = 1000  # the last window: sampled, since the spread includes both ends
+    assert infer_vocabulary(readers.np_array(windows)) == (1001, "largest token id 1000 in 1,000 windows spread over all 5,000")

@@ -1,0 +1,185 @@
+"""Training by steps over rounds: every step reads its share of the step's global batch.
+
+A language-model run is counted in steps, not passes. Step s reads the
+samples ``[data_index(s), data_index(s) + batch_size(s))`` of the run
+(``readers.schedule.BatchSchedule``), sample p being entry ``p % N`` of pass
+``p // N`` of the reader, so a shuffled reader gives every pass a fresh order.
+The round's coordinator (``readers.rounds.assign_batches``, seeded per step by
+``round_seed``) splits that batch among the job's processes, and each trains
+on its own share (``readers.rounds.round_share``). The position is the step:
+a checkpoint holds the model and the step, and a resume on any number of
+processes starts at the same data index.
+"""
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+
+import batching
+import readers
+from readers.identity import differences, fingerprint
+from readers.rounds import assign_batches, round_share
+from readers.schedule import BatchSchedule
+from train.checkpoint import (
+    CheckpointError,
+    rank_folder,
+    remove_checkpoints,
+    save_checkpoint,
+)
+from train.folders import START_OVER
+from train.resume import claim, setting_differences, this_job
+
+__all__ = ["round_seed", "train_steps"]
+
+
+def round_seed(seed: int, step: int) -> int:
+    """The seed of step ``step``'s round: every process derives the same one from the run's seed alone.
+
+    >>> round_seed(0, 5) == round_seed(0, 5) != round_seed(0, 6)
+    True
+    """
+    return int(np.random.SeedSequence([int(seed), int(step)]).generate_state(1, np.uint64)[0])
+
+
+def _window(reader: Any, schedule: BatchSchedule, step: int, seed: int, info: Any) -> np.ndarray | None:
+    """This process's windows of step ``step``, as one array; None when the round leaves it out."""
+    assignment = assign_batches(range(info.world_size), data_index=schedule.data_index(step),
+                                global_batch_size=schedule.batch_size(step), seed=round_seed(seed, step))
+    if info.rank not in assignment:
+        return None
+    share = round_share(reader, assignment, info.rank)
+    return next(iter(batching.collated(batching.batch(share, len(share)))()))
+
+
+class _Log:
+    """Loss and speed summed over the steps since the last line: one record every ``every`` steps."""
+
+    def __init__(self, every: int):
+        self.every, self.loss, self.weight, self.tokens, self.seconds = every, 0.0, 0.0, 0, 0.0
+
+    def add(self, metrics: Mapping[str, Any], seconds: float) -> None:
+        weight = float(metrics.get("weight", 0.0))
+        if weight:
+            self.loss += float(metrics["loss"]) * weight
+            self.weight += weight
+        self.tokens += int(metrics.get("tokens", 0))
+        self.seconds += seconds
+
+    def record(self, steps_done: int) -> dict[str, Any]:
+        loss = self.loss / self.weight if self.weight else math.nan
+        record = {"step": steps_done, "loss": loss, "perplexity": math.exp(loss) if loss < 700 else math.inf,
+                  "tokens_per_s": self.tokens / self.seconds if self.seconds > 0 else math.nan}
+        self.loss = self.weight = self.seconds = 0.0
+        self.tokens = 0
+        return record
+
+
+def _check(folder: str, meta: dict[str, Any], run: dict[str, Any], steps: int) -> None:
+    """Refuse a checkpoint that is not of a step run, or was made with other settings or data."""
+    path = f"{folder}/checkpoint.npz"
+    for key in ("step", "history", *run):
+        if key not in meta:
+            raise CheckpointError(f"{path}: the checkpoint does not record {key!r} (made by a pass-based run, or "
+                                  f"another version?); {START_OVER}")
+    step = meta["step"]
+    if isinstance(step, bool) or not isinstance(step, int) or step < 0 or not isinstance(meta["history"], list):
+        raise CheckpointError(f"{path}: field 'step' must be a whole number >= 0 and 'history' a list, got "
+                              f"{step!r}; the file was damaged or edited: {START_OVER}")
+    differ = [line for key in run if key != "data" for line in setting_differences(key, meta[key], run[key])]
+    differ += differences(meta["data"], run["data"]) if isinstance(meta["data"], dict) else ["data: not recorded"]
+    if differ:
+        raise CheckpointError(f"{folder}: the checkpoint was made with other settings or data ({'; '.join(differ)}); "
+                              "resume with the same settings and data, or train into another checkpoint folder")
+
+
+def train_steps(reader: Any, *, model: Any, schedule: BatchSchedule, steps: int, seed: int = 0,
+                on_log: Callable[[dict[str, Any]], None] | None = None, log_every: int = 10,
+                checkpoint_dir: str | None = None, checkpoint_every: int | None = None, resume: bool = False,
+                overwrite: bool = False, config: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
+    """Train ``model`` for ``steps`` steps of ``schedule`` over ``reader``; return the log records.
+
+    ``reader`` is an indexed reader of windows (``readers.tokens``, usually
+    shuffled: ``readers.shuffle(tokens, seed=...)``); ``model.step`` gets
+    ``{"tokens": int32 (windows, seq_len + 1)}``. Every ``log_every`` steps
+    (and after the last) a record ``{"step", "loss", "perplexity",
+    "tokens_per_s"}`` goes to ``on_log`` and the returned list: ``step`` the
+    steps done, ``loss`` the mean cross-entropy per token over those steps.
+
+    With ``checkpoint_dir`` the model and the step are saved every
+    ``checkpoint_every`` steps and at the end, with the folder guarded as
+    ``train.train`` guards it (a lock; ``resume`` and ``overwrite``); a
+    resume refuses another schedule, seed, model, ``config`` or data.
+
+    >>> from readers.schedule import BatchSchedule
+    >>> from train.language import NextTokenMLP
+    >>> text = np.frombuffer(b"abcabcabc" * 30, np.uint8).astype(np.int32)
+    >>> data = readers.shuffle(readers.np_array(np.lib.stride_tricks.sliding_window_view(text, 9)[::8].copy()), seed=0)
+    >>> log = train_steps(data, model=NextTokenMLP(256, context=2, embed=8, hidden=32, lr=0.01),
+    ...                   schedule=BatchSchedule(4, 4, 0, 8), steps=60, log_every=30)
+    >>> [r["step"] for r in log], log[-1]["loss"] < log[0]["loss"]
+    ([30, 60], True)
+    """
+    for name, value in (("steps", steps), ("log_every", log_every)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"train_steps: {name} must be an int >= 1, got {value!r}")
+    if (resume or overwrite) and checkpoint_dir is None:
+        raise ValueError(f"train_steps: {'resume' if resume else 'overwrite'}=True needs checkpoint_dir")
+    info = readers.worker_info()
+    settings = getattr(model, "settings", None)
+    run = {"schedule": [schedule.start, schedule.end, schedule.warmup_tokens, schedule.seq_len], "seed": int(seed),
+           "model": {"class": type(model).__qualname__, **(settings() if callable(settings) else {})},
+           "config": dict(config or {})}
+    if checkpoint_dir is None:
+        return _loop(reader, model, schedule, steps, seed, info, on_log, log_every, None)
+    with claim(checkpoint_dir, resume=resume, overwrite=overwrite, rank=info.rank,
+               world_size=info.world_size) as found:
+        run["data"] = fingerprint(reader)
+        saved = _Saved(checkpoint_dir, info, run, checkpoint_every or steps, overwrite)
+        if found is not None:
+            state, meta = found
+            _check(saved.folder, meta, run, steps)
+            model.load_state_dict(state)
+            saved.first, saved.history = meta["step"], meta["history"]
+        return _loop(reader, model, schedule, steps, seed, info, on_log, log_every, saved)
+
+
+class _Saved:
+    """A step run's checkpoints: the model, the steps done and the log so far."""
+
+    def __init__(self, directory: str, info: Any, run: dict[str, Any], every: int, replace: bool):
+        self.directory, self.info, self.run, self.every, self.replace = directory, info, run, every, replace
+        self.folder = rank_folder(directory, info.rank, info.world_size)
+        self.first, self.history = 0, []
+
+    def save(self, model: Any, steps_done: int, schedule: BatchSchedule) -> None:
+        meta = {"step": steps_done, "data_index": schedule.data_index(steps_done), "history": self.history,
+                "job": this_job(self.info.world_size), **self.run}
+        save_checkpoint(self.folder, model.state_dict(), meta)
+        if self.replace:  # now that this run has a checkpoint, the ones it replaces go
+            remove_checkpoints(self.directory, self.info.rank, self.info.world_size, keep_own=True)
+            self.replace = False
+
+
+def _loop(reader: Any, model: Any, schedule: BatchSchedule, steps: int, seed: int, info: Any,
+          on_log: Callable[[dict[str, Any]], None] | None, log_every: int, saved: _Saved | None) -> list[dict]:
+    history = saved.history if saved is not None else []
+    log = _Log(log_every)
+    for step in range(saved.first if saved is not None else 0, steps):
+        tick = time.perf_counter()
+        windows = _window(reader, schedule, step, seed, info)
+        if windows is not None:
+            log.add(model.step({"tokens": windows}), 0.0)
+        log.seconds += time.perf_counter() - tick
+        done = step + 1
+        if done % log_every == 0 or done == steps:
+            record = log.record(done)
+            history.append(record)
+            if on_log is not None:
+                on_log(record)
+        if saved is not None and (done % saved.every == 0 or done == steps):
+            saved.save(model, done, schedule)
+    return history

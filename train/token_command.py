@@ -1,0 +1,132 @@
+"""The train command with ``--config state.toml``: a next-token model on token files, step by step.
+
+The run file (``readers.runfiles.load_run``) gives the batch-size schedule,
+the steps and the data location; the data folder's tokens are read in
+windows of ``max_seq_len + 1`` (``readers.tokens``), shuffled by the data's
+seed, and each step's global batch is split among the job's processes by the
+round coordinator (``train.steps.train_steps``). One line every
+``--log-every`` steps gives the loss, the perplexity and tokens/s.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+from typing import Any
+
+import click
+import numpy as np
+
+import readers
+from readers.runfiles import LocalData, load_run
+from readers.schedule import BatchSchedule
+from train.checkpoint import CheckpointError
+from train.console import in_flag_words, keep_passes_before
+from train.language import NextTokenMLP, TokenRangeError
+from train.steps import train_steps
+
+__all__ = ["config_run", "infer_vocabulary"]
+
+#: Windows read to find the vocabulary: spread evenly over the data.
+SCAN = 1000
+#: Options of the image-and-label runs that a run file decides instead.
+NOT_WITH_CONFIG = ("reader_name", "model_name", "classes", "batch_size", "passes", "lr_decay", "data_dir")
+
+
+def infer_vocabulary(reader: Any) -> tuple[int, str]:
+    """(vocabulary size, the words that say where it came from): one more than the largest token id in up
+    to 1,000 windows spread over the reader, and at least 256 (byte-level text).
+
+    >>> r = readers.np_array(np.array([[1, 2, 300], [4, 5, 6]], np.int32))
+    >>> infer_vocabulary(r)
+    (301, 'largest token id 300 in all 2 windows')
+    """
+    n = len(reader)
+    picks = np.arange(n) if n <= SCAN else np.linspace(0, n - 1, SCAN).round().astype(np.int64)
+    top = int(np.asarray(reader.gather_columns(picks)).max())
+    where = f"in all {n:,} windows" if n <= SCAN else f"in {SCAN:,} windows spread over all {n:,}"
+    return max(top + 1, 256), f"largest token id {top} {where}"
+
+
+def _refuse_image_options(params: dict[str, Any]) -> None:
+    ctx = click.get_current_context()
+    from click.core import ParameterSource
+
+    given = [name for name in NOT_WITH_CONFIG if ctx.get_parameter_source(name) is ParameterSource.COMMANDLINE]
+    if given:
+        shown = ", ".join("--" + name.replace("_name", "").replace("_", "-") for name in given)
+        raise click.UsageError(f"{shown} do{'es' if len(given) == 1 else ''} not apply with --config: the run file "
+                               "sets the data, the schedule of batch sizes and the steps")
+
+
+def config_run(info: Any, found: Any, params: dict[str, Any]) -> None:
+    """Train a next-token model as the run file ``params["config"]`` describes (``cli.py train --config``).
+
+    >>> from click.testing import CliRunner
+    >>> import cli
+    >>> CliRunner().invoke(cli.main, ["train", "--config", "/nonexistent/state.toml"]).output.splitlines()[-1]
+    "Error: Invalid value for '--config': File '/nonexistent/state.toml' does not exist."
+    """
+    _refuse_image_options(params)
+    run = load_run(params["config"])
+    if not isinstance(run.data, LocalData):
+        raise click.ClickException(
+            f"{params['config']}: data_location Server = {run.data.address!r} needs readerkit's data-provider "
+            "server and remote reader, which this version does not have yet; give a Local data location")
+    tokens = readers.tokens(run.data.path, seq_len=run.seq_len, token_size=run.data.token_size)
+    data = tokens if run.data.shuffle_seed is None else readers.shuffle(tokens, seed=run.data.shuffle_seed)
+    vocab, whence = (params["vocab_size"], "--vocab-size") if params["vocab_size"] else infer_vocabulary(tokens)
+    schedule = BatchSchedule.of_run(run)
+    steps = params["steps"] or run.total_steps
+    model = NextTokenMLP(vocab, lr=params["lr"], seed=params["seed"])
+    who = f"rank {info.rank}/{info.world_size}: " if info.world_size > 1 else ""
+    ramp = (f"{run.batch_start} to {run.batch_end} windows over {run.warmup_tokens:,} tokens"
+            if run.batch_start != run.batch_end else f"{run.batch_end} windows")
+    click.echo(f"{who}model nexttoken: vocabulary {vocab} ({whence}); {len(tokens):,} windows of {run.seq_len} "
+               f"tokens; {steps} steps, global batch {ramp}")
+    if run.ignored:
+        click.echo(f"{who}ignored in {params['config']}: {', '.join(run.ignored)}", err=True)
+    log = _JsonLog(params["log_json"], info, found)
+
+    def on_log(record: dict[str, Any]) -> None:
+        click.echo(f"{who}step {record['step']}: loss {record['loss']:.4f}  perplexity {record['perplexity']:.2f}  "
+                   f"{record['tokens_per_s']:,.0f} tokens/s")
+        log.write(record)
+
+    try:
+        train_steps(data, model=model, schedule=schedule, steps=steps, seed=params["seed"], on_log=on_log,
+                    log_every=params["log_every"], checkpoint_dir=params["checkpoint_dir"],
+                    checkpoint_every=params["checkpoint_every"], resume=params["resume"],
+                    overwrite=params["overwrite"], config={"config": os.path.basename(params["config"])})
+    except CheckpointError as exc:
+        raise click.ClickException(in_flag_words(str(exc))) from None
+    except TokenRangeError as exc:
+        raise click.ClickException(f"{exc}; pass --vocab-size {exc.token + 1} or more") from None
+    finally:
+        log.close()
+
+
+class _JsonLog:
+    """``--log-json`` of a step run: one object per record; a resume keeps the records its checkpoint holds."""
+
+    def __init__(self, path: str | None, info: Any, found: Any):
+        if path and info.world_size > 1:
+            stem, ext = os.path.splitext(path)
+            path = f"{stem}.rank{info.rank}{ext}"
+        self.path, self.file = path, None
+        self.kept = None if found is None else found[1].get("step")
+
+    def write(self, record: dict[str, Any]) -> None:
+        if self.path is None:
+            return
+        if self.file is None:
+            if self.kept is not None:
+                keep_passes_before(self.path, self.kept + 1, key="step")
+            self.file = open(self.path, "a" if self.kept is not None else "w", encoding="utf-8")
+        clean = {k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in record.items()}
+        self.file.write(json.dumps(clean) + "\n")
+        self.file.flush()
+
+    def close(self) -> None:
+        if self.file is not None:
+            self.file.close()
