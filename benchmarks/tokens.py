@@ -100,6 +100,8 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=400)
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
+    # whole batches of one pass: a shorter file gives fewer
+    args.batches = min(args.batches, ((args.tokens - 1) // SEQ_LEN) // BATCH)
     with tempfile.TemporaryDirectory() as folder:
         path = os.path.join(folder, "tokens.bin")
         write_tokens(path, args.tokens)

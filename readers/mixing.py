@@ -39,7 +39,7 @@ rounded to them, which adds less than n * (D + 1) / 2**50 for D sources (a
 thousandth of an item for D = 10 at n = 10**11). Megatron's sequential greedy
 (pick the source with the largest ``w_d * (i + 1) - count_d``) measures 0.5 to
 1 on the same weights and has no random access; this stays within about half
-an item of it (tests/readers/test_mix.py measures both).
+an item of it (tests/readers/test_mixing.py measures both).
 
 >>> import readers
 >>> m = mix([readers.from_sequence("ab"), readers.from_sequence("CDEF")], seed=0)

@@ -35,7 +35,8 @@ EXAMPLES = {
     "global_batch_size_warmup_tokens": "global_batch_size_warmup_tokens = 0",
     "total_steps": "total_steps = 25000",
     "max_seq_len": "max_seq_len = 2048",
-    "data_location": 'Server = "127.0.0.1:20001" under [model.LLM.data_location], or data_location = { Local = "tokens" }',
+    "data_location": 'Server = "127.0.0.1:20001" under [model.LLM.data_location] (Psyche\'s newer layout: under '
+                     '[model_extra_data.data_location]), or data_location = { Local = "tokens" }',
     "path": 'path = "tokens"',
     "token_size_in_bytes": 'token_size_in_bytes = "TwoBytes"',
     "shuffle": 'shuffle = "DontShuffle" or shuffle = { Seeded = [1, 2, ..., 32] }',
@@ -43,6 +44,7 @@ EXAMPLES = {
               "global_batch_size_warmup_tokens and total_steps",
     "model": "a [model.LLM] table with max_seq_len and a [model.LLM.data_location]",
     "LLM": "a [model.LLM] table with max_seq_len and a [model.LLM.data_location]",
+    "model_extra_data": "a [model_extra_data] table (Psyche's newer layout) with a [model_extra_data.data_location]",
 }
 _AT = re.compile(r"\s*\(at (?:line (\d+), column (\d+)|end of document)\)$")
 

@@ -12,7 +12,12 @@ state.toml
     ``global_batch_size_start`` to ``global_batch_size_end`` over
     ``global_batch_size_warmup_tokens`` tokens) and ``total_steps``;
     ``[model.LLM]`` holds ``max_seq_len`` and ``data_location``, either
-    ``Server = "host:port"`` or ``Local = "folder"``. Psyche's Local holds
+    ``Server = "host:port"`` or ``Local = "folder"``. Psyche's newer layout
+    (its ``split-coord`` branch) moves ``data_location``, ``architecture``,
+    ``lr_schedule``, ``optimizer`` and ``checkpoint`` to a top-level
+    ``[model_extra_data]`` table, and ``[model.LLM]`` gains
+    ``checkpoint_source``; both layouts are read, and a ``data_location`` in
+    both places is an error. Psyche's Local holds
     only a folder; readerkit also reads a ``[model.LLM.data_location.Local]``
     table (``path``, ``token_size_in_bytes``, ``shuffle``), shaped like
     Psyche's Http location. Psyche's Dummy, Http, WeightedHttp and
@@ -21,7 +26,8 @@ state.toml
 ``load_data`` and ``load_run`` read them with the standard library's
 ``tomllib`` and check every key before returning a frozen dataclass. Keys
 Psyche knows and readerkit has no use for (timings, checkpoint, optimizer,
-learning-rate schedule...) are accepted unread and listed in
+learning-rate schedule..., and the older ``rounds_per_epoch`` and
+``round_apply_time``) are accepted unread and listed in
 ``RunConfig.ignored``; any other key is an error with a did-you-mean. Every
 fault is one ``RunFileError`` naming the file, the dotted key and the fix.
 
@@ -45,13 +51,19 @@ DEFAULT_TOKEN_SIZE = 2
 DATA_KEYS = ("dir", "token_size", "seq_len", "shuffle_seed")
 #: state.toml's top level as Psyche's Coordinator has it; only config and model are read.
 STATE_KEYS = ("config", "model", "run_id", "run_state", "progress", "epoch_state",
-              "run_state_start_unix_timestamp", "pending_pause")
+              "run_state_start_unix_timestamp", "pending_pause", "model_extra_data")
 CONFIG_USED = ("global_batch_size_start", "global_batch_size_end", "global_batch_size_warmup_tokens", "total_steps")
 CONFIG_IGNORED = ("warmup_time", "cooldown_time", "epoch_time", "max_round_train_time", "round_witness_time",
                   "min_clients", "init_min_clients", "verification_percent", "witness_nodes",
-                  "waiting_for_members_extra_time")
+                  "waiting_for_members_extra_time",
+                  "rounds_per_epoch", "round_apply_time")  # the last two: Psyche's configs before 2026-02 / 2026-03
 LLM_USED = ("max_seq_len", "data_location")
-LLM_IGNORED = ("architecture", "data_type", "cold_start_warmup_steps", "checkpoint", "lr_schedule", "optimizer")
+LLM_IGNORED = ("architecture", "data_type", "cold_start_warmup_steps", "checkpoint", "lr_schedule", "optimizer",
+               "checkpoint_source", "checkpoint_data")
+#: Psyche's newer [model_extra_data] (its ModelExtraData): only data_location is read.
+EXTRA_IGNORED = ("version", "architecture", "data_type", "lr_schedule", "optimizer", "run_metadata", "checkpoint")
+#: Where data_location may be: the older layout's, then the newer layout's.
+LOCATION_KEYS = ("model.LLM.data_location", "model_extra_data.data_location")
 LOCAL_KEYS = ("path", "token_size_in_bytes", "shuffle")
 #: Psyche's other data locations: readerkit has no provider for them.
 UNSUPPORTED = ("Dummy", "Http", "WeightedHttp", "Preprocessed")
@@ -130,9 +142,28 @@ def _local(path: str, key: str, value: Any, seq_len: int) -> LocalData:
     return LocalData(data.dir, data.token_size, data.shuffle_seed, seq_len)
 
 
-def _location(path: str, value: Any, seq_len: int) -> LocalData | ServerData:
-    """Psyche's data_location: one variant name, alone ("Dummy") or with its value."""
-    key = "model.LLM.data_location"
+def _find_location(path: str, llm: dict[str, Any], extra: dict[str, Any]) -> tuple[str, Any]:
+    """The dotted key and value of the one data_location, in [model.LLM] or in [model_extra_data].
+
+    >>> _find_location("state.toml", {}, {"data_location": "Dummy"})
+    ('model_extra_data.data_location', 'Dummy')
+    >>> _find_location("state.toml", {"data_location": "Dummy"}, {"data_location": "Dummy"})
+    Traceback (most recent call last):
+    ...
+    readers.runfile_fields.RunFileError: state.toml: model_extra_data.data_location: given twice: as model.LLM.data_location and as model_extra_data.data_location; keep only one: ...
+    """
+    found = [(key, table["data_location"]) for key, table in zip(LOCATION_KEYS, (llm, extra)) if "data_location" in table]
+    if not found:
+        raise RunFileError(path, LOCATION_KEYS[0], "missing", f"add {fields.EXAMPLES['data_location']}")
+    if len(found) > 1:
+        raise RunFileError(path, LOCATION_KEYS[1], f"given twice: as {LOCATION_KEYS[0]} and as {LOCATION_KEYS[1]}",
+                           "keep only one: [model_extra_data.data_location] in Psyche's newer layout, "
+                           "[model.LLM.data_location] in the older one")
+    return found[0]
+
+
+def _location(path: str, key: str, value: Any, seq_len: int) -> LocalData | ServerData:
+    """Psyche's data_location at dotted ``key``: one variant name, alone ("Dummy") or with its value."""
     fix = f"write {fields.EXAMPLES['data_location']}"
     if isinstance(value, dict) and len(value) == 1:
         (variant, inner), = value.items()
@@ -193,7 +224,8 @@ def load_data(path: str | os.PathLike) -> DataConfig:
 def load_run(path: str | os.PathLike) -> RunConfig:
     """Read a state.toml: the batch-size schedule, the steps, the sequence length and the data location.
 
-    ``[model.LLM.data_location]`` is ``Server = "host:port"`` (a ``ServerData``),
+    ``[model.LLM.data_location]`` (or ``[model_extra_data.data_location]`` in
+    Psyche's newer layout) is ``Server = "host:port"`` (a ``ServerData``),
     ``Local = "folder"`` (a ``LocalData`` described by the folder's data.toml
     if it holds one: its ``dir``, usually ``"."``, token size and seed, its
     ``seq_len`` equal to ``max_seq_len``; else 2-byte tokens, no shuffle), or the table
@@ -241,9 +273,13 @@ def load_run(path: str | os.PathLike) -> RunConfig:
     model = fields.subtable(path, doc, "", "model")
     fields.check_keys(path, model, "model", ("LLM",), required=("LLM",))
     llm = fields.subtable(path, model, "model", "LLM")
-    fields.check_keys(path, llm, "model.LLM", LLM_USED + LLM_IGNORED, required=LLM_USED)
+    fields.check_keys(path, llm, "model.LLM", LLM_USED + LLM_IGNORED, required=LLM_USED[:1])
     seq_len = fields.integer(path, llm, "model.LLM", "max_seq_len", 1)
-    data = _location(path, llm["data_location"], seq_len)
-    ignored = ([k for k in doc if k not in ("config", "model")] + [f"config.{k}" for k in config if k in CONFIG_IGNORED]
-               + [f"model.LLM.{k}" for k in llm if k in LLM_IGNORED])
+    extra = fields.subtable(path, doc, "", "model_extra_data") if "model_extra_data" in doc else {}
+    fields.check_keys(path, extra, "model_extra_data", ("data_location",) + EXTRA_IGNORED)
+    data = _location(path, *_find_location(path, llm, extra), seq_len)
+    ignored = ([k for k in doc if k not in ("config", "model", "model_extra_data")]
+               + [f"config.{k}" for k in config if k in CONFIG_IGNORED]
+               + [f"model.LLM.{k}" for k in llm if k in LLM_IGNORED]
+               + [f"model_extra_data.{k}" for k in extra if k in EXTRA_IGNORED])
     return RunConfig(start, end, warmup, total, seq_len, data, tuple(ignored))

@@ -17,6 +17,7 @@ tokens needs no index array and no copy of the data.
 """
 from __future__ import annotations
 
+import collections
 import os
 from collections.abc import Sequence
 from typing import Any
@@ -48,7 +49,8 @@ def _files(path: Any) -> list[str]:
     for item in map(os.fspath, path):
         if os.path.isdir(item):
             names = sorted(os.listdir(item))
-            inside = [os.path.join(item, n) for n in names if n.endswith(SUFFIXES) and not n.startswith(".")]
+            inside = [os.path.join(item, n) for n in names if n.endswith(SUFFIXES) and not n.startswith(".")
+                      and os.path.isfile(os.path.join(item, n))]
             if not inside:
                 shown = ", ".join(names[:5]) + (", ..." if len(names) > 5 else "") if names else "nothing"
                 raise TokenFileError(f"{item}: no .bin or .npy token files in this folder (it holds {shown}); "
@@ -64,43 +66,64 @@ def _files(path: Any) -> list[str]:
     return found
 
 
-def _open(path: str, token_size: int) -> np.ndarray:
-    """The tokens of one file as a read-only 1-D memory map, checked against ``token_size``."""
+def _layout(path: str, token_size: int) -> tuple[int, np.dtype, int]:
+    """(tokens, dtype, byte offset of the first token) of one file, from its size or its .npy header alone,
+    checked against ``token_size``; nothing is mapped or read past the header."""
     if path.endswith(".npy"):
         try:
-            array = np.load(path, mmap_mode="r", allow_pickle=False)
+            with open(path, "rb") as f:
+                version = np.lib.format.read_magic(f)
+                shape, fortran, dtype = (np.lib.format.read_array_header_1_0(f) if version == (1, 0)
+                                         else np.lib.format.read_array_header_2_0(f))
+                offset = f.tell()
         except ValueError as exc:
             raise TokenFileError(f"{path}: not a readable .npy file ({exc}); save tokens with np.save") from None
-        if array.dtype.kind not in "iu" or array.dtype.itemsize != token_size:
+        if dtype.kind not in "iu" or dtype.itemsize != token_size:
+            name = TOKEN_DTYPES[token_size].name
             raise TokenFileError(
-                f"{path} holds {array.dtype} values ({array.dtype.itemsize} bytes each), which disagrees with "
-                f"token_size={token_size}: save the tokens as {TOKEN_DTYPES[token_size].name} "
-                f"(np.save(path, tokens.astype(np.{TOKEN_DTYPES[token_size].name}))), or pass the token_size "
-                "they were saved with")
-        if array.ndim != 1:
-            raise TokenFileError(f"{path} holds an array of shape {array.shape}; token files hold one sequence "
+                f"{path} holds {dtype} values ({dtype.itemsize} bytes each), which disagrees with "
+                f"token_size={token_size}: save the tokens as {name} (np.save(path, tokens.astype(np.{name}))), "
+                "or pass the token_size they were saved with")
+        if len(shape) != 1:
+            raise TokenFileError(f"{path} holds an array of shape {shape}; token files hold one sequence "
                                  "(1-D): save tokens.reshape(-1)")
-        return array
+        return shape[0], dtype, offset
     size = os.path.getsize(path)
     if size % token_size:
+        other = 6 - token_size
+        hint = f" (try token_size={other})" if size % other == 0 else ""
         raise TokenFileError(f"{path} has {size:,} bytes, not a multiple of token_size={token_size}: it was "
-                             f"cut short, or written with another token size (try token_size="
-                             f"{6 - token_size})")
-    if size == 0:
-        return np.zeros(0, TOKEN_DTYPES[token_size])
-    return np.memmap(path, dtype=TOKEN_DTYPES[token_size], mode="r")
+                             f"cut short, or written with another token size{hint}")
+    return size // token_size, TOKEN_DTYPES[token_size], 0
+
+
+#: Files kept mapped at once per process: each mapping holds a file descriptor, and corpora come in
+#: thousands of shards. The least recently read is unmapped first.
+MAPPED = 128
+
+
+def _check_token_size(token_size: Any, where: str) -> None:
+    if token_size not in TOKEN_DTYPES or isinstance(token_size, bool):
+        raise ValueError(f"{where}: token_size must be 2 or 4 (bytes per token), got {token_size!r}")
 
 
 class Tokens(IndexedReader):
-    """Windows of ``seq_len + 1`` tokens over memory-mapped token files (see ``tokens``)."""
+    """Windows of ``seq_len + 1`` tokens over memory-mapped token files (see ``tokens``).
+
+    >>> import tempfile
+    >>> folder = tempfile.TemporaryDirectory()
+    >>> np.arange(9, dtype="<u2").tofile(f"{folder.name}/a.bin")
+    >>> Tokens([f"{folder.name}/a.bin"], 4, 2)
+    tokens(seq_len=4, token_size=2: 1 file, 9 tokens)
+    """
 
     name = "tokens"
 
     def __init__(self, paths: list[str], seq_len: int, token_size: int):
         super().__init__()
         self.paths, self.seq_len, self.token_size = paths, seq_len, token_size
-        arrays = [_open(p, token_size) for p in paths]
-        self.sizes = [len(a) for a in arrays]
+        self.layouts = [_layout(p, token_size) for p in paths]
+        self.sizes = [n for n, _, _ in self.layouts]
         short = [(p, n) for p, n in zip(paths, self.sizes) if n < seq_len + 1]
         if short:
             shown = "; ".join(f"{p} holds {n:,}" for p, n in short[:3]) + ("; ..." if len(short) > 3 else "")
@@ -110,27 +133,49 @@ class Tokens(IndexedReader):
                 "documents into larger files, or lower seq_len")
         counts = [(n - 1) // seq_len for n in self.sizes]
         self.offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)  # window index of each file
-        self._maps: list[np.ndarray] | None = arrays
-        self._views: list[np.ndarray] | None = None
+        self._views: collections.OrderedDict[int, np.ndarray] = collections.OrderedDict()
 
-    def _mapped(self) -> list[np.ndarray]:
-        """The files' tokens, memory-mapped in this process on first use."""
-        if self._maps is None:
-            self._maps = [_open(p, self.token_size) for p in self.paths]
-        return self._maps
+    def _tokens(self, k: int) -> np.ndarray:
+        """File ``k``'s tokens as a read-only memory map."""
+        n, dtype, offset = self.layouts[k]
+        return np.memmap(self.paths[k], dtype=dtype, mode="r", offset=offset, shape=(n,))
 
-    def _windows(self) -> list[np.ndarray]:
-        """Each file's windows as a (windows, seq_len + 1) strided view of its mapping; no copy."""
-        if self._views is None:
-            self._views = [np.lib.stride_tricks.as_strided(
+    def _window_view(self, k: int) -> np.ndarray:
+        """File ``k``'s windows as a (windows, seq_len + 1) strided view of its mapping; no copy. At most
+        MAPPED files stay mapped."""
+        view = self._views.get(k)
+        if view is None:
+            a = self._tokens(k)
+            view = np.lib.stride_tricks.as_strided(
                 a, shape=(int(self.offsets[k + 1] - self.offsets[k]), self.seq_len + 1),
                 strides=(self.seq_len * a.strides[0], a.strides[0]), writeable=False)
-                for k, a in enumerate(self._mapped())]
-        return self._views
+            self._views[k] = view
+            if len(self._views) > MAPPED:
+                self._views.popitem(last=False)  # unmapped once no batch holds a view of it
+        else:
+            self._views.move_to_end(k)
+        return view
+
+    def max_token(self) -> int:
+        """The largest token id in all the files, read in 16 MiB blocks (to size a vocabulary).
+
+        >>> import tempfile
+        >>> folder = tempfile.TemporaryDirectory()
+        >>> np.array([3, 900, 7], dtype="<u2").tofile(f"{folder.name}/a.bin")
+        >>> tokens(folder.name, seq_len=2).max_token()
+        900
+        """
+        top = 0
+        for k, n in enumerate(self.sizes):
+            a = self._tokens(k)
+            for lo in range(0, n, 1 << 23):
+                top = max(top, int(a[lo:lo + (1 << 23)].max()))
+            del a
+        return top
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        state["_views"] = state["_maps"] = None  # another process maps the files itself
+        state["_views"] = collections.OrderedDict()  # another process maps the files itself
         return state
 
     def __len__(self) -> int:
@@ -144,15 +189,14 @@ class Tokens(IndexedReader):
 
     def gather_columns(self, indices: np.ndarray) -> np.ndarray:
         """The windows at ``indices`` as one int32 array (len(indices), seq_len + 1)."""
-        views = self._windows()
         indices = np.asarray(indices, np.int64)
-        if len(views) == 1:
-            return self._checked(views[0][indices], 0)
+        if len(self.paths) == 1:
+            return self._checked(self._window_view(0)[indices], 0)
         out = np.empty((len(indices), self.seq_len + 1), np.int32)
         files = np.searchsorted(self.offsets, indices, side="right") - 1
         for k in np.unique(files).tolist():
             rows = files == k
-            out[rows] = self._checked(views[k][indices[rows] - self.offsets[k]], k)
+            out[rows] = self._checked(self._window_view(k)[indices[rows] - self.offsets[k]], k)
         return out
 
     def _checked(self, windows: np.ndarray, k: int) -> np.ndarray:
@@ -175,8 +219,10 @@ class Tokens(IndexedReader):
     def digest(self) -> str:
         """The files' token counts and a sampled digest of each (``array_digest``): their content, not their names."""
         h = hasher()
-        for array in self._mapped():
+        for k in range(len(self.paths)):
+            array = self._tokens(k)
             h.update(f"{len(array)}:{array_digest(array)};".encode())
+            del array  # one file mapped at a time
         return h.hexdigest()
 
 
@@ -207,8 +253,7 @@ def tokens(path: Any, *, seq_len: int, token_size: int = 2) -> Tokens:
     if isinstance(seq_len, bool) or not isinstance(seq_len, (int, np.integer)) or seq_len < 1:
         raise ValueError(f"tokens: seq_len must be an int >= 1 (tokens per window, before the next-token "
                          f"target), got {seq_len!r}")
-    if token_size not in TOKEN_DTYPES or isinstance(token_size, bool):
-        raise ValueError(f"tokens: token_size must be 2 or 4 (bytes per token), got {token_size!r}")
+    _check_token_size(token_size, "tokens")
     return Tokens(_files(path), int(seq_len), int(token_size))
 
 
@@ -229,8 +274,7 @@ def tokenize_bytes(sources: Sequence[Any], out: Any, *, token_size: int = 2, nam
     >>> np.fromfile(path, "<u2").tolist()
     [104, 105, 10]
     """
-    if token_size not in TOKEN_DTYPES or isinstance(token_size, bool):
-        raise ValueError(f"tokenize: token_size must be 2 or 4 (bytes per token), got {token_size!r}")
+    _check_token_size(token_size, "tokenize")
     sources = [os.fspath(s) for s in sources]
     if not sources:
         raise ValueError("tokenize: give at least one text file to tokenize")

@@ -34,13 +34,17 @@ NOT_WITH_CONFIG = ("reader_name", "model_name", "classes", "batch_size", "passes
 
 
 def infer_vocabulary(reader: Any) -> tuple[int, str]:
-    """(vocabulary size, the words that say where it came from): one more than the largest token id in up
-    to 1,000 windows spread over the reader, and at least 256 (byte-level text).
+    """(vocabulary size, the words that say where it came from): one more than the largest token id, and
+    at least 256 (byte-level text). Token files are read whole, in blocks (``Tokens.max_token``); another
+    indexed reader, in up to 1,000 windows spread over it.
 
     >>> r = readers.np_array(np.array([[1, 2, 300], [4, 5, 6]], np.int32))
     >>> infer_vocabulary(r)
     (301, 'largest token id 300 in all 2 windows')
     """
+    if callable(getattr(reader, "max_token", None)):
+        top = reader.max_token()
+        return max(top + 1, 256), f"largest token id {top} in the {sum(reader.sizes):,} tokens"
     n = len(reader)
     picks = np.arange(n) if n <= SCAN else np.linspace(0, n - 1, SCAN).round().astype(np.int64)
     top = int(np.asarray(reader.gather_columns(picks)).max())
@@ -97,13 +101,16 @@ def config_run(info: Any, found: Any, params: dict[str, Any]) -> None:
         train_steps(data, model=model, schedule=schedule, steps=steps, seed=params["seed"], on_log=on_log,
                     log_every=params["log_every"], checkpoint_dir=params["checkpoint_dir"],
                     checkpoint_every=params["checkpoint_every"], resume=params["resume"],
-                    overwrite=params["overwrite"], config={"config": os.path.basename(params["config"])})
+                    overwrite=params["overwrite"])
     except CheckpointError as exc:
         raise click.ClickException(in_flag_words(str(exc))) from None
     except TokenRangeError as exc:
         raise click.ClickException(f"{exc}; pass --vocab-size {exc.token + 1} or more") from None
     finally:
         log.close()
+    if found is not None and found[1].get("step", 0) >= steps:
+        click.echo(f"{who}the checkpoint in {params['checkpoint_dir']} already holds {found[1]['step']} steps; "
+                   f"nothing to train for --steps {steps}", err=True)
 
 
 class _JsonLog:

@@ -6,6 +6,16 @@ llama2-20m-dolma-noverify-no-checkpointer (dir pointed at ../tokens), http/ is
 solana-test/light-config.toml, weighted/ is consilience/state.toml, dummy/ is
 test/state.toml; local/ and local-table/ are the server example with its
 data_location swapped for the Local forms.
+
+psyche-*/ are verbatim copies of Psyche's
+config/llama2-20m-dolma-noverify-no-checkpointer/state.toml at four commits:
+psyche-main/ at main 0bdb13d94a05675da93d69ffa5d4c4e5a680736c (2026-03-20),
+psyche-newer/ at split-coord 5d46751f25f0ae3515a2331143488ff2867b4c29
+(2026-03-24: [model_extra_data], checkpoint_source), psyche-round-apply/ at
+8355bd61a34355f558c0c42f6ee11e9ceddd95bf (round_apply_time) and
+psyche-rounds-per-epoch/ at 14780710f696a6dc14ef51a08ad65ad2eeae8b58
+(rounds_per_epoch); psyche-newer-weighted/ is config/consilience/state.toml at
+5d46751f (a WeightedHttp location under [model_extra_data]).
 """
 import pathlib
 import pickle
@@ -304,6 +314,71 @@ def test_unknown_key_message_is_exact(tmp_path):
     with pytest.raises(RunFileError) as excinfo:
         load_run(path)
     assert str(excinfo.value) == f"{path}: config.total_step: unknown key 'total_step'; did you mean 'total_steps'?"
+
+
+# -- Psyche's older and newer layouts ------------------------------------------------------------
+
+NEWER_IGNORED = tuple(k for k in EXAMPLE_IGNORED if not k.startswith("model.LLM.")) + (
+    "model.LLM.cold_start_warmup_steps", "model.LLM.checkpoint_source",
+    "model_extra_data.architecture", "model_extra_data.data_type", "model_extra_data.lr_schedule",
+    "model_extra_data.optimizer", "model_extra_data.checkpoint",
+)
+
+
+def older(*extra: str, replacing: str = "") -> tuple[str, ...]:
+    """EXAMPLE_IGNORED with ``extra`` config keys, in the file's order (after round_witness_time)."""
+    keys = [k for k in EXAMPLE_IGNORED if k != replacing]
+    at = keys.index("config.round_witness_time") + 1
+    keys[at:at] = extra
+    if replacing:
+        keys.insert(keys.index("config.cooldown_time") + 1, "config.rounds_per_epoch")
+    return tuple(keys)
+
+
+@pytest.mark.parametrize("folder, ignored", [
+    ("psyche-main", EXAMPLE_IGNORED),
+    ("psyche-newer", NEWER_IGNORED),
+    ("psyche-round-apply", older("config.round_apply_time")),
+    ("psyche-rounds-per-epoch", older("config.round_apply_time", replacing="config.epoch_time")),
+])
+def test_load_run_reads_psyche_layouts(folder, ignored):
+    run = load_run(HERE / folder / "state.toml")
+    assert run == RunConfig(8, 8, 0, 25000, 2048, ServerData("127.0.0.1", 20001), ignored)
+
+
+def test_load_run_newer_layout_refuses_weighted_http_by_its_key():
+    path = HERE / "psyche-newer-weighted" / "state.toml"
+    with pytest.raises(RunFileError) as excinfo:
+        load_run(path)
+    check(excinfo, path, "model_extra_data.data_location.WeightedHttp", "readerkit cannot read WeightedHttp data")
+
+
+def test_load_run_newer_layout_local_folder(tmp_path):
+    (tmp_path / "tokens").mkdir()
+    path = write(tmp_path, "state.toml", MINIMAL_STATE + 'checkpoint_source = "Stored"\n[model_extra_data]\n'
+                 'architecture = "HfLlama"\ndata_location = { Local = "tokens" }\n')
+    run = load_run(path)
+    assert run.data == LocalData(str(tmp_path / "tokens"), 2, None, 512)
+    assert run.ignored == ("model.LLM.checkpoint_source", "model_extra_data.architecture")
+
+
+@pytest.mark.parametrize("text, key, fragments", [
+    (MINIMAL_STATE + 'data_location = { Server = "127.0.0.1:1" }\n[model_extra_data.data_location]\n'
+     'Server = "127.0.0.1:2"\n', "model_extra_data.data_location",
+     ["given twice: as model.LLM.data_location and as model_extra_data.data_location", "keep only one"]),
+    (MINIMAL_STATE + '[model_extra_data]\narchitecture = "HfLlama"\n', "model.LLM.data_location",
+     ["missing", "[model.LLM.data_location]", "[model_extra_data.data_location]"]),
+    (MINIMAL_STATE + '[model_extra_data]\ndata_locaton = { Server = "127.0.0.1:1" }\n',
+     "model_extra_data.data_locaton", ["did you mean 'data_location'?"]),
+    ("model_extra_data = 3\n" + MINIMAL_STATE, "model_extra_data", ["must be a table, got 3", "[model_extra_data]"]),
+    (MINIMAL_STATE + '[model_extra_data.data_location]\nServer = "127.0.0.1"\n',
+     "model_extra_data.data_location.Server", ["must be \"host:port\""]),
+])
+def test_load_run_layout_errors(tmp_path, text, key, fragments):
+    path = write(tmp_path, "state.toml", text)
+    with pytest.raises(RunFileError) as excinfo:
+        load_run(path)
+    check(excinfo, path, key, *fragments)
 
 
 # -- the files themselves ----------------------------------------------------------------------

@@ -150,3 +150,32 @@ def test_tokenize_bytes_writes_byte_level_tokens_that_tokens_reads(tmp_path):
     with pytest.raises(TokenFileError, match="no such file"):
         tokenize_bytes([tmp_path], tmp_path / "out")
     assert sorted(os.listdir(tmp_path / "out")) == ["tokens.bin"]  # no part file left
+
+
+def test_a_corpus_of_many_files_keeps_few_open(tmp_path):
+    """Review of issue 13: every file stayed mapped (a descriptor each): 3,000 shards hit the open-file limit."""
+    import subprocess
+    import sys
+    for k in range(300):
+        _bin(tmp_path / f"shard{k:04}.bin", np.arange(k, k + 17))
+    code = ("import resource, sys, numpy as np, readers, batching\n"
+            "resource.setrlimit(resource.RLIMIT_NOFILE, (200, 200))\n"
+            "r = readers.tokens(sys.argv[1], seq_len=8)\n"
+            "seen = np.concatenate(list(batching.collated(batching.batch(readers.shuffle(r, seed=0), 50))()))\n"
+            "print(len(r), len(seen), r.max_token(), readers.fingerprint(r)['content'] is not None)\n")
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "PYTHONPATH": root}, cwd=root)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split()[:3] == ["600", "600", "315"]
+
+
+def test_a_folder_named_like_a_token_file_is_skipped_and_hints_fit_the_size(tmp_path):
+    """Review of issue 13: a subfolder named x.bin gave IsADirectoryError; 3 bytes were told to try token_size=4."""
+    (tmp_path / "sub.bin").mkdir()
+    _bin(tmp_path / "a.bin", range(20))
+    assert len(tokens(tmp_path, seq_len=4)) == 4
+    (tmp_path / "three.bin").write_bytes(b"abc")
+    with pytest.raises(TokenFileError, match=r"three.bin has 3 bytes, not a multiple of token_size=2: it was cut "
+                                             r"short, or written with another token size$"):
+        tokens(tmp_path / "three.bin", seq_len=1)

@@ -42,8 +42,8 @@ def test_a_run_file_trains_with_a_line_and_a_json_object_every_n_steps(tmp_path)
     result = run("train", "--config", state, "--log-every", "4", "--log-json", str(log))
     assert result.exit_code == 0, result.output
     lines = result.stdout.splitlines()
-    assert lines[0] == ("model nexttoken: vocabulary 256 (largest token id 115 in all 69 windows); 69 windows of 16 "
-                        "tokens; 12 steps, global batch 4 to 8 windows over 400 tokens")
+    assert lines[0] == ("model nexttoken: vocabulary 256 (largest token id 115 in the 1,120 tokens); 69 windows of "
+                        "16 tokens; 12 steps, global batch 4 to 8 windows over 400 tokens")
     assert [line.split(":")[0] for line in lines[1:]] == ["step 4", "step 8", "step 12"]
     records = [json.loads(line) for line in log.read_text().splitlines()]
     assert [sorted(r) for r in records] == [["loss", "perplexity", "step", "tokens_per_s"]] * 3
@@ -61,6 +61,8 @@ def test_a_run_file_run_resumes_from_its_checkpoint_and_keeps_its_log(tmp_path):
                   "--resume")
     assert resumed.exit_code == 0, resumed.output
     assert [json.loads(line)["step"] for line in log.read_text().splitlines()] == [4, 8, 12]
+    done = run("train", "--config", state, "--steps", "10", "--checkpoint-dir", ck, "--resume")
+    assert done.exit_code == 0 and "already holds 12 steps; nothing to train for --steps 10" in done.stderr
     refused = run("train", "--config", state, "--checkpoint-dir", ck, "--resume", "--lr", "0.1")
     assert refused.exit_code == 1 and "--lr: 0.003 then, 0.1 now" in refused.output
 
