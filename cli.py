@@ -99,7 +99,7 @@ def main() -> None:
 @click.option("--seed", default=0, show_default=True, type=click.IntRange(min=0), help="Seeds the shuffle and the model's initialisation.")
 @click.option("--checkpoint-dir", type=click.Path(file_okay=False), default=None, help="Save the model and data position here after every pass and every --checkpoint-every steps "
                    "(in a rank<r> subfolder per process under a launcher with several). One run at a time.")
-@click.option("--checkpoint-every", default=200, show_default=True, type=click.IntRange(min=1), help="Steps between checkpoints within a pass.")
+@click.option("--checkpoint-every", default=200, show_default=True, type=click.IntRange(min=1), help="Steps between checkpoints within a pass (with --config: every --log-every steps unless given).")
 @click.option("--resume", is_flag=True, help="Continue from the checkpoint in --checkpoint-dir (same settings and data required).")
 @click.option("--overwrite", is_flag=True, help="Start over in a --checkpoint-dir that holds a checkpoint, replacing it.")
 @click.option("--log-json", type=click.Path(dir_okay=False), default=None,
@@ -248,15 +248,14 @@ def bench(reader_name: str, data_dir: str | None, download: bool, workers: int, 
 @main.command("tokenize")
 @click.argument("sources", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False))
 @click.option("--out", required=True, type=click.Path(file_okay=False), help="Folder to write tokens.bin into.")
-@click.option("--token-size", default=2, show_default=True, type=click.IntRange(2, 4),
-              help="Bytes per token in the file: 2 or 4.")
+@click.option("--token-size", default="2", show_default=True, type=click.Choice(["2", "4"]),
+              help="Bytes per token in the file.")
 @_fail_cleanly
-def tokenize(sources: tuple[str, ...], out: str, token_size: int) -> None:
+def tokenize(sources: tuple[str, ...], out: str, token_size: int | str) -> None:
     """Turn text files into one .bin file of byte-level tokens (0..255), for readers.tokens and data.toml."""
     from readers.tokens import tokenize_bytes
 
-    if token_size == 3:
-        raise click.BadParameter("3 is neither 2 nor 4", param_hint="--token-size")
+    token_size = int(token_size)
     total = sum(os.path.getsize(source) for source in sources)
     if not sys.stderr.isatty():  # a bar is only a stray label in a log
         path = tokenize_bytes(sources, out, token_size=token_size)
@@ -272,6 +271,13 @@ def tokenize(sources: tuple[str, ...], out: str, token_size: int) -> None:
     count = os.path.getsize(path) // token_size
     click.echo(f"wrote {path}: {count:,} byte-level tokens (vocabulary 256) from {len(sources)} file"
                f"{'s' if len(sources) > 1 else ''}, {token_size} bytes each")
+    others = sorted(n for n in os.listdir(out) if n.endswith((".bin", ".npy")) and n != os.path.basename(path))
+    if others:
+        click.echo(f"warning: {out} holds other token files too ({', '.join(others[:3])}{', ...' if len(others) > 3 else ''}), "
+                   "which readers.tokens and --config runs read with it; remove them, or give another --out", err=True)
+    size = "TwoBytes" if token_size == 2 else "FourBytes"
+    click.echo(f"next: a data.toml in {out} saying dir = \".\", token_size = \"{size}\", seq_len and shuffle_seed, "
+               "and a state.toml whose data location is Local = that folder (see the README)", err=True)
 
 
 if __name__ == "__main__":

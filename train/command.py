@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import click
+from click.core import ParameterSource
 
 import readers
 from readers.checks import check_reader
@@ -135,6 +136,12 @@ def train_command(params: dict[str, Any]) -> None:
             for flag in ("resume", "overwrite"):
                 if params[flag] and directory is None:
                     raise click.UsageError(f"--{flag} needs --checkpoint-dir, the folder to {flag}")
+            ctx = click.get_current_context()
+            alone = [name for name in ("steps", "log_every", "vocab_size") if not params["config"]
+                     and ctx.get_parameter_source(name) is ParameterSource.COMMANDLINE]
+            if alone:
+                raise click.UsageError(f"--{alone[0].replace('_', '-')} applies only with --config (a run file's "
+                                       "next-token model); image runs count passes (--passes)")
             log = params["log_json"]
             if log and not os.path.isdir(os.path.dirname(os.path.abspath(log))):
                 raise click.UsageError(f"--log-json {log}: the folder {os.path.dirname(log)} does not exist; "

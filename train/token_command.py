@@ -59,8 +59,10 @@ def _refuse_image_options(params: dict[str, Any]) -> None:
     given = [name for name in NOT_WITH_CONFIG if ctx.get_parameter_source(name) is ParameterSource.COMMANDLINE]
     if given:
         shown = ", ".join("--" + name.replace("_name", "").replace("_", "-") for name in given)
-        raise click.UsageError(f"{shown} do{'es' if len(given) == 1 else ''} not apply with --config: the run file "
-                               "sets the data, the schedule of batch sizes and the steps")
+        raise click.UsageError(f"{shown} do{'es' if len(given) == 1 else ''} not apply with --config, which trains "
+                               "a next-token model on the run file's data, with its schedule of batch sizes and "
+                               "steps (--lr, --seed, --vocab-size, --steps, --log-every and the checkpoint options "
+                               "do apply)")
 
 
 def config_run(info: Any, found: Any, params: dict[str, Any]) -> None:
@@ -77,6 +79,10 @@ def config_run(info: Any, found: Any, params: dict[str, Any]) -> None:
         raise click.ClickException(
             f"{params['config']}: data_location Server = {run.data.address!r} needs readerkit's data-provider "
             "server and remote reader, which this version does not have yet; give a Local data location")
+    if not os.path.isfile(os.path.join(run.data.path, "data.toml")) and run.data.shuffle_seed is None:
+        click.echo(f"warning: {run.data.path} has no data.toml, so its tokens are read as {run.data.token_size}-byte "
+                   "ids, in order (the reference's defaults); write one there to say token_size and shuffle_seed",
+                   err=True)
     tokens = readers.tokens(run.data.path, seq_len=run.seq_len, token_size=run.data.token_size)
     data = tokens if run.data.shuffle_seed is None else readers.shuffle(tokens, seed=run.data.shuffle_seed)
     vocab, whence = (params["vocab_size"], "--vocab-size") if params["vocab_size"] else infer_vocabulary(tokens)
@@ -100,7 +106,7 @@ def config_run(info: Any, found: Any, params: dict[str, Any]) -> None:
     try:
         train_steps(data, model=model, schedule=schedule, steps=steps, seed=params["seed"], on_log=on_log,
                     log_every=params["log_every"], checkpoint_dir=params["checkpoint_dir"],
-                    checkpoint_every=params["checkpoint_every"], resume=params["resume"],
+                    checkpoint_every=_checkpoint_every(params), resume=params["resume"],
                     overwrite=params["overwrite"])
     except CheckpointError as exc:
         raise click.ClickException(in_flag_words(str(exc))) from None
@@ -111,6 +117,14 @@ def config_run(info: Any, found: Any, params: dict[str, Any]) -> None:
     if found is not None and found[1].get("step", 0) >= steps:
         click.echo(f"{who}the checkpoint in {params['checkpoint_dir']} already holds {found[1]['step']} steps; "
                    f"nothing to train for --steps {steps}", err=True)
+
+
+def _checkpoint_every(params: dict[str, Any]) -> int:
+    """Steps between checkpoints: as given, else every ``--log-every`` steps (a step run's steps are long)."""
+    from click.core import ParameterSource
+
+    given = click.get_current_context().get_parameter_source("checkpoint_every") is ParameterSource.COMMANDLINE
+    return params["checkpoint_every"] if given else params["log_every"]
 
 
 class _JsonLog:

@@ -71,9 +71,23 @@ def test_options_of_image_runs_and_a_server_location_are_refused_clearly(tmp_pat
     state = _run_files(tmp_path)
     mixed = run("train", "--config", state, "--batch-size", "64")
     assert mixed.exit_code == 2 and "--batch-size does not apply with --config" in mixed.output
+    alone = run("train", "--steps", "5")
+    assert alone.exit_code == 2 and "--steps applies only with --config" in alone.output
     server = _run_files(tmp_path, 'Server = "127.0.0.1:20001"')
     remote = run("train", "--config", server)
     assert remote.exit_code == 1 and "Server = '127.0.0.1:20001' needs readerkit's data-provider server" in remote.output
+
+
+def test_a_folder_without_data_toml_says_what_it_assumed_and_checkpoints_come_every_log_line(tmp_path):
+    """New-user trial of issue 13: 4-byte tokens without a data.toml were read as 2-byte ones in silence, and
+    a Ctrl-C before step 200 found no checkpoint."""
+    state = _run_files(tmp_path)
+    (tmp_path / "tokens" / "data.toml").unlink()
+    ck = tmp_path / "ck"
+    result = run("train", "--config", state, "--steps", "8", "--log-every", "4", "--checkpoint-dir", str(ck))
+    assert result.exit_code == 0, result.output
+    assert "has no data.toml, so its tokens are read as 2-byte ids, in order" in result.stderr
+    assert [r["step"] for r in load_checkpoint(str(ck))[1]["history"]] == [4, 8]
 
 
 def test_a_token_beyond_the_vocabulary_names_the_option(tmp_path):
