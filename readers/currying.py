@@ -108,6 +108,8 @@ class Curried(toolz.curry):
             return None
         params = list(_signature(self.func).parameters)
         value, option = args[self.reader_at], params[min(self.reader_at + 1, len(params) - 1)]
+        if isinstance(value, (list, tuple)) and value and all(map(callable, value)):
+            return None  # a list of readers (mix's) is the reader argument itself: the error stands as it is
         return TypeError(f"{exc}; {value!r} was taken as the reader: to give options first and the reader "
                          f"later (toolz.pipe), name them, e.g. {self.__name__}({option}={value!r})")
 

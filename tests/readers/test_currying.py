@@ -117,3 +117,11 @@ def test_what_comes_before_the_reader_may_be_given_by_name():
     square = readers.map_readers(func=lambda x: x * x)
     assert list(square(SOURCE)())[:3] == [0, 1, 4]
     assert list(readers.xmap_readers(mapper=abs, process_num=2, buffer_size=2, order=True)(SOURCE)())[:2] == [0, 1]
+
+
+def test_a_list_of_readers_is_not_taken_for_an_option_given_first():
+    """New-user trial of issue 13: mix([a, b]) without its seed was told to pass the readers as weights=."""
+    import readers
+    with pytest.raises(TypeError) as caught:
+        readers.mix([readers.from_sequence("ab"), readers.from_sequence("cd")])
+    assert "give seed=<int>" in str(caught.value) and "was taken as the reader" not in str(caught.value)
