@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from train.adam import AdamModel
+from train.models import softmax_cross_entropy
 
 __all__ = ["NextTokenMLP", "TokenRangeError", "unigram_entropy"]
 
@@ -118,17 +119,6 @@ def _forward(params: Sequence[np.ndarray], ids: np.ndarray) -> tuple[np.ndarray,
     return logits, x, h
 
 
-def _softmax_xent(logits: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per-row cross-entropy, correctness and softmax; overwrites ``logits`` with the softmax."""
-    z = logits
-    z -= z.max(axis=1, keepdims=True)  # log-sum-exp: exp never overflows and the sum is >= 1
-    z_y, correct = z[np.arange(len(y)), y], z.argmax(axis=1) == y
-    np.exp(z, out=z)
-    total = z.sum(axis=1)
-    z /= total[:, None]
-    return np.log(total) - z_y, correct, z
-
-
 def _loss_and_gradients(params: Sequence[np.ndarray], ids: np.ndarray, y: np.ndarray,
                         scale: np.ndarray) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
     """Cross-entropy, correctness and the gradient of ``sum(scale * ce)`` for each parameter.
@@ -137,7 +127,7 @@ def _loss_and_gradients(params: Sequence[np.ndarray], ids: np.ndarray, y: np.nda
     """
     embedding, w0, _, w1, _ = params
     logits, x, h = _forward(params, ids)
-    ce, correct, g = _softmax_xent(logits, y)
+    ce, correct, g = softmax_cross_entropy(logits, y)
     g[np.arange(len(y)), y] -= 1  # the softmax buffer becomes d(ce)/d(logits) in place
     g *= scale[:, None]
     grad_w1, grad_b1 = h.T @ g, g.sum(axis=0)
@@ -250,7 +240,7 @@ class NextTokenMLP(AdamModel):
         ids, y, scale, counts = self._prepare(batch)
         if not len(y):
             return dict(_EMPTY)
-        ce, correct, _ = _softmax_xent(_forward(self._params, ids)[0], y)
+        ce, correct, _ = softmax_cross_entropy(_forward(self._params, ids)[0], y)
         return self._metrics(ce, correct, scale, counts)
 
     def _metrics(self, ce: np.ndarray, correct: np.ndarray, scale: np.ndarray,

@@ -33,7 +33,7 @@ import numpy as np
 
 from train.adam import AdamModel
 
-__all__ = ["LabelRangeError", "MLP", "SoftmaxRegression"]
+__all__ = ["LabelRangeError", "MLP", "SoftmaxRegression", "softmax_cross_entropy"]
 
 _EMPTY = {"loss": 0.0, "accuracy": 0.0, "count": 0, "weight": 0.0}
 
@@ -69,8 +69,14 @@ def _forward(params: Sequence[np.ndarray], x: np.ndarray) -> tuple[np.ndarray, l
     return h, layer_inputs
 
 
-def _softmax_xent(logits: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per-entry cross-entropy, correctness and softmax; overwrites ``logits`` with the softmax."""
+def softmax_cross_entropy(logits: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per-row cross-entropy, correctness and softmax of ``logits`` against labels ``y``; overwrites
+    ``logits`` with the softmax. The loss of every numpy model here (the language model's too).
+
+    >>> ce, correct, p = softmax_cross_entropy(np.array([[0.0, 0.0], [5.0, 0.0]]), np.array([1, 0]))
+    >>> ce.round(3).tolist(), correct.tolist(), p[0].tolist()
+    ([0.693, 0.007], [False, True], [0.5, 0.5])
+    """
     rows = np.arange(len(y))
     z = logits
     z -= z.max(axis=1, keepdims=True)  # log-sum-exp: exp never overflows and the sum is >= 1
@@ -88,7 +94,7 @@ def _loss_and_gradients(params: Sequence[np.ndarray], x: np.ndarray, y: np.ndarr
     Works in the dtype of ``params`` (a float64 copy makes a precise gradient check).
     """
     logits, layer_inputs = _forward(params, x)
-    ce, correct, g = _softmax_xent(logits, y)
+    ce, correct, g = softmax_cross_entropy(logits, y)
     g[np.arange(len(y)), y] -= 1  # the softmax buffer becomes d(ce)/d(logits) in place
     g *= scale[:, None]
     grads: list[np.ndarray] = [np.empty(0)] * len(params)
@@ -178,7 +184,7 @@ class _Network(AdamModel):
         x, y, scale, total = self._prepare(batch)
         if total == 0:
             return dict(_EMPTY)
-        ce, correct, _ = _softmax_xent(_forward(self._params, x)[0], y)
+        ce, correct, _ = softmax_cross_entropy(_forward(self._params, x)[0], y)
         return self._metrics(ce, correct, scale, total)
 
     def predict(self, images: np.ndarray) -> np.ndarray:
