@@ -4,6 +4,7 @@
     python cli.py readers                       the readers and models it can find
     python cli.py inspect --reader mnist        columns, dtypes, shapes, first entries
     python cli.py bench --reader mnist          per prefetch stage: throughput, waits; the bottleneck
+    python cli.py serve --reader mnist          serve its entries to readers.remote clients over TCP
 
 >>> from click.testing import CliRunner
 >>> CliRunner().invoke(main, ["--help"]).exit_code
@@ -243,6 +244,69 @@ def bench(reader_name: str, data_dir: str | None, download: bool, workers: int, 
     if log_json:
         with open(log_json, "w", encoding="utf-8") as out:
             out.write(json.dumps(f) + "\n")
+
+
+@main.command("serve")
+@_reader_options
+@click.option("--config", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="A data.toml: serve its token windows (instead of --reader).")
+@click.option("--split", type=click.Choice(["train", "test"]), default="train", show_default=True,
+              help="Which split of --reader to serve.")
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="Address to listen on; one other machines can reach needs a secret.")
+@click.option("--port", default=20001, show_default=True, type=click.IntRange(0, 65535), help="Port; 0 picks a free one.")
+@click.option("--secret-file", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="File holding the shared secret clients must prove (default: $READERKIT_SECRET).")
+@click.option("--tls-cert", type=click.Path(exists=True, dir_okay=False), default=None, help="TLS certificate (PEM).")
+@click.option("--tls-key", type=click.Path(exists=True, dir_okay=False), default=None, help="Its private key (PEM).")
+@click.option("--idle-timeout", default=600.0, show_default=True, type=click.FloatRange(min=0, min_open=True),
+              help="Close a connection with no request for this many seconds.")
+@_fail_cleanly
+def serve(reader_name: str, data_dir: str | None, download: bool, config: str | None, split: str, host: str,
+          port: int, secret_file: str | None, tls_cert: str | None, tls_key: str | None, idle_timeout: float) -> None:
+    """Serve an indexed reader's entries to readers.remote clients over TCP, until SIGTERM or Ctrl-C."""
+    from readers.allocator import tune_allocator
+    from readers.hosting import run_until_signal, tls_context
+    from readers.server import Server
+    from readers.wire import read_secret
+
+    if (tls_cert is None) != (tls_key is None):
+        raise click.UsageError("--tls-cert and --tls-key go together: the certificate and its private key")
+    reader, info = _served(reader_name, data_dir, download, config, split)
+    tune_allocator()  # every answer gathers a fresh array of up to a few MB: keep them on the heap
+    server = Server(reader, info=info, secret=read_secret(file=secret_file), idle_timeout=idle_timeout,
+                    tls=tls_context(tls_cert, tls_key) if tls_cert else None, log=lambda line: click.echo(line, err=True))
+
+    def announce(bound_host: str, bound_port: int) -> None:
+        shown = f"[{bound_host}]:{bound_port}" if ":" in bound_host else f"{bound_host}:{bound_port}"
+        click.echo(f"serving {server.served.n} entries on {shown}")
+        sys.stdout.flush()
+
+    run_until_signal(server, host, port, announce)
+    stats = server.stats
+    click.echo(f"stopped: {stats['connections']} connections, {stats['requests']} requests, "
+               f"{stats['bytes']:,} bytes of entries sent", err=True)
+
+
+def _served(reader_name: str, data_dir: str | None, download: bool, config: str | None, split: str) -> tuple[Any, dict]:
+    """The reader ``serve`` holds and the facts it announces: a data.toml's token windows, or a reader's split."""
+    if config is not None:
+        ctx = click.get_current_context()
+        from click.core import ParameterSource
+
+        if ctx.get_parameter_source("reader_name") is ParameterSource.COMMANDLINE:
+            raise click.UsageError("give --config (a data.toml of token files) or --reader, not both")
+        import readers
+        from readers.runfiles import load_data
+
+        data = load_data(config)
+        tokens = readers.tokens(data.dir, seq_len=data.seq_len, token_size=data.token_size)
+        return tokens, {"seq_len": data.seq_len, "token_size": data.token_size, "shuffle_seed": data.shuffle_seed,
+                        "max_token": tokens.max_token(), "tokens": sum(tokens.sizes)}
+    train_reader, test_reader = _splits(reader_name, data_dir, download)
+    if split == "test" and test_reader is None:
+        raise click.UsageError(f"reader {reader_name!r} has no test split; serve --split train")
+    return (train_reader if split == "train" else test_reader), {"split": split}
 
 
 @main.command("tokenize")

@@ -140,8 +140,7 @@ class Collated(Stage):
 
     def _columns(self, source: Any, batches: Iterator[np.ndarray]) -> Iterator:
         pad = self.pad_value
-        for idx in batches:
-            columns = source.gather_columns(idx)
+        for idx, columns in source.gather_ahead(batches):
             if columns is None:
                 yield collate(source.gather(idx), pad_value=pad)
             elif isinstance(columns, tuple):

@@ -49,12 +49,14 @@ from readers import (
 from readers.allocator import tune_allocator
 from readers.combine import ComposeNotAligned
 from readers.currying import Curried
+from readers.hosting import serve
 from readers.identity import fingerprint
 from readers.interop import torch_dataset
 from readers.launch import WorkerInfo, worker_context, worker_info
 from readers.locality import node_shuffle as _node_shuffle
 from readers.mixing import mix as _mix
 from readers.parallel import WorkerDiedError
+from readers.remote import RemoteUnavailable, remote
 from readers.rounds import assign_batches
 from readers.runfiles import (
     DataConfig,
@@ -69,6 +71,7 @@ from readers.schedule import BatchSchedule
 from readers.sources import from_arrays, from_sequence, np_array, text_file
 from readers.stage import IndexedReader, Reader, Stage
 from readers.tokens import tokens
+from readers.wire import NotAuthorised, RemoteError, UnsupportedVersion
 
 __all__ = [
     "BatchSchedule",
@@ -77,11 +80,15 @@ __all__ = [
     "DataConfig",
     "IndexedReader",
     "LocalData",
+    "NotAuthorised",
     "Reader",
+    "RemoteError",
+    "RemoteUnavailable",
     "RunConfig",
     "RunFileError",
     "ServerData",
     "Stage",
+    "UnsupportedVersion",
     "WorkerDiedError",
     "WorkerInfo",
     "assign_batches",
@@ -102,8 +109,10 @@ __all__ = [
     "node_shuffle",
     "np_array",
     "prefetch",
+    "remote",
     "repeat",
     "round_share",
+    "serve",
     "shard",
     "shuffle",
     "skip",

@@ -37,6 +37,9 @@ A stage with random access ("index"; ``IndexedReader`` is their base):
 ``gather_columns`` one array per column for many indices, or None
 ``sample_ids``     the source's sample IDs of many indices (a stage that
                    moves indices maps them back)
+``gather_ahead``   (indices, columns) for each of many index chunks, in
+                   order; a source that fetches (``readers.remote``) has the
+                   next chunks under way while the consumer works
 =================  ==========================================================
 
 Stages that shard or run workers (``readers.pipeline.Node``):
@@ -293,6 +296,17 @@ class Stage(Node):
     def gather_columns(self, indices: np.ndarray) -> tuple | np.ndarray | None:
         """One array per column for ``indices``, or None when entries are not columnar."""
         return None
+
+    def gather_ahead(self, chunks: Iterable[np.ndarray]) -> Iterator[tuple[np.ndarray, Any]]:
+        """``(indices, gather_columns(indices))`` for each chunk of ``chunks``, in order, read as the consumer
+        takes them; a source whose reads wait on a network overrides it to read ahead (``readers.remote``).
+
+        >>> from readers import from_sequence
+        >>> [(i.tolist(), c) for i, c in from_sequence("ab").gather_ahead([np.arange(2)])]
+        [([0, 1], None)]
+        """
+        for indices in chunks:
+            yield indices, self.gather_columns(indices)
 
     def sample_ids(self, indices: np.ndarray) -> np.ndarray:
         """The unique IDs of the samples at ``indices``: their index in the underlying source."""

@@ -1,18 +1,60 @@
-"""The data-provider protocol's bytes: frames, message headers, columns, rejections and the auth proof.
+"""The data-provider protocol: frames, messages, columns, rejections, auth and versioning.
 
+Frames
+------
 Every message is a **frame**: a 4-byte big-endian length, then that many
-bytes of payload. One limit, ``MAX_FRAME``, holds for both ends and is checked
-before anything is allocated; before login the limit is ``HELLO_FRAME``. A
-payload is a 4-byte big-endian header length, a JSON **header** (an object
-with a ``"type"``), then a raw **body**. Columns travel as their dtype, shape
-and raw bytes, described in the header and laid end to end in the body:
-never pickle. A rejection is a header ``{"type": "error", "kind": ...,
-"message": ...}`` whose kind is one of ``KINDS``.
+bytes of payload. One limit, ``MAX_FRAME`` (16 MiB), holds for both ends and
+is checked before anything is allocated; before login the limit is
+``HELLO_FRAME`` (4 KiB). A payload is a 4-byte big-endian header length, a
+JSON **header** (an object with a ``"type"``), then a raw **body**. Columns
+travel as their dtype, shape and raw bytes, described in the header and laid
+end to end in the body: never pickle.
 
-Auth is an HMAC-SHA256 challenge-response on a shared secret: the server sends
-a fresh random challenge per connection and the client answers with
+Messages
+--------
+In the order a connection sees them (C: client, S: server):
+
+=========  ====  ==============================================================
+type       from  fields
+=========  ====  ==============================================================
+hello      C     ``version``: the client's protocol version (``VERSION``)
+challenge  S     ``nonce``: 32 random bytes as hex, new for every connection;
+                 sent only when the server has a secret
+auth       C     ``proof``: ``proof(secret, nonce)``, HMAC-SHA256 as hex
+welcome    S     ``version``, ``entries`` (the number of entries), ``reader``
+                 (the served pipeline, one line), ``fingerprint`` (what its
+                 data is, ``readers.fingerprint``), ``info`` (facts of the
+                 data such as a token set's ``seq_len``), ``row_bytes`` (the
+                 bytes of one entry), ``max_frame``
+get        C     ``id`` (an int the client picks, >= 0) and either
+                 ``interval``: ``[start, end]``, inclusive, or ``indices``: a
+                 list of sample indices
+entries    S     ``id``, ``first`` and ``count`` (the rows of the request this
+                 part holds), ``columns`` (each column's dtype and shape, or
+                 one such object for a single-value entry); the body holds
+                 the columns' bytes. A response larger than a frame comes as
+                 several parts, in order, each of whole rows
+error      S     ``kind`` (one of ``KINDS``), ``message``, and the ``id`` of
+                 the request it answers when there is one
+=========  ====  ==============================================================
+
+Requests are answered as they are ready, so a client may keep several in
+flight and parts of different requests may interleave; the parts of one
+request come in order. Every request gets its parts or one ``error``. A
+rejection of a request (``out_of_range``, ``malformed``) leaves the
+connection open; a broken frame (``too_large``, a header that is not JSON),
+a refused login (``not_authorised``) or another version
+(``unsupported_version``) closes it after the error. ``server_error`` says
+the served reader failed on the request.
+
+Auth and versions
+-----------------
+Auth is an HMAC-SHA256 challenge-response on a shared secret: the server
+sends a fresh random challenge per connection and the client answers with
 ``proof(secret, challenge)``; the secret never crosses the wire and an answer
-is good for its own challenge only.
+is good for its own challenge only, so a replayed answer fails. A server
+refuses a hello of another ``version`` with ``unsupported_version``, and a
+version bump is due whenever a message changes meaning.
 
 >>> header, body = {"type": "entries", "id": 7}, b"xyz"
 >>> frame = encode(header, [body])
@@ -33,8 +75,8 @@ from typing import Any
 import numpy as np
 
 __all__ = ["HELLO_FRAME", "KINDS", "MAX_FRAME", "VERSION", "NotAuthorised", "ProtocolError", "RemoteError",
-           "UnsupportedVersion", "challenge", "check_kind", "decode", "encode", "frame_length", "intervals",
-           "pack_columns", "proof", "raise_rejection", "read_secret", "rejection", "unpack_columns"]
+           "UnsupportedVersion", "challenge", "check_kind", "decode", "encode", "frame_length", "frame_parts", "intervals",
+           "pack_columns", "parse_address", "proof", "raise_rejection", "read_secret", "rejection", "unpack_columns"]
 
 #: The protocol's version, sent in the hello; a server refuses another with ``unsupported_version``.
 VERSION = 1
@@ -87,13 +129,22 @@ def encode(header: dict[str, Any], body: Iterable[bytes | memoryview] = ()) -> b
     ...
     readers.wire.ProtocolError: a frame of 16,777,232 bytes is over the limit of 16,777,216 (MAX_FRAME); send it in chunks
     """
+    return b"".join(frame_parts(header, body))
+
+
+def frame_parts(header: dict[str, Any], body: Iterable[bytes | memoryview] = ()) -> list[bytes | memoryview]:
+    """The pieces of ``encode``'s frame, not yet joined: a socket writes them without another copy.
+
+    >>> [bytes(p) for p in frame_parts({"type": "x"}, [b"ab"])]
+    [b'\\x00\\x00\\x00\\x12', b'\\x00\\x00\\x00\\x0c', b'{"type":"x"}', b'ab']
+    """
     head = json.dumps(header, separators=(",", ":")).encode()
-    parts = [_LENGTH.pack(len(head)), head, *body]
+    parts: list[bytes | memoryview] = [_LENGTH.pack(len(head)), head, *body]
     size = sum(len(p) for p in parts)
     if size > MAX_FRAME:
         raise ProtocolError(f"a frame of {size:,} bytes is over the limit of {MAX_FRAME:,} (MAX_FRAME); send it "
                             "in chunks")
-    return b"".join([_LENGTH.pack(size), *parts])
+    return [_LENGTH.pack(size), *parts]
 
 
 def frame_length(prefix: bytes, limit: int = MAX_FRAME) -> int:
@@ -130,6 +181,8 @@ def decode(payload: bytes | memoryview) -> tuple[dict[str, Any], memoryview]:
         header = json.loads(bytes(view[4:4 + size]))
     except (UnicodeDecodeError, ValueError) as exc:
         raise ProtocolError(f"the header is not JSON ({exc})") from None
+    except RecursionError:
+        raise ProtocolError("the header is JSON nested deeper than it may be") from None
     if not isinstance(header, dict) or not isinstance(header.get("type"), str):
         raise ProtocolError(f'the header is not a JSON object with a "type" (got {type(header).__name__})')
     return header, view[4 + size:]
@@ -270,6 +323,33 @@ def raise_rejection(header: dict[str, Any], address: str) -> None:
     kind = check_kind(header.get("kind", ""))
     error = {"not_authorised": NotAuthorised, "unsupported_version": UnsupportedVersion}.get(kind, RemoteError)
     raise error(kind, str(header.get("message", "")), address)
+
+
+def parse_address(address: Any) -> tuple[str, int]:
+    """(host, port) of ``"host:port"``, ``"[v6 host]:port"`` or a (host, port) pair; port 1..65535.
+
+    >>> parse_address("127.0.0.1:20001"), parse_address("[::1]:7"), parse_address(("localhost", 9))
+    (('127.0.0.1', 20001), ('::1', 7), ('localhost', 9))
+    >>> parse_address("localhost")
+    Traceback (most recent call last):
+    ...
+    ValueError: server address 'localhost' is not "host:port"; write it as "127.0.0.1:20001" (an IPv6 host in brackets)
+    """
+    if isinstance(address, tuple) and len(address) == 2:
+        host, port = address
+        text = f"{host}:{port}"
+    elif isinstance(address, str):
+        text = address
+        host, _, port = address.rpartition(":")
+        host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    else:
+        raise TypeError(f"server address must be \"host:port\" or a (host, port) pair, got {type(address).__name__}")
+    port = str(port)
+    if not host or ":" in host and not text.startswith("[") and not isinstance(address, tuple) \
+            or not (port.isascii() and port.isdigit() and 1 <= int(port) <= 65535):
+        raise ValueError(f'server address {text!r} is not "host:port"; write it as "127.0.0.1:20001" (an IPv6 '
+                         "host in brackets)")
+    return str(host), int(port)
 
 
 def intervals(indices: Sequence[int]) -> list[tuple[int, int]]:

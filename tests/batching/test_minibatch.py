@@ -175,3 +175,32 @@ def test_a_state_past_the_last_batch_of_a_stage_over_batches_is_refused():
     r = readers.shuffle(batching.batch(readers.from_sequence(range(11)), 3), 2, seed=0)
     with pytest.raises(ValueError, match="past the end of shuffle.*'s 4 entries"):
         r.set_state({"pass": 0, "cursor": 5, "seed": 0})
+
+
+def test_collated_reads_a_pass_through_the_sources_gather_ahead():
+    """A source that fetches (readers.remote) sees the pass's batches as one stream, so it can read ahead."""
+
+    class Ahead(readers.IndexedReader):
+        name = "ahead"
+        calls: list = []
+
+        def __len__(self):
+            return 10
+
+        def _get(self, i):
+            return float(i)
+
+        def gather_columns(self, indices):
+            return indices.astype(float)
+
+        def gather_ahead(self, chunks):
+            seen = []
+            self.calls.append(seen)
+            for indices in chunks:
+                seen.append(indices.tolist())
+                yield indices, self.gather_columns(indices) * 10
+
+    source = Ahead()
+    got = [b.tolist() for b in batching.collated(batching.batch(source, 4))()]
+    assert got == [[0.0, 10.0, 20.0, 30.0], [40.0, 50.0, 60.0, 70.0], [80.0, 90.0]]
+    assert Ahead.calls == [[[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]]

@@ -18,8 +18,10 @@ from readers.wire import (
     decode,
     encode,
     frame_length,
+    frame_parts,
     intervals,
     pack_columns,
+    parse_address,
     proof,
     raise_rejection,
     read_secret,
@@ -131,3 +133,33 @@ def test_secrets_from_text_bytes_files_and_the_environment(tmp_path, monkeypatch
 def test_indices_as_inclusive_runs():
     assert intervals([]) == [] and intervals([5]) == [(5, 5)]
     assert intervals(np.array([7, 1, 2, 3, 7, 8])) == [(1, 3), (7, 8)]
+
+
+def test_frame_parts_join_to_the_encoded_frame_and_share_its_limit():
+    buffers = [b"ab", memoryview(b"cd")]
+    assert b"".join(frame_parts({"type": "x", "id": 1}, buffers)) == encode({"type": "x", "id": 1}, buffers)
+    with pytest.raises(ProtocolError, match="MAX_FRAME"):
+        frame_parts({"type": "x"}, [bytes(MAX_FRAME)])
+
+
+@pytest.mark.parametrize("address, expected", [
+    ("127.0.0.1:20001", ("127.0.0.1", 20001)),
+    ("localhost:1", ("localhost", 1)),
+    ("[::1]:65535", ("::1", 65535)),
+    (("127.0.0.1", 5), ("127.0.0.1", 5)),
+    (("::1", "6"), ("::1", 6)),
+])
+def test_parse_address_reads_host_and_port(address, expected):
+    assert parse_address(address) == expected
+
+
+@pytest.mark.parametrize("address", ["127.0.0.1", ":20001", "127.0.0.1:0", "127.0.0.1:65536", "::1:20001",
+                                     "127.0.0.1:2x", "127.0.0.1:-1", "h:\u0661"])
+def test_parse_address_refuses_what_is_not_host_and_port(address):
+    with pytest.raises(ValueError, match="is not \"host:port\"; write it as \"127.0.0.1:20001\""):
+        parse_address(address)
+
+
+def test_parse_address_refuses_other_types():
+    with pytest.raises(TypeError, match="must be \"host:port\" or a \\(host, port\\) pair, got int"):
+        parse_address(20001)

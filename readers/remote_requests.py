@@ -1,0 +1,110 @@
+"""The remote reader's bookkeeping of one pass: gathers (``Job``) and the requests that carry them (``Request``).
+
+A job is one gather's indices and its columns as they arrive. A request asks
+the server for rows of one or more jobs, end to end: consecutive small
+gathers share a request, and a gather larger than a frame is split over
+several. ``Request.place`` hands each answer's rows to their jobs as views;
+``Request.rebase`` keeps only the rows not yet received, for asking again
+on a new connection.
+
+>>> a, b = Job(np.array([4, 5])), Job(np.array([9]))
+>>> r = Request()
+>>> r.add(a, 0, a.indices); r.add(b, 0, b.indices); r.seal().header(7)
+{'type': 'get', 'id': 7, 'indices': [4, 5, 9]}
+>>> r.place(0, 3, np.array([40, 50, 90]))
+>>> a.result().tolist(), b.result().tolist()
+([40, 50], [90])
+"""
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import numpy as np
+
+__all__ = ["Job", "Request"]
+
+
+class Job:
+    """One gather: its indices, the requests it was split into, and the columns as they arrive."""
+
+    __slots__ = ("indices", "parts", "missing", "seq")
+    _made = itertools.count()  # (next() on it is atomic: threads reading at once get distinct numbers)
+
+    def __init__(self, indices: np.ndarray):
+        self.indices, self.parts, self.missing = indices, [], len(indices)
+        self.seq = next(Job._made)
+
+    def done(self) -> bool:
+        return self.missing == 0 and bool(self.parts)
+
+    def place(self, offset: int, columns: Any) -> None:
+        self.parts.append((offset, columns))
+        self.missing -= len(columns[0] if isinstance(columns, tuple) else columns)
+
+    def result(self) -> Any:
+        if len(self.parts) == 1:  # one frame: its arrays over the received bytes, not copied again
+            return self.parts[0][1]
+        single = not isinstance(self.parts[0][1], tuple)
+        parts = [(offset, (c,) if single else c) for offset, c in self.parts]
+        n = len(self.indices)
+        out = tuple(np.empty((n, *c.shape[1:]), c.dtype) for c in parts[0][1])
+        for offset, columns in parts:
+            for target, column in zip(out, columns):
+                target[offset:offset + len(column)] = column
+        return out[0] if single else out
+
+
+class Request:
+    """Rows asked for under one id: pieces of one or more jobs, end to end (consecutive small gathers share a
+    request, so a pass of small batches travels in requests of about ``REQUEST_BYTES``); ``got`` rows of it
+    have arrived."""
+
+    __slots__ = ("segments", "pieces", "indices", "rows", "got")
+
+    def __init__(self):
+        self.segments: list[tuple[Job, int, int]] = []  # (job, its first row here, rows)
+        self.pieces: list[np.ndarray] = []
+        self.indices, self.rows, self.got = None, 0, 0
+
+    def add(self, job: Job, start: int, indices: np.ndarray) -> None:
+        self.segments.append((job, start, len(indices)))
+        self.pieces.append(indices)
+        self.rows += len(indices)
+
+    def seal(self) -> Request:
+        self.indices = self.pieces[0] if len(self.pieces) == 1 else np.concatenate(self.pieces)
+        self.pieces = []
+        return self
+
+    def order(self) -> tuple[int, int]:
+        job, start, _ = self.segments[0]
+        return job.seq, start
+
+    def rebase(self) -> None:
+        """Ask again for the rows not received: they become the whole request."""
+        skip, kept = self.got, []
+        for job, start, n in self.segments:
+            if skip >= n and n:
+                skip -= n
+                continue
+            kept.append((job, start + skip, n - skip))
+            skip = 0
+        self.segments, self.indices, self.rows, self.got = kept, self.indices[self.got:], self.rows - self.got, 0
+
+    def place(self, first: int, count: int, columns: Any) -> None:
+        """Hand rows ``first .. first + count - 1`` of the answer to the jobs they belong to (views, no copy)."""
+        at = 0
+        for job, start, n in self.segments:
+            lo, hi = max(first, at), min(first + count, at + n)
+            if lo < hi or (n == 0 and count == 0):
+                part = (tuple(c[lo - first:hi - first] for c in columns) if isinstance(columns, tuple)
+                        else columns[lo - first:hi - first])
+                job.place(start + lo - at, part)
+            at += n
+
+    def header(self, ident: int) -> dict[str, Any]:
+        idx = self.indices
+        if len(idx) and int(idx[-1]) - int(idx[0]) == len(idx) - 1 and bool(np.all(np.diff(idx) == 1)):
+            return {"type": "get", "id": ident, "interval": [int(idx[0]), int(idx[-1])]}
+        return {"type": "get", "id": ident, "indices": idx.tolist()}

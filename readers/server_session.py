@@ -1,0 +1,314 @@
+"""One connection of the data-provider server (``readers.server``), in a thread of its own.
+
+A ``Session`` reads the hello (the version), the challenge's proof when the
+server has a secret, then requests, one at a time and in order: each is
+checked and split into parts (``readers.serving``), every part gathered and
+handed to the session's sending thread, which writes it with one blocking
+``sendmsg`` straight from the gathered arrays while the next part is
+gathered. A part holds its bytes of the server's budget until it is sent; a
+connection keeps at most two unsent, and a second only within a quarter of
+the budget. Reads wait with ``select`` on the socket and on the server's
+wake-up socket, so a stop ends idle sessions at once.
+"""
+from __future__ import annotations
+
+import hmac
+import queue
+import select
+import socket
+import ssl
+import threading
+import time
+from typing import Any
+
+from readers.serving import RequestError
+from readers.wire import (
+    HELLO_FRAME,
+    MAX_FRAME,
+    VERSION,
+    ProtocolError,
+    challenge,
+    decode,
+    frame_length,
+    frame_parts,
+    proof,
+    rejection,
+)
+
+__all__ = ["Closed", "Session", "close_gently"]
+
+
+class Closed(Exception):
+    """The session ends: the peer left, a limit ran out, or the server is stopping."""
+
+
+
+def close_gently(sock: socket.socket, linger: float = 0.5, most: int = 4 << 20) -> None:
+    """Close a connection so that the client still gets what was sent: say the end, read what the client had
+    sent meanwhile (up to ``most`` bytes, for up to ``linger`` s), then close. Closing with bytes unread would
+    reset the connection, and the client could lose the rejection that says why."""
+    try:
+        socket.socket.shutdown(sock, socket.SHUT_WR)
+        deadline, dropped = time.monotonic() + linger, 0
+        while dropped < most and time.monotonic() < deadline:
+            if not select.select([sock], [], [], max(0.0, deadline - time.monotonic()))[0]:
+                break
+            chunk = socket.socket.recv(sock, 1 << 16)
+            if not chunk:
+                break
+            dropped += len(chunk)
+    except OSError:
+        pass
+    finally:
+        sock.close()
+
+
+class Session:
+    """One client connection in a thread of its own, from its hello to its close (one log line at the end)."""
+
+    def __init__(self, server: Any, sock: socket.socket, peer: Any):
+        self.server, self.sock = server, sock
+        self.peer = f"[{peer[0]}]:{peer[1]}" if ":" in str(peer[0]) else f"{peer[0]}:{peer[1]}"
+        self.requests = self.sent = 0
+        self.why = "closed by the client"
+        self.thread = threading.Thread(target=self.run, name=f"readerkit-serve {self.peer}", daemon=True)
+        self.outbox: queue.Queue | None = None  # frames for the sending thread, once logged in
+        self.sender: threading.Thread | None = None
+        self.broken: str | None = None  # why sending failed: the reading thread ends on it
+        self.holding = threading.Condition()  # the parts gathered and not yet sent, and their bytes
+        self.held = [0, 0]
+
+    def refuse(self, message: str) -> None:
+        try:
+            self.sock.settimeout(1.0)
+            self.sock.sendall(rejection("server_error", message))
+        except OSError:
+            pass
+        close_gently(self.sock)
+
+    def abort(self) -> None:
+        """Wake a session blocked on its socket, so it ends (the server is stopping and its drain is over)."""
+        try:
+            socket.socket.shutdown(self.sock, socket.SHUT_RDWR)
+        except OSError:
+            pass
+
+    def run(self) -> None:
+        began = time.monotonic()
+        try:
+            self._login(began + self.server.handshake_timeout)
+            self.outbox = queue.Queue(maxsize=2)
+            self.sender = threading.Thread(target=self._sending, name=f"readerkit-serve-send {self.peer}",
+                                           daemon=True)
+            self.sender.start()
+            while True:
+                self._answer(self._frame(MAX_FRAME, self.server.idle_timeout))
+        except Closed as exc:
+            self.why = str(exc) or self.why
+        except (ssl.SSLError, ConnectionError, OSError) as exc:
+            self.why = f"connection lost ({type(exc).__name__})"
+        except Exception as exc:  # a fault of the server's own: this connection ends, the server lives on
+            self.why = f"failed: {type(exc).__name__}: {exc}"
+        finally:
+            if self.sender is not None:  # what is queued still goes out (a client may have sent all, then waited)
+                self._post(None)
+                self.sender.join()
+                self.why = self.broken or self.why
+            close_gently(self.sock)
+            self.server.log(f"{self.peer}: {self.requests} requests, {self.sent:,} bytes sent in "
+                            f"{time.monotonic() - began:.1f} s; {self.why}")
+            with self.server.lock:
+                self.server.sessions.discard(self)
+
+    # -- reading ---------------------------------------------------------------------------
+    def _wait(self, deadline: float, idle: bool) -> None:
+        """Wait until the socket has bytes, or raise ``Closed`` at ``deadline`` (or at a stop, when idle)."""
+        if isinstance(self.sock, ssl.SSLSocket) and self.sock.pending():
+            return
+        watched = [self.sock, self.server.wake_read] if idle else [self.sock]  # (a frame begun is read whole)
+        left = deadline - time.monotonic()
+        ready = select.select(watched, [], [], left)[0] if left > 0 else []
+        if self.sock in ready:
+            return
+        if ready:
+            raise Closed("the server stopped")
+        raise TimeoutError
+
+    def _exactly(self, size: int, deadline: float, idle: bool = False) -> bytearray:
+        buffer = bytearray(size)
+        view, got = memoryview(buffer), 0
+        while got < size:
+            self._wait(deadline, idle and got == 0)
+            n = self.sock.recv_into(view[got:])
+            if n == 0:
+                raise Closed("closed by the client" if got == 0 and idle else "closed mid-frame")
+            got += n
+        return buffer
+
+    def _frame(self, limit: int, timeout: float, login: bool = False) -> dict[str, Any]:
+        """The next frame's header; a broken one is answered and ends the session."""
+        try:
+            prefix = self._exactly(4, time.monotonic() + timeout, idle=True)
+        except TimeoutError:
+            raise Closed(f"no login within {self.server.handshake_timeout:g} s" if login
+                          else f"idle for {timeout:g} s") from None
+        try:
+            size = frame_length(bytes(prefix), limit)
+        except ProtocolError as exc:
+            self._reject("too_large", f"{exc}; the client and server share the limit, MAX_FRAME")
+            raise Closed(f"a frame over the limit ({exc})") from None
+        limit_s = min(timeout, self.server.frame_timeout) if login else self.server.frame_timeout
+        try:
+            payload = self._exactly(size, time.monotonic() + limit_s)
+        except TimeoutError:
+            raise Closed(f"no login within {self.server.handshake_timeout:g} s" if login
+                          else f"a frame of {size:,} bytes unfinished after {limit_s:g} s") from None
+        try:
+            return decode(payload)[0]
+        except ProtocolError as exc:
+            self._reject("malformed", str(exc))
+            raise Closed(f"a malformed frame ({exc})") from None
+
+    # -- writing ---------------------------------------------------------------------------
+    def _send(self, parts: list) -> None:
+        """Send a frame's pieces whole: a client that takes none of it for ``frame_timeout`` is dropped."""
+        self.sock.settimeout(self.server.frame_timeout)
+        try:
+            if isinstance(self.sock, ssl.SSLSocket):  # (TLS has no sendmsg)
+                for part in parts:
+                    self.sock.sendall(part)
+            else:
+                views = [memoryview(p).cast("B") for p in parts if len(p)]
+                while views:
+                    n = self.sock.sendmsg(views[:512])
+                    while views and n >= len(views[0]):
+                        n -= len(views[0])
+                        views.pop(0)
+                    if views and n:
+                        views[0] = views[0][n:]
+        except socket.timeout:
+            raise Closed(f"not reading its responses for {self.server.frame_timeout:g} s") from None
+        finally:
+            self.sock.settimeout(None)
+        self.sent += sum(len(p) for p in parts)
+
+    def _post(self, parts: list | None, size: int = 0, part: bool = False) -> None:
+        """Queue a frame for the sending thread, so the next part is gathered while this one goes out; a
+        ``part`` of an answer holds ``size`` bytes of budget and one of ``unsent``, given back once it is sent.
+        None ends the sending thread once the queue is sent."""
+        while True:
+            if self.broken is not None and parts is not None:
+                self._sent(size, part)
+                raise Closed(self.broken)
+            try:
+                self.outbox.put((parts, size, part), timeout=0.2)
+                return
+            except queue.Full:
+                continue
+
+    def _hold(self, size: int) -> None:
+        """Wait until this connection may gather another part: two at most unsent (one goes out while the next
+        is gathered), and a second only within a quarter of the budget, so a client that stops reading holds
+        little of what the others need."""
+        with self.holding:
+            while self.held[0] >= 2 or self.held[0] and self.held[1] + size > self.server.budget // 4:
+                if self.broken is not None:
+                    raise Closed(self.broken)
+                self.holding.wait(0.2)
+            self.held[0] += 1
+            self.held[1] += size
+
+    def _sent(self, size: int, part: bool) -> None:
+        """A part's budget back, once it is sent (or never will be)."""
+        if part:
+            self.server.give(size)
+            with self.holding:
+                self.held[0] -= 1
+                self.held[1] -= size
+                self.holding.notify_all()
+
+    def _sending(self) -> None:
+        while True:
+            parts, size, part = self.outbox.get()
+            if parts is None:
+                return
+            try:
+                if self.broken is None:
+                    self._send(parts)
+            except (Closed, OSError) as exc:
+                self.broken = str(exc) if isinstance(exc, Closed) else f"connection lost ({type(exc).__name__})"
+                self.abort()  # the reading thread wakes, and ends
+            finally:
+                self._sent(size, part)
+
+    def _reject(self, kind: str, message: str, request: int | None = None) -> None:
+        self.server.count("rejections")
+        try:
+            if self.sender is not None:
+                self._post([rejection(kind, message, request)])
+            else:
+                self._send([rejection(kind, message, request)])
+        except (Closed, OSError):
+            pass
+
+    # -- the protocol ----------------------------------------------------------------------
+    def _login(self, deadline: float) -> None:
+        if self.server.tls is not None:
+            self.sock.settimeout(max(0.01, deadline - time.monotonic()))
+            try:  # (the handshake apart from the wrap, so a failed one still closes with a linger)
+                self.sock = self.server.tls.wrap_socket(self.sock, server_side=True, do_handshake_on_connect=False)
+                self.sock.do_handshake()
+            except (ssl.SSLError, OSError) as exc:
+                raise Closed(f"no TLS handshake ({exc})") from None
+            self.sock.settimeout(None)
+        header = self._frame(HELLO_FRAME, max(0.0, deadline - time.monotonic()), login=True)
+        if header["type"] != "hello":
+            self._reject("malformed", f"the first message must be a hello, got {header['type']!r}")
+            raise Closed("no hello")
+        version = header.get("version")
+        if type(version) is not int or version != VERSION:  # JSON true and 1.0 equal 1 in Python
+            self._reject("unsupported_version", f"this server speaks protocol version {VERSION}, the client "
+                                                f"{version!r}; upgrade the older end")
+            raise Closed(f"version {version!r}")
+        if self.server.secret is not None:
+            nonce = challenge()
+            self._send(frame_parts({"type": "challenge", "nonce": nonce.hex()}))
+            answer = self._frame(HELLO_FRAME, max(0.0, deadline - time.monotonic()), login=True)
+            given = answer.get("proof") if answer["type"] == "auth" else None
+            if not isinstance(given, str) or not hmac.compare_digest(given, proof(self.server.secret, nonce)):
+                self._reject("not_authorised", "the proof does not match this server's secret and challenge; "
+                                               "give the client the server's secret")
+                raise Closed("a wrong secret")
+        self._send(frame_parts(self.server.served.welcome))
+
+    def _answer(self, header: dict[str, Any]) -> None:
+        self.requests += 1
+        self.server.count("requests")
+        request = header.get("id")
+        request = request if isinstance(request, int) and not isinstance(request, bool) else None
+        served = self.server.served
+        try:
+            if header["type"] != "get":
+                raise RequestError("malformed", f"unknown message type {header['type']!r}; a request is a get")
+            if request is None or request < 0:
+                raise RequestError("malformed", f'a get needs an "id", an int >= 0, got {header.get("id")!r}')
+            indices = served.indices(header)
+            for first, count in served.parts(len(indices)):
+                size = min(count * served.row_bytes, self.server.budget)
+                self._hold(size)
+                self.server.take(size)
+                try:
+                    meta, buffers = served.part(indices[first:first + count])
+                except BaseException:
+                    self._sent(size, True)
+                    raise
+                self._post(frame_parts({"type": "entries", "id": request, "first": first, "count": count,
+                                        "columns": meta}, buffers), size, part=True)
+                self.server.count("bytes", sum(len(b) for b in buffers))
+        except RequestError as exc:
+            self._reject(exc.kind, exc.message, request)
+        except (Closed, OSError):
+            raise
+        except Exception as exc:  # a fault of the server's own: the request says so, the server lives on
+            self.server.log(f"{self.peer}: request {request} failed: {type(exc).__name__}: {exc}")
+            self._reject("server_error", f"{type(exc).__name__}: {exc}", request)

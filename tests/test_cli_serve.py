@@ -1,0 +1,153 @@
+"""`python cli.py serve` as its own process: the announcement, signals, restarts, refusals and secrets."""
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import select
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import readers
+from readers import mnist
+from readers.tokens import Tokens
+from tests.conftest import HANG
+
+ROOT = Path(__file__).resolve().parents[1]
+MNIST = ROOT.parent / "shared" / "data" / "mnist"
+ANNOUNCED = re.compile(r"serving (\d+) entries on 127\.0\.0\.1:(\d+)")
+START = 30.0  # seconds: the most a server process may take to import, load its data and listen
+
+
+class Process:
+    """A server process, its announced port and entries, and its standard error (a file, so it never fills)."""
+
+    def __init__(self, args: list[str], folder: Path):
+        self.err = folder / f"stderr-{time.monotonic_ns()}.txt"
+        env = {k: v for k, v in os.environ.items() if k != "READERKIT_SECRET"}
+        with open(self.err, "wb") as err:
+            self.proc = subprocess.Popen([sys.executable, "cli.py", "serve", *args], cwd=ROOT, env=env,
+                                         stdout=subprocess.PIPE, stderr=err, text=True)
+        self.entries = self.port = None
+
+    def first_line(self, timeout: float = START) -> str:
+        ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
+        if not ready:
+            pytest.fail(f"the server printed nothing within {timeout} s; stderr: {self.stderr()}")
+        return self.proc.stdout.readline().rstrip("\n")
+
+    def announced(self) -> Process:
+        line = self.first_line()
+        found = ANNOUNCED.fullmatch(line)
+        assert found, f"first line {line!r}; stderr: {self.stderr()}"
+        self.entries, self.port = int(found[1]), int(found[2])
+        assert self.port > 0
+        return self
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def stop(self, signum: int = signal.SIGTERM) -> int:
+        self.proc.send_signal(signum)
+        return self.proc.wait(HANG)
+
+    def stderr(self) -> str:
+        return self.err.read_text() if self.err.exists() else ""
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(HANG)
+        self.proc.stdout.close()
+
+
+@contextlib.contextmanager
+def cli_serve(folder: Path, *args: str) -> Iterator[Process]:
+    process = Process(["--port", "0", *args], folder)
+    try:
+        yield process
+    finally:
+        process.kill()
+
+
+@pytest.fixture
+def token_config(tmp_path) -> tuple[str, Tokens]:
+    """A data.toml of one token file (windows of 5 tokens), and the reader of the same windows."""
+    (tmp_path / "tokens").mkdir()
+    (np.arange(1000, 1201, dtype="<u2")).tofile(tmp_path / "tokens" / "a.bin")
+    config = tmp_path / "data.toml"
+    config.write_text('dir = "tokens"\ntoken_size = "TwoBytes"\nseq_len = 4\n')
+    return str(config), readers.tokens(tmp_path / "tokens", seq_len=4)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_cli_serve_announces_serves_and_stops_on_a_signal(tmp_path, token_config, signum):
+    config, local = token_config
+    with cli_serve(tmp_path, "--config", config) as server:
+        server.announced()
+        assert server.entries == len(local) == 50
+        remote = readers.remote(server.address)
+        assert remote.info["seq_len"] == 4 and remote.info["token_size"] == 2
+        got = remote.gather_columns(np.arange(len(local)))
+        np.testing.assert_array_equal(got, np.stack([local[i] for i in range(len(local))]))
+        assert server.stop(signum) == 0, server.stderr()
+        out = server.proc.stdout.read()
+    assert out == "", "nothing more on standard output after the announcement"
+    stopped = [line for line in server.stderr().splitlines() if line.startswith("stopped:")]
+    assert len(stopped) == 1 and re.fullmatch(r"stopped: 1 connections, 1 requests, [\d,]+ bytes of entries sent",
+                                              stopped[0]), server.stderr()
+
+
+def test_cli_serve_restarts_on_the_same_port_at_once(tmp_path, token_config):
+    config, local = token_config
+    with cli_serve(tmp_path, "--config", config) as first:
+        first.announced()
+        held = readers.remote(first.address)  # a connection the server closes first: its end waits in TIME_WAIT
+        held.gather_columns(np.arange(3))
+        assert first.stop() == 0
+    with cli_serve(tmp_path, "--config", config, "--port", str(first.port)) as second:
+        assert second.announced().port == first.port, second.stderr()
+        assert int(readers.remote(second.address)[2][0]) == int(local[2][0])
+        assert int(held[2][0]) == int(local[2][0])  # the held reader reconnects to the new server
+        assert second.stop() == 0
+
+
+def test_cli_serve_refuses_a_reachable_host_without_a_secret(tmp_path, token_config):
+    with cli_serve(tmp_path, "--config", token_config[0], "--host", "0.0.0.0") as server:
+        assert server.proc.wait(START) != 0
+        assert server.proc.stdout.read() == ""
+        assert "refusing to serve on 0.0.0.0, which other machines can reach, without a secret" in server.stderr()
+
+
+def test_cli_serve_with_a_secret_file_serves_only_clients_that_know_it(tmp_path, token_config):
+    secret = tmp_path / "secret"
+    secret.write_text("s3cret\n")
+    with cli_serve(tmp_path, "--config", token_config[0], "--secret-file", str(secret)) as server:
+        server.announced()
+        assert int(readers.remote(server.address, secret="s3cret")[1][0]) == 1004
+        with pytest.raises(readers.NotAuthorised, match="wants a secret"):
+            readers.remote(server.address)
+        with pytest.raises(readers.NotAuthorised, match="does not match this server's secret"):
+            readers.remote(server.address, secret="guess")
+        assert server.stop() == 0
+
+
+@pytest.mark.skipif(not MNIST.is_dir(), reason=f"the shared MNIST files are not there ({MNIST})")
+def test_cli_serve_mnist_from_a_data_dir(tmp_path):
+    with cli_serve(tmp_path, "--reader", "mnist", "--data-dir", str(MNIST), "--no-download", "--split", "test") as server:
+        assert server.announced().entries == 10_000
+        remote = readers.remote(server.address)
+        local = mnist.test(str(MNIST), download=False)
+        images, labels = remote.gather_columns(np.array([0, 9_999, 17]))
+        for k, i in enumerate([0, 9_999, 17]):
+            np.testing.assert_array_equal(images[k], local[i][0])
+            assert int(labels[k]) == local[i][1]
+        assert server.stop() == 0
