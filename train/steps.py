@@ -12,9 +12,10 @@ processes starts at the same data index.
 """
 from __future__ import annotations
 
+import concurrent.futures
 import math
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -168,9 +169,8 @@ def _loop(reader: Any, model: Any, schedule: BatchSchedule, steps: int, seed: in
           on_log: Callable[[dict[str, Any]], None] | None, log_every: int, saved: _Saved | None) -> list[dict]:
     history = saved.history if saved is not None else []
     log = _Log(log_every)
-    for step in range(saved.first if saved is not None else 0, steps):
-        tick = time.perf_counter()
-        windows = _window(reader, schedule, step, seed, info)
+    tick = time.perf_counter()
+    for step, windows in _windows_ahead(reader, schedule, saved.first if saved is not None else 0, steps, seed, info):
         if windows is not None:
             log.add(model.step({"tokens": windows}), 0.0)
         log.seconds += time.perf_counter() - tick
@@ -182,4 +182,22 @@ def _loop(reader: Any, model: Any, schedule: BatchSchedule, steps: int, seed: in
                 on_log(record)
         if saved is not None and (done % saved.every == 0 or done == steps):
             saved.save(model, done, schedule)
+        tick = time.perf_counter()
     return history
+
+
+def _windows_ahead(reader: Any, schedule: BatchSchedule, first: int, steps: int, seed: int,
+                   info: Any) -> Iterator[tuple[int, np.ndarray | None]]:
+    """(step, windows) for steps ``first`` .. ``steps - 1``, the next step's read under way in a thread while
+    the model trains on this one (a remote reader's requests travel meanwhile)."""
+    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="readerkit-steps") as pool:
+        ahead = pool.submit(_window, reader, schedule, first, seed, info) if first < steps else None
+        for step in range(first, steps):
+            windows = ahead.result()
+            ahead = pool.submit(_window, reader, schedule, step + 1, seed, info) if step + 1 < steps else None
+            try:
+                yield step, windows
+            except GeneratorExit:
+                if ahead is not None:
+                    ahead.cancel()
+                raise

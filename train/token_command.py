@@ -52,6 +52,35 @@ def infer_vocabulary(reader: Any) -> tuple[int, str]:
     return max(top + 1, 256), f"largest token id {top} {where}"
 
 
+def _token_data(run: Any, config: str) -> tuple[Any, int | None, Any]:
+    """(windows, shuffle seed, a function giving the vocabulary and its source) of a run file's data location:
+    token files in a local folder, or the token windows a data-provider server holds."""
+    if isinstance(run.data, LocalData):
+        if not os.path.isfile(os.path.join(run.data.path, "data.toml")) and run.data.shuffle_seed is None:
+            click.echo(f"warning: {run.data.path} has no data.toml, so its tokens are read as {run.data.token_size}-"
+                       "byte ids, in order (the reference's defaults); write one there to say token_size and "
+                       "shuffle_seed", err=True)
+        tokens = readers.tokens(run.data.path, seq_len=run.seq_len, token_size=run.data.token_size)
+        return tokens, run.data.shuffle_seed, lambda: infer_vocabulary(tokens)
+    try:
+        remote = readers.remote(run.data.address)
+    except (readers.RemoteError, readers.RemoteUnavailable) as exc:
+        raise click.ClickException(f"{config}: data_location Server: {exc}") from None
+    info = remote.info
+    if "seq_len" not in info:
+        raise click.ClickException(f"{config}: the server at {remote.address} serves {remote.welcome.get('reader')}, "
+                                   "not token windows; start it with `python cli.py serve --config data.toml`")
+    if info["seq_len"] != run.seq_len:
+        raise click.ClickException(f"{config}: the run's sequence length is {run.seq_len}, and the server at "
+                                   f"{remote.address} serves windows of {info['seq_len']} tokens (its data.toml's "
+                                   "seq_len); make them equal")
+    top = info.get("max_token")
+    if top is None:
+        return remote, info.get("shuffle_seed"), lambda: infer_vocabulary(remote)
+    return remote, info.get("shuffle_seed"), lambda: (max(top + 1, 256), f"largest token id {top} in the "
+                                                      f"{info.get('tokens', 0):,} tokens the server holds")
+
+
 def _refuse_image_options(params: dict[str, Any]) -> None:
     ctx = click.get_current_context()
     from click.core import ParameterSource
@@ -75,17 +104,9 @@ def config_run(info: Any, found: Any, params: dict[str, Any]) -> None:
     """
     _refuse_image_options(params)
     run = load_run(params["config"])
-    if not isinstance(run.data, LocalData):
-        raise click.ClickException(
-            f"{params['config']}: data_location Server = {run.data.address!r} needs readerkit's data-provider "
-            "server and remote reader, which this version does not have yet; give a Local data location")
-    if not os.path.isfile(os.path.join(run.data.path, "data.toml")) and run.data.shuffle_seed is None:
-        click.echo(f"warning: {run.data.path} has no data.toml, so its tokens are read as {run.data.token_size}-byte "
-                   "ids, in order (the reference's defaults); write one there to say token_size and shuffle_seed",
-                   err=True)
-    tokens = readers.tokens(run.data.path, seq_len=run.seq_len, token_size=run.data.token_size)
-    data = tokens if run.data.shuffle_seed is None else readers.shuffle(tokens, seed=run.data.shuffle_seed)
-    vocab, whence = (params["vocab_size"], "--vocab-size") if params["vocab_size"] else infer_vocabulary(tokens)
+    tokens, shuffle_seed, found_vocab = _token_data(run, params["config"])
+    data = tokens if shuffle_seed is None else readers.shuffle(tokens, seed=shuffle_seed)
+    vocab, whence = (params["vocab_size"], "--vocab-size") if params["vocab_size"] else found_vocab()
     schedule = BatchSchedule.of_run(run)
     steps = params["steps"] or run.total_steps
     model = NextTokenMLP(vocab, lr=params["lr"], seed=params["seed"])

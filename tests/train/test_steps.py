@@ -96,3 +96,43 @@ def test_bad_arguments_are_named():
         train_steps(_data(), model=_model(), schedule=SCHEDULE, steps=0)
     with pytest.raises(ValueError, match="resume=True needs checkpoint_dir"):
         train_steps(_data(), model=_model(), schedule=SCHEDULE, steps=3, resume=True)
+
+
+def test_the_next_steps_windows_are_read_while_the_model_trains_on_this_one():
+    import threading
+
+    class Counted(readers.IndexedReader):
+        name = "counted"
+
+        def __init__(self):
+            super().__init__()
+            self.inner, self.gathers, self.changed = _data().parents[0], 0, threading.Condition()
+
+        def __len__(self):
+            return len(self.inner)
+
+        def _get(self, i):
+            return self.inner[i]
+
+        def gather_columns(self, indices):
+            with self.changed:
+                self.gathers += 1
+                self.changed.notify_all()
+            return self.inner.gather_columns(indices)
+
+    class Waiting(_Reading):
+        def __init__(self, reader, steps):
+            super().__init__()
+            self.reader, self.steps, self.ahead = reader, steps, []
+
+        def step(self, feed):
+            done = len(self.seen) + 1  # steps read so far, this one included
+            with self.reader.changed:  # the next step's read starts before this step ends (bounded wait)
+                self.ahead.append(self.reader.changed.wait_for(
+                    lambda: self.reader.gathers >= min(done + 1, self.steps), timeout=5.0))
+            return super().step(feed)
+
+    reader = Counted()
+    model = Waiting(reader, 6)
+    train_steps(reader, model=model, schedule=SCHEDULE, steps=6, log_every=3)
+    assert model.ahead == [True] * 6 and reader.gathers == 6

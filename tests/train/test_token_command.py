@@ -67,15 +67,58 @@ def test_a_run_file_run_resumes_from_its_checkpoint_and_keeps_its_log(tmp_path):
     assert refused.exit_code == 1 and "--lr: 0.003 then, 0.1 now" in refused.output
 
 
-def test_options_of_image_runs_and_a_server_location_are_refused_clearly(tmp_path):
+def test_options_of_image_runs_are_refused_clearly(tmp_path):
     state = _run_files(tmp_path)
     mixed = run("train", "--config", state, "--batch-size", "64")
     assert mixed.exit_code == 2 and "--batch-size does not apply with --config" in mixed.output
     alone = run("train", "--steps", "5")
     assert alone.exit_code == 2 and "--steps applies only with --config" in alone.output
-    server = _run_files(tmp_path, 'Server = "127.0.0.1:20001"')
-    remote = run("train", "--config", server)
-    assert remote.exit_code == 1 and "Server = '127.0.0.1:20001' needs readerkit's data-provider server" in remote.output
+
+
+def _served_tokens(tmp_path):
+    from readers.runfiles import load_data
+
+    data = load_data(tmp_path / "tokens" / "data.toml")
+    tokens = readers.tokens(data.dir, seq_len=data.seq_len, token_size=data.token_size)
+    return readers.serve(tokens, info={"seq_len": data.seq_len, "token_size": data.token_size,
+                                       "shuffle_seed": data.shuffle_seed, "max_token": tokens.max_token(),
+                                       "tokens": sum(tokens.sizes)})
+
+
+def test_a_server_location_trains_with_the_same_losses_as_the_local_folder(tmp_path):
+    local = _run_files(tmp_path)
+    expected = run("train", "--config", local, "--log-every", "4", "--log-json", str(tmp_path / "local.jsonl"))
+    assert expected.exit_code == 0, expected.output
+    with _served_tokens(tmp_path) as server:
+        state = tmp_path / "remote" / "state.toml"
+        state.parent.mkdir()
+        state.write_text(STATE.format(location=f'Server = "{server.address}"'))
+        got = run("train", "--config", str(state), "--log-every", "4", "--log-json", str(tmp_path / "remote.jsonl"))
+        assert got.exit_code == 0, got.output
+        assert server.stats["requests"] >= 12
+    losses = [[json.loads(line)["loss"] for line in (tmp_path / f"{name}.jsonl").read_text().splitlines()]
+              for name in ("local", "remote")]
+    assert losses[0] == losses[1] and len(losses[0]) == 3
+    assert got.stdout.splitlines()[0] == ("model nexttoken: vocabulary 256 (largest token id 115 in the 1,120 tokens "
+                                          "the server holds); 69 windows of 16 tokens; 12 steps, global batch 4 to 8 "
+                                          "windows over 400 tokens")
+
+
+def test_a_server_location_with_other_windows_or_other_data_is_refused(tmp_path):
+    _run_files(tmp_path)
+    with _served_tokens(tmp_path) as server:
+        other = tmp_path / "other.toml"
+        other.write_text(STATE.format(location=f'Server = "{server.address}"').replace("max_seq_len = 16",
+                                                                                     "max_seq_len = 8"))
+        refused = run("train", "--config", str(other))
+        assert refused.exit_code == 1
+        assert "the run's sequence length is 8, and the server at 127.0.0.1:" in refused.output
+        assert "serves windows of 16 tokens (its data.toml's seq_len); make them equal" in refused.output
+    with readers.serve(readers.from_arrays(np.zeros((3, 2)), np.arange(3))) as server:
+        images = tmp_path / "images.toml"
+        images.write_text(STATE.format(location=f'Server = "{server.address}"'))
+        refused = run("train", "--config", str(images))
+        assert refused.exit_code == 1 and "not token windows; start it with `python cli.py serve --config" in refused.output
 
 
 def test_a_folder_without_data_toml_says_what_it_assumed_and_checkpoints_come_every_log_line(tmp_path):
