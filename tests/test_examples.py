@@ -58,6 +58,27 @@ def test_notebook_pipeline_shows_the_pipeline_and_trains_on_mnist():
     assert final_accuracy(output) > 0.9
 
 
+
+@pytest.mark.skipif(not MNIST.is_dir(), reason=f"the MNIST files are not in {MNIST}")
+def test_remote_training_serves_mnist_from_subprocesses_and_trains_on_it():
+    output = run_example("remote_training.py", MNIST).stdout
+    assert re.search(r"^train server: serving 60000 entries on 127\.0\.0\.1:\d+$", output, flags=re.M), output
+    assert re.search(r"^test server: serving 10000 entries on 127\.0\.0\.1:\d+$", output, flags=re.M), output
+    passes = r"^pass \d: train loss \d\.\d{4}  train accuracy \d+\.\d\d%  test accuracy \d+\.\d\d%  [\d,]+ samples/s$"
+    assert len(re.findall(passes, output, flags=re.M)) == 2, output
+    assert final_accuracy(output) > 0.9
+    # both servers stopped, having sent every entry of both passes (3,144 bytes each) over the network
+    assert re.search(r"^train server stopped: \d+ connections, \d+ requests, 377,280,000 bytes of entries sent$",
+                     output, flags=re.M), output
+    assert re.search(r"^test server stopped: \d+ connections, \d+ requests, 62,880,000 bytes of entries sent$",
+                     output, flags=re.M), output
+
+
+def test_remote_training_exits_non_zero_without_the_mnist_files(tmp_path):
+    result = run_example("remote_training.py", tmp_path, status=1)
+    assert result.stderr == (f"remote_training: no MNIST files in {tmp_path}; give the folder that holds "
+                             "train-images-idx3-ubyte.gz and the other three\n")
+
 def test_language_model_trains_on_the_standard_librarys_source_below_its_unigram_entropy(tmp_path):
     output = run_example("language_model.py", tmp_path, "--steps", "80").stdout
     entropy = float(re.search(r"^unigram entropy: (\d\.\d{3}) nats per token", output, flags=re.M)[1])
