@@ -9,23 +9,27 @@ a. Throughput: token windows (seq_len 1024, from --tokens random 2-byte tokens
    in a temporary folder) and MNIST entries (../shared/data/mnist; the row is
    skipped when absent), through collated(batch(R, --batch)) over a global
    shuffle and in order, for --batches batches. "raw" is a plain socket
-   sending as many messages of the same size as the server's responses (one
-   a batch, up to readers.remote's REQUEST_BYTES, 2 MB), the client receiving
+   sending as many messages of the same size as the server's responses
+   (consecutive batches share a request of about readers.remote's
+   REQUEST_BYTES, 2 MiB), the client receiving
    them with recv_into into one buffer: what loopback TCP between two
    processes gives with no request, no gather, no framing and no Python per
    message beyond recv_into; goal: remote >= 0.7x raw. "local" is the same
    pipeline over the local reader in this process: what the data costs to
    gather at all. All are the best of --repeats runs, interleaved. Limits:
-   the server's work per request in one Python process (its event loop and
-   worker threads share a GIL) against the client's per frame; the CPU
+   the cores: the server gathers (copies) every entry before it is sent, the
+   client takes each batch apart, and on a 2-core machine those copies and
+   both ends' Python share the cores the raw copy has for itself; the CPU
    columns, the share of one core each end used, say which end is busy.
 b. Many clients: --clients processes read different intervals of the token
    windows at once for --seconds, each with gather_ahead over its interval's
    batches (8 in flight); the server's aggregate MB/s and entries/s, and
    fairness: the slowest client's rate over the fastest's (1.0: all served
-   alike). Limits: the server's one event loop (about one core of
-   Python, whatever the clients); on a machine with fewer cores than clients,
-   also the cores the clients take from it.
+   alike). Limits: the server's threads (one per connection, and one
+   sending) share a GIL, about one core of Python whatever the clients; on a
+   machine with fewer cores than clients, also the cores the clients take
+   from it, and the operating system's scheduling of the client processes
+   (which sets the fairness more than the server does).
 c. Small requests: --requests one-entry reads at random positions with 1 and
    with 8 in flight (gather_ahead over 1-entry chunks, in_flight 1 or 8); the
    latency of each entry from the moment the reader asks for it until it is

@@ -57,7 +57,7 @@ class Job:
 
 class Request:
     """Rows asked for under one id: pieces of one or more jobs, end to end (consecutive small gathers share a
-    request, so a pass of small batches travels in requests of about ``REQUEST_BYTES``); ``got`` rows of it
+    request, so a pass of small batches travels in requests of about ``request_bytes``); ``got`` rows of it
     have arrived."""
 
     __slots__ = ("segments", "pieces", "indices", "rows", "got")

@@ -35,7 +35,10 @@ from readers.wire import (
     rejection,
 )
 
-__all__ = ["Closed", "Session", "close_gently"]
+__all__ = ["INLINE", "Closed", "Session", "close_gently"]
+
+#: Frames up to this size are sent by the reading thread itself when nothing is queued before them.
+INLINE = 64 << 10
 
 
 class Closed(Exception):
@@ -77,6 +80,7 @@ class Session:
         self.broken: str | None = None  # why sending failed: the reading thread ends on it
         self.holding = threading.Condition()  # the parts gathered and not yet sent, and their bytes
         self.held = [0, 0]
+        self.queued = 0  # frames posted and not yet sent (under ``holding``)
 
     def refuse(self, message: str) -> None:
         try:
@@ -193,18 +197,41 @@ class Session:
         self.sent += sum(len(p) for p in parts)
 
     def _post(self, parts: list | None, size: int = 0, part: bool = False) -> None:
-        """Queue a frame for the sending thread, so the next part is gathered while this one goes out; a
-        ``part`` of an answer holds ``size`` bytes of budget and one of ``unsent``, given back once it is sent.
-        None ends the sending thread once the queue is sent."""
+        """Send a frame after those before it: a small one at once, from this thread, when nothing is queued
+        (a hand-over costs more than it saves); else through the sending thread, so the next part is gathered
+        while this one goes out. A ``part`` of an answer holds ``size`` bytes of budget, given back once it
+        is sent. None ends the sending thread once the queue is sent."""
+        small = parts is not None and sum(len(p) for p in parts) <= INLINE
+        with self.holding:
+            inline = small and self.queued == 0 and self.broken is None
+            self.queued += 1
+        if inline:
+            try:
+                self._send(parts)
+            except (Closed, OSError) as exc:
+                self._broke(exc)
+                raise Closed(self.broken) from None
+            finally:
+                self._sent(size, part)
+                with self.holding:
+                    self.queued -= 1
+            return
         while True:
             if self.broken is not None and parts is not None:
                 self._sent(size, part)
+                with self.holding:
+                    self.queued -= 1
                 raise Closed(self.broken)
             try:
                 self.outbox.put((parts, size, part), timeout=0.2)
                 return
             except queue.Full:
                 continue
+
+    def _broke(self, exc: BaseException) -> None:
+        self.broken = self.broken or (str(exc) if isinstance(exc, Closed)
+                                      else f"connection lost ({type(exc).__name__})")
+        self.abort()  # a reading thread waiting on the socket wakes, and ends
 
     def _hold(self, size: int) -> None:
         """Wait until this connection may gather another part: two at most unsent (one goes out while the next
@@ -236,10 +263,11 @@ class Session:
                 if self.broken is None:
                     self._send(parts)
             except (Closed, OSError) as exc:
-                self.broken = str(exc) if isinstance(exc, Closed) else f"connection lost ({type(exc).__name__})"
-                self.abort()  # the reading thread wakes, and ends
+                self._broke(exc)
             finally:
                 self._sent(size, part)
+                with self.holding:
+                    self.queued -= 1
 
     def _reject(self, kind: str, message: str, request: int | None = None) -> None:
         self.server.count("rejections")

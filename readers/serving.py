@@ -3,9 +3,9 @@
 ``Served`` wraps the indexed reader a server holds. It checks a ``get``
 request's interval or indices against the reader's length (a typed
 ``RequestError`` otherwise), splits the rows into parts that each fit a frame,
-and gathers one part as packed columns. It is plain synchronous code, so the
-server runs ``part`` in a worker thread and the event loop never waits on the
-reader (``readers.server``).
+and gathers one part as packed columns. It is plain synchronous code: each
+connection's thread calls it (``readers.server_session``), so a slow reader
+holds up only the connection that asked.
 """
 from __future__ import annotations
 
