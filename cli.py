@@ -12,6 +12,7 @@
 """
 from __future__ import annotations
 
+import errno
 import functools
 import json
 import os
@@ -282,7 +283,13 @@ def serve(reader_name: str, data_dir: str | None, download: bool, config: str | 
         click.echo(f"serving {server.served.n} entries on {shown}")
         sys.stdout.flush()
 
-    run_until_signal(server, host, port, announce)
+    try:
+        run_until_signal(server, host, port, announce)
+    except OSError as exc:
+        if exc.errno != errno.EADDRINUSE:
+            raise
+        raise click.ClickException(f"{host}:{port} is in use (another server?): stop it, or give another --port "
+                                   "(0 picks a free one)") from None
     stats = server.stats
     click.echo(f"stopped: {stats['connections']} connections, {stats['requests']} requests, "
                f"{stats['bytes']:,} bytes of entries sent", err=True)
@@ -294,8 +301,11 @@ def _served(reader_name: str, data_dir: str | None, download: bool, config: str 
         ctx = click.get_current_context()
         from click.core import ParameterSource
 
-        if ctx.get_parameter_source("reader_name") is ParameterSource.COMMANDLINE:
-            raise click.UsageError("give --config (a data.toml of token files) or --reader, not both")
+        given = [f"--{name.replace('_name', '').replace('_', '-')}" for name in ("reader_name", "split", "data_dir")
+                 if ctx.get_parameter_source(name) is ParameterSource.COMMANDLINE]
+        if given:
+            raise click.UsageError(f"{', '.join(given)} do{'es' if len(given) == 1 else ''} not apply with --config, "
+                                   "which serves the token windows of a data.toml; give one or the other")
         import readers
         from readers.runfiles import load_data
 

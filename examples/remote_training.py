@@ -5,14 +5,14 @@ servers, one for each split. ``readers.remote`` is an indexed reader, so the
 global shuffle, batching and evaluation work on it as on local files, and
 the next batches travel while the model trains on this one.
 
-In two terminals, from the repository root (readerkit installed with
+In three terminals, from the repository root (readerkit installed with
 ``pip install -e .`` or on ``PYTHONPATH``)::
 
-    # terminal 1: the servers (Ctrl-C stops them)
-    python cli.py serve --reader mnist --data-dir ../shared/data/mnist --port 20001 &
+    # terminals 1 and 2: the servers (Ctrl-C stops each)
+    python cli.py serve --reader mnist --data-dir ../shared/data/mnist --port 20001
     python cli.py serve --reader mnist --data-dir ../shared/data/mnist --split test --port 20002
 
-    # terminal 2: the trainer
+    # terminal 3: the trainer
     python examples/remote_training.py --train 127.0.0.1:20001 --test 127.0.0.1:20002
 
 Or in one command, which starts both servers on free ports, trains against

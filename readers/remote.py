@@ -111,13 +111,13 @@ class Remote(IndexedReader):
         started, attempts, warned = failed_at or time.monotonic(), 0, False
         tls = client_tls(self.ca_file) if self.tls else None
         while True:
-            left = None  # trying again: a host that does not answer at all is waited for until the deadline only
+            left = max(5.0, self.deadline)  # a host that does not answer at all is waited for until the deadline
             if why is not None:
                 waited = time.monotonic() - started
                 if waited > self.deadline:
                     raise RemoteUnavailable(
                         f"{self.address}: no data-provider server answered for {waited:.0f} s, over {attempts} "
-                        f"attempts (the last: {type(why).__name__}: {why}); check that `python cli.py serve` runs "
+                        f"attempt{'s' if attempts != 1 else ''} (the last: {type(why).__name__}: {why}); check that `python cli.py serve` runs "
                         f"there and this machine can reach it, or give readers.remote a longer deadline "
                         f"(now {self.deadline:g} s)") from why
                 if not warned and attempts:  # (a connection the server closed as idle opens again quietly)

@@ -70,12 +70,17 @@ class Connection:
     def __init__(self, host: str, port: int, *, secret: bytes | None, tls: ssl.SSLContext | None,
                  timeout: float, connect_timeout: float | None = None):
         self.address = show_address(host, port)
-        sock = socket.create_connection((host, port), timeout=min(timeout, connect_timeout or timeout))
+        login = min(timeout, connect_timeout or timeout)
+        sock = socket.create_connection((host, port), timeout=login)
         try:
-            sock.settimeout(timeout)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             self.sock = tls.wrap_socket(sock, server_hostname=host) if tls is not None else sock
-            self.welcome = self._login(secret)
+            try:
+                self.welcome = self._login(secret)  # (the login within the connect's time too)
+            except ProtocolError as exc:
+                raise ProtocolError(f"{self.address} does not speak readerkit's protocol ({exc}): is it a "
+                                    "data-provider server (python cli.py serve)?") from None
+            self.sock.settimeout(timeout)
         except BaseException:
             getattr(self, "sock", sock).close()  # (wrapping in TLS detaches the plain socket: close the wrapper)
             raise

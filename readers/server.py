@@ -144,6 +144,10 @@ class Server:
             self._accepting.join()
             self._listener.close()
         deadline = time.monotonic() + self.drain_timeout
+        busy = len(self.sessions)
+        if busy:
+            self.log(f"stopping: closing {busy} connection{'s' if busy > 1 else ''}; answers under way finish "
+                     f"first, for up to {self.drain_timeout:g} s")
         for session in list(self.sessions):
             session.thread.join(max(0.0, deadline - time.monotonic()))
         for session in list(self.sessions):

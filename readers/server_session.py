@@ -105,8 +105,9 @@ class Session:
             self.sender = threading.Thread(target=self._sending, name=f"readerkit-serve-send {self.peer}",
                                            daemon=True)
             self.sender.start()
-            while True:
+            while not self.server.stopping:  # stopping: the answer under way was finished; no more are read
                 self._answer(self._frame(MAX_FRAME, self.server.idle_timeout))
+            self.why = "the server stopped"
         except Closed as exc:
             self.why = str(exc) or self.why
         except (ssl.SSLError, ConnectionError, OSError) as exc:

@@ -20,6 +20,8 @@ from readers.wire import MAX_FRAME, VERSION, ProtocolError, pack_columns
 
 __all__ = ["BODY", "RequestError", "Served"]
 
+#: How many entries, spread over the reader, are gathered at the start to check them.
+SAMPLE = 16
 #: The most bytes of columns one part carries: a frame, less room for its header.
 BODY = MAX_FRAME - (64 << 10)
 
@@ -64,15 +66,18 @@ class Served:
                             "readers.tokens, readers.from_arrays or a registered reader with random access")
         self.reader, self.n = reader, len(reader)
         self.row_bytes, self.empty = 0, np.zeros(0, np.uint8)
-        if self.n:  # the first entry says the columns' types and sizes, so a bad reader fails here, not per request
+        if self.n:  # entries spread over the reader say the columns' types and sizes, so a bad reader (objects,
+            # entries of different sizes) fails here, not in the middle of a client's pass
+            sample = np.unique(np.linspace(0, self.n - 1, min(self.n, SAMPLE)).round().astype(np.int64))
             try:
-                columns = self.gather(np.zeros(1, np.int64))
+                columns = self.gather(sample)
                 meta, buffers = pack_columns(columns)
             except ProtocolError as exc:
                 raise TypeError(f"cannot serve {reader.title()}: {exc}") from None
             except RequestError as exc:
-                raise ValueError(f"cannot serve {reader.title()}: {exc.message}") from exc.__cause__
-            self.row_bytes = sum(len(b) for b in buffers)
+                raise ValueError(f"cannot serve {reader.title()}: {exc.message}; a served reader's entries are "
+                                 "columns of one shape each (pad or cut them in a map)") from exc.__cause__
+            self.row_bytes = sum(len(b) for b in buffers) // len(sample)
             self.empty = tuple(c[:0] for c in columns) if isinstance(columns, tuple) else columns[:0]
         self.welcome = {"type": "welcome", "version": VERSION, "entries": self.n, "reader": reader.title(),
                         "fingerprint": fingerprint(reader), "info": dict(info or {}), "row_bytes": self.row_bytes,

@@ -38,9 +38,21 @@ error      S     ``kind`` (one of ``KINDS``), ``message``, and the ``id`` of
                  the request it answers when there is one
 =========  ====  ==============================================================
 
-Requests are answered as they are ready, so a client may keep several in
-flight and parts of different requests may interleave; the parts of one
-request come in order. Every request gets its parts or one ``error``. A
+A column's ``dtype`` is numpy's string for it, byte order included
+(``"<i4"``), and its ``shape`` counts the rows first; the body holds the
+columns one after another, each C-contiguous. ``row_bytes`` tells a client
+how many rows make a request of a given size, ``max_frame`` the limit it
+shares. Ids are the client's own: one id names one request while it is in
+flight. A receiver ignores header fields it does not know, so a field may be
+added without a new version; any other change bumps ``VERSION``. A server may
+close an idle connection without a word; a client opens another and checks
+that ``entries`` and ``fingerprint`` are as before.
+
+A client may keep several requests in flight. A server may answer them in
+any order and interleave the parts of different requests (readerkit's own
+answers each connection's requests in turn, but a client goes by the ids);
+the parts of one request come in order. Every request gets its parts or one
+``error``. A
 rejection of a request (``out_of_range``, ``malformed``) leaves the
 connection open; a broken frame (``too_large``, a header that is not JSON),
 a refused login (``not_authorised``) or another version
@@ -53,8 +65,7 @@ Auth is an HMAC-SHA256 challenge-response on a shared secret: the server
 sends a fresh random challenge per connection and the client answers with
 ``proof(secret, challenge)``; the secret never crosses the wire and an answer
 is good for its own challenge only, so a replayed answer fails. A server
-refuses a hello of another ``version`` with ``unsupported_version``, and a
-version bump is due whenever a message changes meaning.
+refuses a hello of another ``version`` with ``unsupported_version``.
 
 >>> header, body = {"type": "entries", "id": 7}, b"xyz"
 >>> frame = encode(header, [body])
@@ -268,7 +279,7 @@ def proof(secret: bytes, nonce: bytes) -> str:
 def read_secret(secret: str | bytes | None = None, *, file: str | None = None,
                 environ: str = "READERKIT_SECRET") -> bytes | None:
     """The shared secret as bytes: given as text or bytes, read from ``file`` (a trailing newline ignored),
-    or from the environment variable ``environ``; None when there is none.
+    or from the environment variable ``environ`` (a trailing newline ignored too); None when there is none.
 
     >>> read_secret("s3cret"), read_secret(b"raw\\x00")
     (b's3cret', b'raw\\x00')
@@ -284,6 +295,8 @@ def read_secret(secret: str | bytes | None = None, *, file: str | None = None,
             raise ValueError(f"{file}: the secret file is empty; write the shared secret in it")
     elif secret is None:
         secret = os.environ.get(environ) or None
+        if secret is not None and secret.endswith("\n"):  # (as a file's: $(cat secret) keeps none, echo adds one)
+            secret = secret[:-1]
     if secret is None:
         return None
     return secret.encode() if isinstance(secret, str) else bytes(secret)

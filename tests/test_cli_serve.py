@@ -151,3 +151,20 @@ def test_cli_serve_mnist_from_a_data_dir(tmp_path):
             np.testing.assert_array_equal(images[k], local[i][0])
             assert int(labels[k]) == local[i][1]
         assert server.stop() == 0
+
+
+def test_cli_serve_refuses_reader_options_with_a_config_and_names_a_port_in_use(token_config):
+    import socket
+
+    from click.testing import CliRunner
+
+    import cli
+
+    config, _ = token_config
+    mixed = CliRunner().invoke(cli.main, ["serve", "--config", config, "--split", "test"])
+    assert mixed.exit_code == 2 and "--split does not apply with --config" in mixed.output
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        busy = CliRunner().invoke(cli.main, ["serve", "--config", config, "--port", str(port)])
+    assert busy.exit_code == 1
+    assert f"127.0.0.1:{port} is in use (another server?): stop it, or give another --port" in busy.output

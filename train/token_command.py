@@ -133,6 +133,10 @@ def config_run(info: Any, found: Any, params: dict[str, Any]) -> None:
         raise click.ClickException(in_flag_words(str(exc))) from None
     except TokenRangeError as exc:
         raise click.ClickException(f"{exc}; pass --vocab-size {exc.token + 1} or more") from None
+    except (readers.RemoteUnavailable, readers.RemoteError) as exc:
+        again = (f"; the checkpoint in {params['checkpoint_dir']} holds the steps saved so far: once the server is "
+                 "back, run the same command with --resume") if params["checkpoint_dir"] else ""
+        raise click.ClickException(f"{exc}{again}") from None
     finally:
         log.close()
     if found is not None and found[1].get("step", 0) >= steps:

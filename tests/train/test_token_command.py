@@ -143,3 +143,30 @@ def test_the_vocabulary_is_the_largest_id_in_spread_windows_and_at_least_256():
     windows = np.zeros((5000, 4), np.int32)
     windows[4999, 2] = 1000  # the last window: sampled, since the spread includes both ends
     assert infer_vocabulary(readers.np_array(windows)) == (1001, "largest token id 1000 in 1,000 windows spread over all 5,000")
+
+
+def test_a_server_lost_for_good_ends_the_run_with_the_resume_command(tmp_path, monkeypatch):
+    from train import steps as steps_module
+
+    _run_files(tmp_path)
+    handle = _served_tokens(tmp_path)
+    state = tmp_path / "remote.toml"
+    state.write_text(STATE.format(location=f'Server = "{handle.address}"'))
+    built = readers.remote
+    monkeypatch.setattr(readers, "remote", lambda address: built(address, deadline=0.5))  # given up on soon
+    real = steps_module._windows_ahead
+
+    def windows(reader, schedule, first, steps, seed, info):  # the server goes away for good after step 4
+        for step, got in real(reader, schedule, first, steps, seed, info):
+            if step == 4:
+                handle.stop()
+            yield step, got
+
+    monkeypatch.setattr(steps_module, "_windows_ahead", windows)
+    ck = str(tmp_path / "ck")
+    result = run("train", "--config", str(state), "--log-every", "2", "--checkpoint-dir", ck)
+    assert result.exit_code == 1
+    assert "no data-provider server answered" in result.output
+    assert f"the checkpoint in {ck} holds the steps saved so far: once the server is back, run the same command " \
+           "with --resume" in result.output
+    assert load_checkpoint(ck)[1]["step"] >= 4
