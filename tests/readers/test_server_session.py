@@ -341,3 +341,29 @@ def test_server_answers_deeply_nested_json_as_malformed(login, caplog):
     assert not [r for r in caplog.records if r.name == "asyncio"], "an exception escaped a session"
 
 
+
+
+def test_session_reads_no_more_requests_once_the_server_stops():
+    """Regression: a client that kept requests queued was answered for the whole drain time after a stop."""
+    images, labels = big_reader()
+    handle = readers.serve(readers.from_arrays(images, labels), log=[].append)
+    try:
+        with Client(handle.address) as client:
+            client.login()
+            client.raw(b"".join(encode({"type": "get", "id": i, "interval": [0, len(labels) - 1]})
+                                for i in range(20)))
+            header, _ = client.receive()  # the first answer is under way
+            stopping = threading.Thread(target=handle.stop, name="test-stop")
+            stopping.start()
+            answered = {header["id"]}
+            try:
+                while True:
+                    header, _ = client.receive()
+                    answered.add(header["id"])
+            except (EOFError, OSError):
+                pass
+            stopping.join(WAIT)
+            assert not stopping.is_alive()
+        assert len(answered) <= 2, f"answered {sorted(answered)} after the stop"
+    finally:
+        handle.stop()
