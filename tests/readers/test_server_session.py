@@ -242,7 +242,7 @@ def test_server_sends_a_response_over_a_frame_in_parts_of_whole_rows():
 
 
 def test_server_answers_a_reader_failure_with_server_error_and_serves_on():
-    reader = readers.map_readers(lambda x: 10 // x, readers.from_sequence([1, 2, 0, 5]))
+    reader = readers.map_readers(lambda x: 10 // x, readers.from_sequence([1, 2, 0, 5] + [1] * 96))  # (2 unchecked)
     with serving(reader) as server, Client(server.address) as client:
         client.login()
         client.send({"type": "get", "id": 1, "interval": [1, 2]})

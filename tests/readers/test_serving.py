@@ -146,7 +146,8 @@ def test_served_parts_refuse_a_row_larger_than_a_frame():
 
 
 def test_served_reader_failure_is_a_server_error_for_that_request():
-    served = Served(readers.map_readers(lambda x: 10 // x, readers.from_sequence([1, 2, 0, 5])))
+    # entry 2 fails; the 16 entries checked at the start (0, 7, 13, ..., 99) do not include it
+    served = Served(readers.map_readers(lambda x: 10 // x, readers.from_sequence([1, 2, 0, 5] + [1] * 96)))
     assert unpacked(served, np.array([0, 1, 3])).tolist() == [10, 5, 2]
     with pytest.raises(RequestError) as caught:
         served.part(np.array([1, 2]))
@@ -157,11 +158,12 @@ def test_served_reader_failure_is_a_server_error_for_that_request():
 
 
 def test_served_entries_growing_past_a_frame_are_too_large():
-    words = ["a", "x" * (BODY // 4 + 1)]  # the first entry is small, so the parts are planned for small rows
+    words = ["a"] * 100  # the entries checked at the start are small, so the parts are planned for small rows
+    words[2] = "x" * (BODY // 4 + 1)
     served = Served(readers.from_sequence(words))
     assert served.row_bytes == 4
     with pytest.raises(RequestError) as caught:
-        served.part(np.array([0, 1]))
+        served.part(np.array([0, 2]))
     assert caught.value.kind == "too_large" and "serve entries of one size" in caught.value.message
 
 
@@ -197,3 +199,10 @@ def test_served_empty_reader_has_no_rows_but_answers_an_empty_request():
     assert unpacked(served, np.zeros(0, np.int64)).shape == (0,)
     with pytest.raises(RequestError, match="index 0 is past the last entry"):
         served.indices({"interval": [0, 0]})
+
+
+def test_served_entries_of_different_sizes_are_refused_at_the_start():
+    ragged = readers.from_sequence([np.zeros(3), np.zeros(3), np.zeros(4)])
+    with pytest.raises(ValueError, match=r"cannot serve from_sequence\(list of 3\): .*all input arrays must have "
+                                         r"the same shape; a served reader's entries are columns of one shape each"):
+        Served(ragged)
