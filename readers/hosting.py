@@ -72,7 +72,8 @@ class Serving:
         return dict(self.server.stats)
 
     def stop(self) -> None:
-        """Stop the server (the requests under way finish first) and wait for its threads; again does nothing."""
+        """Stop the server: the answers under way finish first (for up to ``drain_timeout``), then every
+        connection is closed; again does nothing."""
         self.server.stop()
 
     def __enter__(self) -> Serving:

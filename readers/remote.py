@@ -29,6 +29,7 @@ from readers.wire import (
     NotAuthorised,
     RemoteError,
     UnsupportedVersion,
+    frame_parts,
     parse_address,
     raise_rejection,
     read_secret,
@@ -39,6 +40,8 @@ __all__ = ["INDEX_ROWS", "REQUEST_BYTES", "Remote", "RemoteUnavailable", "remote
 
 #: About how many bytes of entries one request asks for; a larger read is several requests in flight.
 REQUEST_BYTES = 2 << 20
+#: The most bytes of requests a connection has sent and not yet seen answered (one request may be larger).
+SEND_AHEAD = 64 << 10
 #: The most indices one request lists (as JSON, about 1.3 MB at most), however small the entries.
 INDEX_ROWS = 1 << 16
 
@@ -115,9 +118,10 @@ class Remote(IndexedReader):
             if why is not None:
                 waited = time.monotonic() - started
                 if waited > self.deadline:
+                    tried = (f"over {attempts} attempt{'s' if attempts != 1 else ''} to connect" if attempts else
+                             "its connections opening but the requests going unanswered")
                     raise RemoteUnavailable(
-                        f"{self.address}: no data-provider server answered for {waited:.0f} s, over {attempts} "
-                        f"attempt{'s' if attempts != 1 else ''} (the last: {type(why).__name__}: {why}); check that `python cli.py serve` runs "
+                        f"{self.address}: no data-provider server answered for {waited:.0f} s, {tried} (the last: {type(why).__name__}: {why}); check that `python cli.py serve` runs "
                         f"there and this machine can reach it, or give readers.remote a longer deadline "
                         f"(now {self.deadline:g} s)") from why
                 if not warned and attempts:  # (a connection the server closed as idle opens again quietly)
@@ -192,10 +196,17 @@ class Remote(IndexedReader):
                 if not jobs:
                     continue  # the chunks ran out, and every job was handed over
                 try:
-                    while waiting:  # sent before a job is handed over, so they travel while the consumer works
+                    # sent before a job is handed over, so they travel while the consumer works; at most in_flight,
+                    # and no more than SEND_AHEAD bytes of them unanswered, so that sending never waits on a server
+                    # that waits on this end to read its answers
+                    while waiting and len(sent) < self.in_flight:
+                        frame = b"".join(frame_parts(waiting[0].header(ident + 1)))
+                        if sent and sum(r.asked for r in sent.values()) + len(frame) > SEND_AHEAD:
+                            break
                         ident += 1
                         sent[ident] = waiting.popleft()
-                        conn.send(sent[ident].header(ident))
+                        sent[ident].asked = len(frame)
+                        conn.send_frame(frame)
                     if not jobs[0].done():  # (then some of its requests are in sent)
                         self._receive(conn, sent)
                         failed_at = None

@@ -98,6 +98,8 @@ class Connection:
                 raise ProtocolError(f"{self.address} sent a challenge without a hex nonce: {header!r}") from None
             self.send({"type": "auth", "proof": proof(secret, nonce)})
             header, _ = self.receive()
+        if header["type"] == "error" and header.get("kind") == "server_error":  # (full: worth trying again)
+            raise ConnectionRefusedError(f"{self.address} refused the connection: {header.get('message')}")
         if header["type"] == "error":
             raise_rejection(header, self.address)
         if header["type"] != "welcome" or not isinstance(header.get("entries"), int):
@@ -106,7 +108,11 @@ class Connection:
         return header
 
     def send(self, header: dict[str, Any]) -> None:
-        self.sock.sendall(b"".join(frame_parts(header)))
+        self.send_frame(b"".join(frame_parts(header)))
+
+    def send_frame(self, frame: bytes) -> None:
+        """Send an encoded frame whole."""
+        self.sock.sendall(frame)
 
     def receive(self) -> tuple[dict[str, Any], memoryview]:
         """The next frame's header and body (a writable buffer of its own)."""

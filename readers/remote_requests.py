@@ -48,7 +48,8 @@ class Job:
         single = not isinstance(self.parts[0][1], tuple)
         parts = [(offset, (c,) if single else c) for offset, c in self.parts]
         n = len(self.indices)
-        out = tuple(np.empty((n, *c.shape[1:]), c.dtype) for c in parts[0][1])
+        kinds = [np.result_type(*(c[k] for _, c in parts)) for k in range(len(parts[0][1]))]  # (strings of
+        out = tuple(np.empty((n, *c.shape[1:]), kind) for c, kind in zip(parts[0][1], kinds))  # other widths)
         for offset, columns in parts:
             for target, column in zip(out, columns):
                 target[offset:offset + len(column)] = column
@@ -60,12 +61,12 @@ class Request:
     request, so a pass of small batches travels in requests of about ``request_bytes``); ``got`` rows of it
     have arrived."""
 
-    __slots__ = ("segments", "pieces", "indices", "rows", "got")
+    __slots__ = ("segments", "pieces", "indices", "rows", "got", "asked")
 
     def __init__(self):
         self.segments: list[tuple[Job, int, int]] = []  # (job, its first row here, rows)
         self.pieces: list[np.ndarray] = []
-        self.indices, self.rows, self.got = None, 0, 0
+        self.indices, self.rows, self.got, self.asked = None, 0, 0, 0  # asked: the bytes of its request frame
 
     def add(self, job: Job, start: int, indices: np.ndarray) -> None:
         self.segments.append((job, start, len(indices)))

@@ -21,15 +21,18 @@ keeps the server up under bad or slow clients:
   yet sent, over all connections, stay within ``budget`` bytes (one
   connection holds at most two); at most ``max_clients`` connections are served at once
   (more are told ``server_error`` and closed). Memory is bounded whatever
-  clients do, and a slow client holds up only its own thread.
+  clients do. A client that takes its answers slower than ``MIN_RATE``, or
+  not at all for ``frame_timeout``, is dropped, so it cannot hold the budget
+  the others need for long; one waiting for budget gives up after
+  ``frame_timeout`` and its client asks again.
 
 ``stop()`` stops listening, closes idle connections, lets the requests under
 way finish for up to ``drain_timeout`` and then closes the rest.
 """
 from __future__ import annotations
 
+import errno
 import ipaddress
-import select
 import socket
 import ssl
 import sys
@@ -38,7 +41,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from readers.server_session import Session
+from readers.server_session import Closed, Session, readable
 from readers.serving import Served
 
 __all__ = ["Server", "is_loopback"]
@@ -82,6 +85,9 @@ class Server:
         for name, value in (("max_clients", max_clients), ("budget", budget)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+        if secret is not None and not secret:
+            raise ValueError("the secret is empty, which anyone can prove; give a secret of some length (or none, "
+                             "on 127.0.0.1)")
         self.served = reader if isinstance(reader, Served) else Served(reader, info)
         self.secret, self.tls = secret, tls
         self.handshake_timeout, self.idle_timeout = handshake_timeout, idle_timeout
@@ -100,7 +106,7 @@ class Server:
 
     def start(self, host: str = "127.0.0.1", port: int = 0) -> tuple[str, int]:
         """Listen on ``host:port`` (0: a free port), with SO_REUSEADDR, in a thread; returns the address bound."""
-        if not is_loopback(host) and self.secret is None:
+        if not is_loopback(host) and not self.secret:
             raise ValueError(f"refusing to serve on {host}, which other machines can reach, without a secret: "
                              "anyone there could read the data; give --secret-file or READERKIT_SECRET (or serve "
                              "on 127.0.0.1)")
@@ -109,6 +115,7 @@ class Server:
         if host in ("", "0.0.0.0", "::"):
             family = socket.AF_INET6 if host == "::" else socket.AF_INET
         self._listener = socket.create_server((host, port), family=family, backlog=1024)  # SO_REUSEADDR on POSIX
+        self._listener.setblocking(False)
         bound = self._listener.getsockname()
         self._accepting = threading.Thread(target=self._accept, name="readerkit-serve-accept", daemon=True)
         self._accepting.start()
@@ -116,23 +123,33 @@ class Server:
 
     def _accept(self) -> None:
         while not self.stopping:
-            ready, _, _ = select.select([self._listener, self.wake_read], [], [])
-            if self.stopping:
-                break
-            try:
-                sock, peer = self._listener.accept()
-            except OSError:
+            if self._listener not in readable([self._listener, self.wake_read], 3600.0) or self.stopping:
                 continue
-            session = Session(self, sock, peer)
-            with self.lock:
-                full = len(self.sessions) >= self.max_clients
-                if not full:
-                    self.sessions.add(session)
-                    self.stats["connections"] += 1
-            if full:
-                session.refuse(f"the server has {self.max_clients} clients already; try again later")
-            else:
-                session.thread.start()
+            try:
+                sock, peer = self._listener.accept()  # (the listener does not block: a client may be gone already)
+                sock.setblocking(True)
+            except BlockingIOError:
+                continue
+            except OSError as exc:  # out of descriptors (EMFILE), or a client gone before its accept: not a spin
+                if exc.errno in (errno.EMFILE, errno.ENFILE):
+                    self.log(f"cannot accept a connection ({exc}); trying again in 0.5 s")
+                    time.sleep(0.5)
+                continue
+            try:
+                self._admit(Session(self, sock, peer))
+            except Exception as exc:  # (a fault here must not end the accepting thread)
+                self.log(f"failed to start a connection: {type(exc).__name__}: {exc}")
+
+    def _admit(self, session: Session) -> None:
+        with self.lock:
+            full = len(self.sessions) >= self.max_clients
+            if not full:
+                self.sessions.add(session)
+                self.stats["connections"] += 1
+        if full:
+            session.refuse(f"the server has {self.max_clients} clients already; try again later")
+        else:
+            session.thread.start()
 
     def stop(self) -> None:
         """Stop listening, finish the requests under way (for up to ``drain_timeout``), close every connection."""
@@ -162,10 +179,19 @@ class Server:
             self.stats[key] += n
 
     # -- the byte budget of gathered, unsent entries --------------------------------------
-    def take(self, size: int) -> int:
-        size = min(size, self.budget)
+    def take(self, size: int, broken: Callable[[], str | None] = lambda: None) -> int:
+        """Take ``size`` bytes of the budget (at most all of it) for a part about to be gathered, waiting for
+        them up to ``frame_timeout``; ``Closed`` if the wait is in vain, the server stops or ``broken()`` says
+        why the connection ended meanwhile."""
+        size, given_up = min(size, self.budget), time.monotonic() + self.frame_timeout
         with self._budget:
-            self._budget.wait_for(lambda: self._free >= size)
+            while self._free < size:
+                why = "the server stopped" if self.stopping else broken()
+                if why is None and time.monotonic() > given_up:
+                    why = f"no room in the server's budget for {self.frame_timeout:g} s (other clients hold it)"
+                if why is not None:
+                    raise Closed(why)
+                self._budget.wait(0.2)
             self._free -= size
         return size
 

@@ -35,15 +35,33 @@ from readers.wire import (
     rejection,
 )
 
-__all__ = ["INLINE", "Closed", "Session", "close_gently"]
+__all__ = ["INLINE", "MIN_RATE", "Closed", "Session", "close_gently", "readable"]
 
 #: Frames up to this size are sent by the reading thread itself when nothing is queued before them.
 INLINE = 64 << 10
+#: The slowest a client may take an answer, in bytes a second (beyond ``frame_timeout``): a part it is sent
+#: holds the server's budget, which the other clients share.
+MIN_RATE = 256 << 10
 
 
 class Closed(Exception):
     """The session ends: the peer left, a limit ran out, or the server is stopping."""
 
+
+
+def readable(socks: list, timeout: float) -> list:
+    """Those of ``socks`` with bytes to read (or closed) within ``timeout`` seconds: ``poll``, which, unlike
+    ``select``, takes descriptors past 1023.
+
+    >>> a, b = socket.socketpair()
+    >>> readable([a], 0.0), b.send(b"x"), readable([a], 1.0) == [a]
+    ([], 1, True)
+    """
+    poll = select.poll()
+    for sock in socks:
+        poll.register(sock, select.POLLIN)
+    found = {fd for fd, _ in poll.poll(max(0, int(timeout * 1000) + (timeout > 0)))}
+    return [sock for sock in socks if sock.fileno() in found]
 
 
 def close_gently(sock: socket.socket, linger: float = 0.5, most: int = 4 << 20) -> None:
@@ -54,13 +72,13 @@ def close_gently(sock: socket.socket, linger: float = 0.5, most: int = 4 << 20) 
         socket.socket.shutdown(sock, socket.SHUT_WR)
         deadline, dropped = time.monotonic() + linger, 0
         while dropped < most and time.monotonic() < deadline:
-            if not select.select([sock], [], [], max(0.0, deadline - time.monotonic()))[0]:
+            if not readable([sock], max(0.0, deadline - time.monotonic())):
                 break
             chunk = socket.socket.recv(sock, 1 << 16)
             if not chunk:
                 break
             dropped += len(chunk)
-    except OSError:
+    except (OSError, ValueError):
         pass
     finally:
         sock.close()
@@ -132,7 +150,7 @@ class Session:
             return
         watched = [self.sock, self.server.wake_read] if idle else [self.sock]  # (a frame begun is read whole)
         left = deadline - time.monotonic()
-        ready = select.select(watched, [], [], left)[0] if left > 0 else []
+        ready = readable(watched, left) if left > 0 else []
         if self.sock in ready:
             return
         if ready:
@@ -144,7 +162,12 @@ class Session:
         view, got = memoryview(buffer), 0
         while got < size:
             self._wait(deadline, idle and got == 0)
-            n = self.sock.recv_into(view[got:])
+            if isinstance(self.sock, ssl.SSLSocket):  # one readable byte may be half a TLS record: bound the wait
+                self.sock.settimeout(max(0.01, deadline - time.monotonic()))
+            try:
+                n = self.sock.recv_into(view[got:])
+            except socket.timeout:
+                raise TimeoutError from None
             if n == 0:
                 raise Closed("closed by the client" if got == 0 and idle else "closed mid-frame")
             got += n
@@ -176,21 +199,27 @@ class Session:
 
     # -- writing ---------------------------------------------------------------------------
     def _send(self, parts: list) -> None:
-        """Send a frame's pieces whole: a client that takes none of it for ``frame_timeout`` is dropped."""
+        """Send a frame's pieces whole. A client that takes none of it for ``frame_timeout`` is dropped, and so
+        is one that takes it slower than ``MIN_RATE``: a part holds budget the other clients need."""
+        total = sum(len(p) for p in parts)
+        deadline = time.monotonic() + self.server.frame_timeout + total / MIN_RATE
         self.sock.settimeout(self.server.frame_timeout)
         try:
-            if isinstance(self.sock, ssl.SSLSocket):  # (TLS has no sendmsg)
-                for part in parts:
-                    self.sock.sendall(part)
-            else:
-                views = [memoryview(p).cast("B") for p in parts if len(p)]
-                while views:
+            views = [memoryview(p).cast("B") for p in parts if len(p)]
+            while views:
+                if isinstance(self.sock, ssl.SSLSocket):  # (TLS has no sendmsg)
+                    n = self.sock.send(views[0][:1 << 20])
+                else:
                     n = self.sock.sendmsg(views[:512])
-                    while views and n >= len(views[0]):
-                        n -= len(views[0])
-                        views.pop(0)
-                    if views and n:
-                        views[0] = views[0][n:]
+                while views and n >= len(views[0]):
+                    n -= len(views[0])
+                    views.pop(0)
+                if views and n:
+                    views[0] = views[0][n:]
+                if views and time.monotonic() > deadline:
+                    left = sum(len(v) for v in views)
+                    raise Closed(f"reading its responses too slowly: {total - left:,} of {total:,} bytes in "
+                                 f"{self.server.frame_timeout + total / MIN_RATE:.0f} s")
         except socket.timeout:
             raise Closed(f"not reading its responses for {self.server.frame_timeout:g} s") from None
         finally:
@@ -202,7 +231,8 @@ class Session:
         (a hand-over costs more than it saves); else through the sending thread, so the next part is gathered
         while this one goes out. A ``part`` of an answer holds ``size`` bytes of budget, given back once it
         is sent. None ends the sending thread once the queue is sent."""
-        small = parts is not None and sum(len(p) for p in parts) <= INLINE
+        small = parts is not None and (isinstance(self.sock, ssl.SSLSocket)  # (TLS: one thread uses the socket)
+                                       or sum(len(p) for p in parts) <= INLINE)
         with self.holding:
             inline = small and self.queued == 0 and self.broken is None
             self.queued += 1
@@ -250,10 +280,13 @@ class Session:
         """A part's budget back, once it is sent (or never will be)."""
         if part:
             self.server.give(size)
-            with self.holding:
-                self.held[0] -= 1
-                self.held[1] -= size
-                self.holding.notify_all()
+            self._unhold(size)
+
+    def _unhold(self, size: int) -> None:
+        with self.holding:
+            self.held[0] -= 1
+            self.held[1] -= size
+            self.holding.notify_all()
 
     def _sending(self) -> None:
         while True:
@@ -304,7 +337,8 @@ class Session:
             self._send(frame_parts({"type": "challenge", "nonce": nonce.hex()}))
             answer = self._frame(HELLO_FRAME, max(0.0, deadline - time.monotonic()), login=True)
             given = answer.get("proof") if answer["type"] == "auth" else None
-            if not isinstance(given, str) or not hmac.compare_digest(given, proof(self.server.secret, nonce)):
+            if not isinstance(given, str) or not hmac.compare_digest(given.encode(), proof(self.server.secret,
+                                                                                          nonce).encode()):
                 self._reject("not_authorised", "the proof does not match this server's secret and challenge; "
                                                "give the client the server's secret")
                 raise Closed("a wrong secret")
@@ -325,7 +359,11 @@ class Session:
             for first, count in served.parts(len(indices)):
                 size = min(count * served.row_bytes, self.server.budget)
                 self._hold(size)
-                self.server.take(size)
+                try:
+                    self.server.take(size, lambda: self.broken)
+                except BaseException:
+                    self._unhold(size)
+                    raise
                 try:
                     meta, buffers = served.part(indices[first:first + count])
                 except BaseException:

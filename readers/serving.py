@@ -169,7 +169,7 @@ class Served:
         except ProtocolError as exc:
             raise RequestError("server_error", str(exc)) from None
         if sum(len(b) for b in buffers) > BODY:
-            raise RequestError("too_large", f"entries {indices[0]}.. are larger than the first entry, and "
+            raise RequestError("too_large", f"entries {indices[0]}.. are larger than the entries checked at the start, and "
                                             f"{len(indices)} of them are over the {BODY:,} bytes a frame's body "
                                             "holds; serve entries of one size")
         return meta, buffers

@@ -12,8 +12,9 @@ processes starts at the same data index.
 """
 from __future__ import annotations
 
-import concurrent.futures
 import math
+import queue
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
@@ -189,15 +190,29 @@ def _loop(reader: Any, model: Any, schedule: BatchSchedule, steps: int, seed: in
 def _windows_ahead(reader: Any, schedule: BatchSchedule, first: int, steps: int, seed: int,
                    info: Any) -> Iterator[tuple[int, np.ndarray | None]]:
     """(step, windows) for steps ``first`` .. ``steps - 1``, the next step's read under way in a thread while
-    the model trains on this one (a remote reader's requests travel meanwhile)."""
-    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="readerkit-steps") as pool:
-        ahead = pool.submit(_window, reader, schedule, first, seed, info) if first < steps else None
-        for step in range(first, steps):
-            windows = ahead.result()
-            ahead = pool.submit(_window, reader, schedule, step + 1, seed, info) if step + 1 < steps else None
+    the model trains on this one (a remote reader's requests travel meanwhile). The thread is a daemon that
+    reads one step at a time: a run that stops does not wait for a read still under way (a remote one may
+    be retrying for its whole deadline)."""
+    asked: queue.Queue = queue.Queue()
+    done: queue.Queue = queue.Queue()
+
+    def work() -> None:
+        while (step := asked.get()) is not None:
             try:
-                yield step, windows
-            except GeneratorExit:
-                if ahead is not None:
-                    ahead.cancel()
-                raise
+                done.put((_window(reader, schedule, step, seed, info), None))
+            except BaseException as exc:  # handed to the training loop, which raises it
+                done.put((None, exc))
+
+    threading.Thread(target=work, name="readerkit-steps", daemon=True).start()
+    try:
+        if first < steps:
+            asked.put(first)
+        for step in range(first, steps):
+            windows, failed = done.get()
+            if failed is not None:
+                raise failed
+            if step + 1 < steps:
+                asked.put(step + 1)
+            yield step, windows
+    finally:
+        asked.put(None)

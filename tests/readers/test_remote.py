@@ -368,3 +368,15 @@ def test_remote_passes_of_small_batches_travel_in_shared_requests(tmp_path, serv
         assert server.stats["requests"] - before == requests, request_bytes
     with pytest.raises(ValueError, match="request_bytes must be an int >= 1"):
         readers.remote(server.address, request_bytes=0)
+
+
+def test_remote_gathers_of_long_index_lists_finish(serving):
+    """Regression: every request of a large gather was sent before any answer was read; with long index lists
+    both ends could end up blocked in send. Requests now wait while SEND_AHEAD bytes of them are unanswered."""
+    x = np.arange(1_500_000, dtype=np.int64)
+    server = serving(readers.np_array(x), frame_timeout=3.0)
+    remote = readers.remote(server.address, in_flight=64, deadline=1.0, timeout=3.0)
+    before = server.stats["connections"]
+    idx = np.random.default_rng(7).permutation(len(x))
+    assert_same(remote.gather_columns(idx), x[idx])
+    assert server.stats["connections"] == before  # no connection was given up on the way

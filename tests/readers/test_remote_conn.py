@@ -206,3 +206,14 @@ def test_remote_refuses_a_certificate_it_cannot_check_at_once(served, certificat
     cert, key = certificate
     server = served(tls=readers.hosting.tls_context(cert, key))
     refused(lambda: readers.remote(server.address, tls=True, deadline=LONG), ssl.SSLCertVerificationError)
+
+
+def test_a_full_server_is_tried_again_until_a_place_frees():
+    """Regression: "the server has N clients already; try again later" was raised at once, not tried again."""
+    with readers.serve(readers.np_array(np.arange(5)), max_clients=1, log=lambda line: None) as server:
+        host, port = server.address.rsplit(":", 1)
+        held = socket.create_connection((host, int(port)))  # the one place, held for half a second
+        threading.Timer(0.5, held.close).start()
+        with pytest.warns(RuntimeWarning, match="the server has 1 clients already; try again later"):
+            second = readers.remote(server.address, deadline=HANG)
+        assert int(second[4]) == 4

@@ -58,3 +58,11 @@ def test_an_empty_job_is_done_once_its_typed_empty_answer_arrives():
     assert r.header(1) == {"type": "get", "id": 1, "indices": []} and not job.done()
     r.place(0, 0, (np.zeros((0, 3), np.uint8), np.zeros(0, np.int64)))
     assert job.done() and [c.shape for c in job.result()] == [(0, 3), (0,)]
+
+
+def test_parts_of_other_string_widths_are_joined_without_cutting_any():
+    """Regression: the joined column took the first part's dtype, so longer strings of a later part were cut."""
+    job = Job(np.arange(3))
+    request_of((job, 0, 2)).place(0, 2, np.array(["a", "b"]))
+    request_of((job, 2, 3)).place(0, 1, np.array(["abcdefghij"]))
+    assert job.result().tolist() == ["a", "b", "abcdefghij"]

@@ -367,3 +367,26 @@ def test_session_reads_no_more_requests_once_the_server_stops():
         assert len(answered) <= 2, f"answered {sorted(answered)} after the stop"
     finally:
         handle.stop()
+
+
+def test_session_drops_a_client_taking_its_answer_slower_than_the_least_rate(monkeypatch):
+    """A part holds budget the other clients need: a trickle of reads (under MIN_RATE) does not keep it."""
+    import readers.server_session as session_module
+
+    monkeypatch.setattr(session_module, "MIN_RATE", 1 << 30)
+    images, labels = big_reader()
+    with serving(readers.from_arrays(images, labels), frame_timeout=2.0) as server, Client(server.address) as client:
+        client.login()
+        client.send({"type": "get", "id": 1, "interval": [0, len(labels) - 1]})
+        client.sock.settimeout(WAIT)
+        for _ in range(150):  # about 3 MB/s, never nothing for frame_timeout
+            if not client.sock.recv(1 << 16):
+                break
+            time.sleep(0.02)
+        wait_until(lambda: any("reading its responses too slowly" in line for line in server.lines), WAIT,
+                   lambda: f"the server to drop a trickling client: {server.lines}")
+
+
+def test_server_refuses_an_empty_secret():
+    with pytest.raises(ValueError, match="the secret is empty, which anyone can prove"):
+        readers.serve(small_reader(), secret="")
