@@ -81,7 +81,7 @@ def test_remote_without_a_server_gives_up_after_its_deadline():
     assert 1.0 <= time.monotonic() - started < HANG  # it tried until the deadline, and not for ever
     message = str(caught.value)
     assert message.startswith(f"{address}: no data-provider server answered for 1 s, over ")
-    assert " attempts (the last: ConnectionRefusedError" in message
+    assert " attempts to connect (the last: ConnectionRefusedError" in message
     assert "check that `python cli.py serve` runs there" in message and "longer deadline (now 1 s)" in message
 
 
