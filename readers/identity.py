@@ -51,7 +51,8 @@ from readers.digests import (
 from readers.pipeline import Node, describe, describe_partial, walk
 
 __all__ = [
-    "array_digest", "differences", "file_digest", "fingerprint", "function_digest", "function_identity", "value_digest",
+    "array_digest", "differences", "file_digest", "fingerprint", "function_digest", "function_identity",
+    "served_fingerprint", "value_digest",
 ]
 
 
@@ -103,9 +104,7 @@ def fingerprint(reader: Any) -> dict[str, Any]:
     >>> fingerprint(functools.partial(rows, "/data/rows.txt", names={"a": 0}))["pipeline"]
     ['partial(rows, <path>, names=<dict ...>)']
     """
-    stages = list(walk(reader))
-    sources = [s for s in stages if not (isinstance(s, Node) and s.parents)]
-    digests = [_head(s) if (d := s.digest() if isinstance(s, Node) else None) is None else d for s in sources]
+    pipeline, digests = _parts(reader)
     content = None
     if all(d is not None for d in digests):
         h = hasher()
@@ -116,10 +115,42 @@ def fingerprint(reader: Any) -> dict[str, Any]:
         length: int | None = len(reader)
     except TypeError:
         length = None
-    found = {"pipeline": [_identity(s) for s in stages], "length": length, "content": content}
+    found = {"pipeline": pipeline, "length": length, "content": content}
     if content is not None and any(d.startswith("head:") for d in digests):
         found["head"] = HEAD  # the content is known only by the first entries of a source
     return found
+
+
+def _parts(reader: Any) -> tuple[list[str], list[str | None]]:
+    """(each stage's identity, each source's digest), top down. A stage that stands for a pipeline read
+    elsewhere (``readers.remote``: its ``stands_for()`` gives the served pipeline's parts) adds those, so the
+    same data read through a server is the same data."""
+    pipeline: list[str] = []
+    digests: list[str | None] = []
+    for stage in walk(reader):
+        served = stage.stands_for() if callable(getattr(stage, "stands_for", None)) else None
+        if served is not None:
+            pipeline.extend(served["pipeline"])
+            digests.extend(served["digests"])
+        elif not (isinstance(stage, Node) and stage.parents):
+            pipeline.append(_identity(stage))
+            digest = stage.digest() if isinstance(stage, Node) else None
+            digests.append(_head(stage) if digest is None else digest)
+        else:
+            pipeline.append(_identity(stage))
+    return pipeline, digests
+
+
+def served_fingerprint(reader: Any) -> dict[str, Any]:
+    """``fingerprint(reader)`` with its sources' own ``digests``: what a data-provider server announces, so a
+    remote reader's fingerprint (``stands_for``) is the local reader's.
+
+    >>> import numpy as np
+    >>> from readers import from_arrays
+    >>> sorted(served_fingerprint(from_arrays(np.arange(4))))
+    ['content', 'digests', 'length', 'pipeline']
+    """
+    return {**fingerprint(reader), "digests": _parts(reader)[1]}
 
 
 #: Entries of a source that has no digest of its own read to know it by.

@@ -291,6 +291,14 @@ class Remote(IndexedReader):
     def digest(self) -> str | None:
         return self.welcome.get("fingerprint", {}).get("content")
 
+    def stands_for(self) -> dict[str, list] | None:
+        """The served pipeline's stages and its sources' digests, for ``readers.fingerprint``: the data read
+        through a server is known as the same data read locally (a checkpoint of one resumes on the other)."""
+        served = self.welcome.get("fingerprint", {})
+        if not isinstance(served.get("pipeline"), list) or not isinstance(served.get("digests"), list):
+            return None  # (a server that does not say: known as remote(...), by its combined digest)
+        return {"pipeline": list(served["pipeline"]), "digests": list(served["digests"])}
+
     @property
     def info(self) -> dict[str, Any]:
         """Facts of the served data the server announced (a token set's ``seq_len``, ``token_size``, ...)."""

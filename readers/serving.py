@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from readers.identity import fingerprint
+from readers.identity import served_fingerprint
 from readers.stage import Stage
 from readers.wire import MAX_FRAME, VERSION, ProtocolError, pack_columns
 
@@ -80,7 +80,7 @@ class Served:
             self.row_bytes = sum(len(b) for b in buffers) // len(sample)
             self.empty = tuple(c[:0] for c in columns) if isinstance(columns, tuple) else columns[:0]
         self.welcome = {"type": "welcome", "version": VERSION, "entries": self.n, "reader": reader.title(),
-                        "fingerprint": fingerprint(reader), "info": dict(info or {}), "row_bytes": self.row_bytes,
+                        "fingerprint": served_fingerprint(reader), "info": dict(info or {}), "row_bytes": self.row_bytes,
                         "max_frame": MAX_FRAME}
 
     def indices(self, header: dict[str, Any]) -> np.ndarray | range:

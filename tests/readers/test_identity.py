@@ -221,3 +221,24 @@ def test_a_function_over_a_container_that_holds_itself_has_a_digest():
     table = {"a": 1}
     table["self"] = table
     assert len(function_digest(lambda e: table.get(e))) == 16
+
+
+def test_a_stage_standing_for_a_pipeline_read_elsewhere_takes_its_stages_and_digests():
+    from readers.identity import served_fingerprint
+
+    local = readers.shuffle(readers.from_arrays(np.arange(6)), seed=2)
+    served = served_fingerprint(local.parents[0])
+
+    class Elsewhere(readers.IndexedReader):
+        name = "elsewhere"
+
+        def __len__(self):
+            return 6
+
+        def _get(self, i):
+            return (i,)
+
+        def stands_for(self):
+            return {"pipeline": served["pipeline"], "digests": served["digests"]}
+
+    assert readers.fingerprint(readers.shuffle(Elsewhere(), seed=2)) == readers.fingerprint(local)

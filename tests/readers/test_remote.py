@@ -380,3 +380,10 @@ def test_remote_gathers_of_long_index_lists_finish(serving):
     idx = np.random.default_rng(7).permutation(len(x))
     assert_same(remote.gather_columns(idx), x[idx])
     assert server.stats["connections"] == before  # no connection was given up on the way
+
+
+def test_remote_data_has_the_local_fingerprint(pair):
+    """The same data read through a server is the same data: a checkpoint of either resumes on the other."""
+    local, remote, _ = pair
+    for build in (lambda r: r, shuffled, collated):
+        assert readers.fingerprint(build(remote)) == readers.fingerprint(build(local))

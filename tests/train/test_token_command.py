@@ -170,3 +170,15 @@ def test_a_server_lost_for_good_ends_the_run_with_the_resume_command(tmp_path, m
     assert f"the checkpoint in {ck} holds the steps saved so far: once the server is back, run the same command " \
            "with --resume" in result.output
     assert load_checkpoint(ck)[1]["step"] >= 4
+
+
+def test_a_local_run_resumes_from_a_server_of_the_same_data(tmp_path):
+    local, ck = _run_files(tmp_path), str(tmp_path / "ck")
+    first = run("train", "--config", local, "--steps", "8", "--log-every", "4", "--checkpoint-dir", ck)
+    assert first.exit_code == 0, first.output
+    with _served_tokens(tmp_path) as server:
+        state = tmp_path / "remote.toml"
+        state.write_text(STATE.format(location=f'Server = "{server.address}"'))
+        resumed = run("train", "--config", str(state), "--log-every", "4", "--checkpoint-dir", ck, "--resume")
+    assert resumed.exit_code == 0, resumed.output
+    assert load_checkpoint(ck)[1]["step"] == 12
