@@ -38,8 +38,10 @@ from tests.readers.serve_helpers import (
 def test_server_hello_gets_the_welcome():
     with serving(info={"seq_len": 7}) as server, Client(server.address) as client:
         welcome = client.login()
-    assert (welcome["version"], welcome["entries"], welcome["info"], welcome["max_frame"]) == (VERSION, N, {"seq_len": 7}, MAX_FRAME)
-    assert welcome["row_bytes"] == 12 and welcome["fingerprint"] == {**readers.fingerprint(small_reader()), "digests": [small_reader().digest()]}
+    assert (welcome["version"], welcome["entries"], welcome["info"], welcome["max_frame"]) == \
+        (VERSION, N, {"seq_len": 7}, MAX_FRAME)
+    fingerprint = {**readers.fingerprint(small_reader()), "digests": [small_reader().digest()]}
+    assert welcome["row_bytes"] == 12 and welcome["fingerprint"] == fingerprint
 
 
 @pytest.mark.parametrize("version", [0, VERSION + 1, str(VERSION), True, float(VERSION), None, [VERSION]])
