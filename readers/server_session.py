@@ -24,7 +24,7 @@ from typing import Any
 from readers.serving import RequestError
 from readers.wire import (
     HELLO_FRAME,
-    MAX_FRAME,
+    REQUEST_FRAME,
     VERSION,
     ProtocolError,
     challenge,
@@ -124,7 +124,7 @@ class Session:
                                            daemon=True)
             self.sender.start()
             while not self.server.stopping:  # stopping: the answer under way was finished; no more are read
-                self._answer(self._frame(MAX_FRAME, self.server.idle_timeout))
+                self._answer(self._frame(REQUEST_FRAME, self.server.idle_timeout))
             self.why = "the server stopped"
         except Closed as exc:
             self.why = str(exc) or self.why
@@ -183,7 +183,9 @@ class Session:
         try:
             size = frame_length(bytes(prefix), limit)
         except ProtocolError as exc:
-            self._reject("too_large", f"{exc}; the client and server share the limit, MAX_FRAME")
+            limit_name = {HELLO_FRAME: "HELLO_FRAME, before login", REQUEST_FRAME: "REQUEST_FRAME, for a request: "
+                          "list the indices over several requests"}.get(limit, "MAX_FRAME")
+            self._reject("too_large", f"{exc} ({limit_name})")
             raise Closed(f"a frame over the limit ({exc})") from None
         limit_s = min(timeout, self.server.frame_timeout) if login else self.server.frame_timeout
         try:

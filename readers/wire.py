@@ -5,8 +5,9 @@ Frames
 Every message is a **frame**: a 4-byte big-endian length, then that many
 bytes of payload. One limit, ``MAX_FRAME`` (16 MiB), holds for both ends and
 is checked before anything is allocated; before login the limit is
-``HELLO_FRAME`` (4 KiB). A payload is a 4-byte big-endian header length, a
-JSON **header** (an object with a ``"type"``), then a raw **body**. Columns
+``HELLO_FRAME`` (4 KiB), and a request (what a client sends after login) is
+at most ``REQUEST_FRAME`` (2 MiB). A payload is a 4-byte big-endian header
+length, a JSON **header** (an object with a ``"type"``), then a raw **body**. Columns
 travel as their dtype, shape and raw bytes, described in the header and laid
 end to end in the body: never pickle.
 
@@ -85,9 +86,10 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["HELLO_FRAME", "KINDS", "MAX_FRAME", "VERSION", "NotAuthorised", "ProtocolError", "RemoteError",
-           "UnsupportedVersion", "challenge", "check_kind", "decode", "encode", "frame_length", "frame_parts", "intervals",
-           "pack_columns", "parse_address", "proof", "raise_rejection", "read_secret", "rejection", "unpack_columns"]
+__all__ = ["HELLO_FRAME", "KINDS", "MAX_FRAME", "REQUEST_FRAME", "VERSION", "NotAuthorised", "ProtocolError",
+           "RemoteError", "UnsupportedVersion", "challenge", "check_kind", "decode", "encode", "frame_length",
+           "frame_parts", "intervals", "pack_columns", "parse_address", "proof", "raise_rejection", "read_secret",
+           "rejection", "unpack_columns"]
 
 #: The protocol's version, sent in the hello; a server refuses another with ``unsupported_version``.
 VERSION = 1
@@ -95,6 +97,9 @@ VERSION = 1
 MAX_FRAME = 16 << 20
 #: The largest frame accepted before login: a hello or an auth answer is a few hundred bytes.
 HELLO_FRAME = 4096
+#: The largest request a server accepts after login: room for a list of some 200,000 indices (a longer list
+#: goes in several requests), and a bound on what parsing one costs.
+REQUEST_FRAME = 2 << 20
 #: The kinds of rejection a request can get instead of its response.
 KINDS = ("out_of_range", "malformed", "too_large", "not_authorised", "unsupported_version", "server_error")
 _LENGTH = struct.Struct(">I")

@@ -392,3 +392,20 @@ def test_session_drops_a_client_taking_its_answer_slower_than_the_least_rate(mon
 def test_server_refuses_an_empty_secret():
     with pytest.raises(ValueError, match="the secret is empty, which anyone can prove"):
         readers.serve(small_reader(), secret="")
+
+
+def test_session_refuses_a_request_over_the_request_limit_and_serves_on():
+    """After login a request is at most REQUEST_FRAME (2 MiB): parsing a 16 MiB list of indices cost ~90 MiB."""
+    from readers.wire import REQUEST_FRAME
+
+    with serving() as server:
+        with Client(server.address) as client:
+            client.login()
+            client.raw((REQUEST_FRAME + 1).to_bytes(4, "big"))
+            message = client.rejected("too_large")
+            assert "REQUEST_FRAME, for a request: list the indices over several requests" in message
+            assert client.closed()
+        with Client(server.address) as other:
+            other.login()
+            other.send({"type": "get", "id": 1, "indices": list(range(N)) * 100})  # 20,000 indices: under the limit
+            assert len(other.rows(1, N * 100)[0]) == N * 100
