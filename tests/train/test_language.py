@@ -1,5 +1,4 @@
 """The next-token language model: learning, gradients, padding, checkpoints, errors, and the unigram entropy."""
-import io
 import math
 import pickle
 import re
@@ -8,6 +7,7 @@ import numpy as np
 import pytest
 
 import readers
+from tests.train.model_checks import assert_round_trip_continues, assert_same_state
 from train.driver import train
 from train.language import (
     NextTokenMLP,
@@ -54,12 +54,6 @@ def conditional_entropy(text: np.ndarray, vocab: int) -> float:
     rows = p.sum(axis=1, keepdims=True)
     inside = p > 0
     return float(-(p[inside] * np.log((p / np.where(rows > 0, rows, 1))[inside])).sum())
-
-
-def assert_same_state(a: dict, b: dict) -> None:
-    assert sorted(a) == sorted(b)
-    for name in a:
-        assert np.array_equal(a[name], b[name]), name
 
 
 def test_next_token_beats_unigram_and_bigram_entropy():
@@ -189,22 +183,7 @@ def test_next_token_takes_any_integer_dtype(dtype):
 
 
 def test_next_token_state_dict_round_trip_continues_bit_identically():
-    data = batches(40, seed=2)  # past the 16-step flush of subnormal moments
-    straight, first = tiny(), tiny()
-    for batch in data:
-        straight.step(batch)
-    for batch in data[:13]:
-        first.step(batch)
-    saved = first.state_dict()
-    first.step(data[13])  # the saved state is a copy, not a view of the live arrays
-    buffer = io.BytesIO()
-    np.savez(buffer, **saved)  # as a checkpoint stores it: "step" comes back as a 0-d array
-    buffer.seek(0)
-    resumed = tiny(seed=123)
-    resumed.load_state_dict(dict(np.load(buffer)))
-    for batch in data[13:]:
-        resumed.step(batch)
-    assert_same_state(resumed.state_dict(), straight.state_dict())
+    assert_round_trip_continues(tiny, batches(40, seed=2))  # 40: past the 16-step flush of subnormal moments
 
 
 def test_next_token_load_state_dict_rejects_a_mismatch_and_changes_nothing():

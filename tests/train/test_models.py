@@ -1,5 +1,4 @@
 """The numpy models: gradients, per-entry weights, Adam, checkpoints, validation, and real MNIST."""
-import io
 import math
 import os
 import pickle
@@ -8,6 +7,7 @@ import re
 import numpy as np
 import pytest
 
+from tests.train.model_checks import assert_round_trip_continues, assert_same_state
 from train.models import MLP, LabelRangeError, SoftmaxRegression, _loss_and_gradients
 
 MNIST = os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared", "data", "mnist")
@@ -28,12 +28,6 @@ def batches(n_batches: int, size: int = 8, n_inputs: int = 5, n_classes: int = 3
     return [{"image": rng.normal(size=(size, n_inputs)).astype(np.float32),
              "label": rng.integers(0, n_classes, size),
              "weight": rng.uniform(0.5, 2.0, size)} for _ in range(n_batches)]
-
-
-def assert_same_state(a: dict, b: dict) -> None:
-    assert sorted(a) == sorted(b)
-    for name in a:
-        assert np.array_equal(a[name], b[name]), name
 
 
 def test_model_gradients_match_finite_differences(make):
@@ -147,22 +141,7 @@ def test_model_learns_a_separable_problem(make):
 
 
 def test_model_state_dict_round_trip_continues_bit_identically(make):
-    data = batches(40, seed=2)  # past the 16-step flush of subnormal moments
-    straight, first = make(), make()
-    for batch in data:
-        straight.step(batch)
-    for batch in data[:13]:
-        first.step(batch)
-    saved = first.state_dict()
-    first.step(data[13])  # the saved state is a copy, not a view of the live arrays
-    buffer = io.BytesIO()
-    np.savez(buffer, **saved)  # as a checkpoint would store it: "step" comes back as a 0-d array
-    buffer.seek(0)
-    resumed = make(seed=123)
-    resumed.load_state_dict(dict(np.load(buffer)))
-    for batch in data[13:]:
-        resumed.step(batch)
-    assert_same_state(resumed.state_dict(), straight.state_dict())
+    assert_round_trip_continues(make, batches(40, seed=2))  # 40: past the 16-step flush of subnormal moments
 
 
 def test_model_load_state_dict_rejects_a_mismatch_and_changes_nothing(make):
