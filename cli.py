@@ -269,7 +269,7 @@ def serve(reader_name: str, data_dir: str | None, download: bool, config: str | 
     from readers.allocator import tune_allocator
     from readers.hosting import run_until_signal, tls_context
     from readers.server import Server
-    from readers.wire import read_secret
+    from readers.wire import read_secret, show_address
 
     if (tls_cert is None) != (tls_key is None):
         raise click.UsageError("--tls-cert and --tls-key go together: the certificate and its private key")
@@ -279,8 +279,7 @@ def serve(reader_name: str, data_dir: str | None, download: bool, config: str | 
                     tls=tls_context(tls_cert, tls_key) if tls_cert else None, log=lambda line: click.echo(line, err=True))
 
     def announce(bound_host: str, bound_port: int) -> None:
-        shown = f"[{bound_host}]:{bound_port}" if ":" in bound_host else f"{bound_host}:{bound_port}"
-        click.echo(f"serving {server.served.n} entries on {shown}")
+        click.echo(f"serving {server.served.n} entries on {show_address(bound_host, bound_port)}")
         sys.stdout.flush()
 
     try:

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from readers.server import Server
+from readers.wire import show_address
 
 __all__ = ["Serving", "run_until_signal", "serve", "tls_context"]
 
@@ -34,10 +35,6 @@ def tls_context(cert: str, key: str) -> ssl.SSLContext:
         raise ValueError(f"cannot load the TLS certificate {cert} with key {key}: {exc}; give PEM files (for "
                          "example from openssl req -x509)") from None
     return context
-
-
-def _address(host: str, port: int) -> str:
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 class Serving:
@@ -64,7 +61,7 @@ class Serving:
     @property
     def address(self) -> str:
         """Where clients connect: ``"host:port"``, an IPv6 host in brackets."""
-        return _address(self.host, self.port)
+        return show_address(self.host, self.port)
 
     @property
     def stats(self) -> dict[str, int]:

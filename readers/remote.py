@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from readers.remote_conn import Connection, client_tls, show_address
+from readers.remote_conn import Connection, client_tls
 from readers.remote_requests import Job, Request
 from readers.stage import IndexedReader
 from readers.wire import (
@@ -33,6 +33,7 @@ from readers.wire import (
     parse_address,
     raise_rejection,
     read_secret,
+    show_address,
     unpack_columns,
 )
 

@@ -23,18 +23,10 @@ from readers.wire import (
     frame_parts,
     proof,
     raise_rejection,
+    show_address,
 )
 
-__all__ = ["Connection", "client_tls", "show_address"]
-
-
-def show_address(host: str, port: int) -> str:
-    """``host:port``, an IPv6 host in brackets.
-
-    >>> show_address("::1", 7), show_address("127.0.0.1", 20001)
-    ('[::1]:7', '127.0.0.1:20001')
-    """
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+__all__ = ["Connection", "client_tls"]
 
 
 def client_tls(ca_file: str | None) -> ssl.SSLContext:

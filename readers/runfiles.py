@@ -43,6 +43,7 @@ from typing import Any
 
 from readers import runfile_fields as fields
 from readers.runfile_fields import RunFileError
+from readers.wire import show_address
 
 __all__ = ["DataConfig", "LocalData", "RunConfig", "RunFileError", "ServerData", "load_data", "load_run"]
 
@@ -106,7 +107,7 @@ class ServerData:
         >>> ServerData("127.0.0.1", 20001).address, ServerData("::1", 20001).address
         ('127.0.0.1:20001', '[::1]:20001')
         """
-        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+        return show_address(self.host, self.port)
 
 
 @dataclass(frozen=True)

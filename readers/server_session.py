@@ -33,6 +33,7 @@ from readers.wire import (
     frame_parts,
     proof,
     rejection,
+    show_address,
 )
 
 __all__ = ["INLINE", "MIN_RATE", "Closed", "Session", "close_gently", "readable"]
@@ -89,7 +90,7 @@ class Session:
 
     def __init__(self, server: Any, sock: socket.socket, peer: Any):
         self.server, self.sock = server, sock
-        self.peer = f"[{peer[0]}]:{peer[1]}" if ":" in str(peer[0]) else f"{peer[0]}:{peer[1]}"
+        self.peer = show_address(peer[0], peer[1])
         self.requests = self.sent = 0
         self.why = "closed by the client"
         self.thread = threading.Thread(target=self.run, name=f"readerkit-serve {self.peer}", daemon=True)

@@ -89,7 +89,7 @@ import numpy as np
 __all__ = ["HELLO_FRAME", "KINDS", "MAX_FRAME", "REQUEST_FRAME", "VERSION", "NotAuthorised", "ProtocolError",
            "RemoteError", "UnsupportedVersion", "challenge", "check_kind", "decode", "encode", "frame_length",
            "frame_parts", "intervals", "pack_columns", "parse_address", "proof", "raise_rejection", "read_secret",
-           "rejection", "unpack_columns"]
+           "rejection", "show_address", "unpack_columns"]
 
 #: The protocol's version, sent in the hello; a server refuses another with ``unsupported_version``.
 VERSION = 1
@@ -341,6 +341,15 @@ def raise_rejection(header: dict[str, Any], address: str) -> None:
     kind = check_kind(header.get("kind", ""))
     error = {"not_authorised": NotAuthorised, "unsupported_version": UnsupportedVersion}.get(kind, RemoteError)
     raise error(kind, str(header.get("message", "")), address)
+
+
+def show_address(host: str, port: int) -> str:
+    """``host:port``, an IPv6 host in brackets: what ``parse_address`` reads back.
+
+    >>> show_address("::1", 7), show_address("127.0.0.1", 20001)
+    ('[::1]:7', '127.0.0.1:20001')
+    """
+    return f"[{host}]:{port}" if ":" in str(host) else f"{host}:{port}"
 
 
 def parse_address(address: Any) -> tuple[str, int]:
