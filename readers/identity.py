@@ -104,6 +104,13 @@ def fingerprint(reader: Any) -> dict[str, Any]:
     >>> fingerprint(functools.partial(rows, "/data/rows.txt", names={"a": 0}))["pipeline"]
     ['partial(rows, <path>, names=<dict ...>)']
     """
+    found = _found(reader)
+    del found["digests"]
+    return found
+
+
+def _found(reader: Any) -> dict[str, Any]:
+    """The fingerprint, with its sources' own ``digests`` too (each source digested once)."""
     pipeline, digests = _parts(reader)
     content = None
     if all(d is not None for d in digests):
@@ -118,6 +125,7 @@ def fingerprint(reader: Any) -> dict[str, Any]:
     found = {"pipeline": pipeline, "length": length, "content": content}
     if content is not None and any(d.startswith("head:") for d in digests):
         found["head"] = HEAD  # the content is known only by the first entries of a source
+    found["digests"] = digests
     return found
 
 
@@ -150,7 +158,7 @@ def served_fingerprint(reader: Any) -> dict[str, Any]:
     >>> sorted(served_fingerprint(from_arrays(np.arange(4))))
     ['content', 'digests', 'length', 'pipeline']
     """
-    return {**fingerprint(reader), "digests": _parts(reader)[1]}
+    return _found(reader)
 
 
 #: Entries of a source that has no digest of its own read to know it by.
