@@ -81,14 +81,14 @@ import hmac
 import json
 import os
 import struct
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
 
 __all__ = ["HELLO_FRAME", "KINDS", "MAX_FRAME", "REQUEST_FRAME", "VERSION", "NotAuthorised", "ProtocolError",
            "RemoteError", "UnsupportedVersion", "challenge", "check_kind", "decode", "encode", "frame_length",
-           "frame_parts", "intervals", "pack_columns", "parse_address", "proof", "raise_rejection", "read_secret",
+           "frame_parts", "pack_columns", "parse_address", "proof", "raise_rejection", "read_secret",
            "rejection", "show_address", "unpack_columns"]
 
 #: The protocol's version, sent in the hello; a server refuses another with ``unsupported_version``.
@@ -377,18 +377,3 @@ def parse_address(address: Any) -> tuple[str, int]:
         raise ValueError(f'server address {text!r} is not "host:port"; write it as "127.0.0.1:20001" (an IPv6 '
                          "host in brackets)")
     return str(host), int(port)
-
-
-def intervals(indices: Sequence[int]) -> list[tuple[int, int]]:
-    """Sorted indices as inclusive runs ``(start, end)``, the form a request names them in most cheaply.
-
-    >>> intervals([3, 4, 5, 9, 10, 2])
-    [(2, 5), (9, 10)]
-    """
-    runs: list[tuple[int, int]] = []
-    for i in sorted(set(int(i) for i in indices)):
-        if runs and i == runs[-1][1] + 1:
-            runs[-1] = (runs[-1][0], i)
-        else:
-            runs.append((i, i))
-    return runs

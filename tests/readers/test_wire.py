@@ -19,7 +19,6 @@ from readers.wire import (
     encode,
     frame_length,
     frame_parts,
-    intervals,
     pack_columns,
     parse_address,
     proof,
@@ -128,11 +127,6 @@ def test_secrets_from_text_bytes_files_and_the_environment(tmp_path, monkeypatch
     assert read_secret() is None
     monkeypatch.setenv("READERKIT_SECRET", "from-env")
     assert read_secret() == b"from-env" and read_secret("given") == b"given"
-
-
-def test_indices_as_inclusive_runs():
-    assert intervals([]) == [] and intervals([5]) == [(5, 5)]
-    assert intervals(np.array([7, 1, 2, 3, 7, 8])) == [(1, 3), (7, 8)]
 
 
 def test_frame_parts_join_to_the_encoded_frame_and_share_its_limit():
