@@ -37,6 +37,7 @@ mapping
 [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
 """
 from readers import (
+    caching,
     combine,
     maps,
     parallel,
@@ -94,6 +95,7 @@ __all__ = [
     "assign_batches",
     "buffered",
     "cache",
+    "cached",
     "chain",
     "compose",
     "filter_entries",
@@ -130,6 +132,7 @@ __all__ = [
 # waits for its reader (toolz.pipe); given the reader, it runs, so a missing option is an error.
 buffered = Curried(parallel.buffered)
 cache = replay.cache
+cached = Curried(caching.cached)
 chain = combine.chain
 compose = combine.compose
 filter_entries = Curried(selection.filter_entries)

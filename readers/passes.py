@@ -7,9 +7,10 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
+from readers.pipeline import walk
 from readers.position import state_of
 
-__all__ = ["PassIterator", "close_iterator", "opened"]
+__all__ = ["PassIterator", "close_iterator", "end_pass", "opened"]
 
 _starting = threading.local()  # .opened: what the pass being started in this thread opens, to close with it
 
@@ -28,9 +29,23 @@ def opened(it: Any) -> Any:
     return it
 
 
-def _end_of(flag: list) -> Iterator:
+def end_pass(reader: Any) -> None:
+    """Tell every stage of ``reader``'s pipeline that a pass of it ran out or was closed: each that defines
+    ``_end_pass`` (a cache that buffers writes) finishes its part. Pass iterators and workers call it.
+
+    >>> from readers import from_sequence
+    >>> end_pass(from_sequence("ab"))
+    """
+    for stage in walk(reader):
+        hook = getattr(stage, "_end_pass", None)
+        if callable(hook):
+            hook()
+
+
+def _end_of(flag: list, reader: Any) -> Iterator:
     """Chained after a pass's entries: runs once, when they run out, and yields nothing."""
     flag.append(True)  # a list, not the PassIterator: a cycle would delay closing an abandoned pass
+    end_pass(reader)
     return
     yield
 
@@ -68,7 +83,7 @@ class PassIterator(map):
             _starting.opened = outer
         ended, counter = [], iter(range(_MANY))
         # zip takes the entry first, so the counter moves only for entries handed out
-        self = super().__new__(cls, _first, zip(itertools.chain(raw, _end_of(ended)), counter))
+        self = super().__new__(cls, _first, zip(itertools.chain(raw, _end_of(ended, reader)), counter))
         self.reader, self.pass_id, self.start = reader, pass_id, start
         self._ended, self._raw, self._opened, self._counter = ended, raw, found, counter
         return self
@@ -125,6 +140,8 @@ class PassIterator(map):
         close_iterator(self._raw)
         for it in reversed(opened):
             close_iterator(it)
+        if not self._ended:
+            end_pass(self.reader)
 
     def get_state(self) -> dict:
         """Where this pass is, as a small JSON-able dict for ``reader.set_state``.

@@ -34,7 +34,7 @@ from typing import Any
 from readers import shm
 from readers.launch import worker_context
 from readers.parents import iterate
-from readers.passes import close_iterator
+from readers.passes import close_iterator, end_pass
 
 __all__ = ["Credits", "PipeCredits", "Watch", "cap", "in_context", "pack_error", "process_main", "pump", "thread_main",
            "unpack_error"]
@@ -237,6 +237,7 @@ def thread_main(w: int, job: Any, pass_id: int, cursor: int, context: tuple | No
                 done = pump(it, lambda chunk: out.put((w, ENTRIES, chunk)), credits, stats)
             finally:
                 close_iterator(it)
+                end_pass(job)
         out.put((w, DONE if done else None, None))
     except BaseException as exc:
         out.put((w, FAILED, exc))
@@ -372,11 +373,13 @@ def process_main(w: int, job: Any, pass_id: int, cursor: int, context: tuple | N
 
     try:
         with in_context(context):
-            it = iterate(_load(conn.recv_bytes() if job is None else job, w), pass_id, cursor)
+            job = _load(conn.recv_bytes() if job is None else job, w)
+            it = iterate(job, pass_id, cursor)
             try:
                 done = pump(it, send_chunk, PipeCredits(conn, limit, stats), stats, count)
             finally:
                 close_iterator(it)
+                end_pass(job)
         if done:
             send(DONE, None)
     except _Gone:

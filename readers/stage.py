@@ -21,6 +21,10 @@ Every hook a stage may define, each with its contract. Every stage:
 ``positions``      how its cursor counts: its own entries (None), or its
                    parent's positions, k per entry (``readers.pipeline``)
 ``seed``           the seed that orders its passes, recorded in states
+``_end_pass()``    called on every stage of a pipeline when a pass of it runs
+                   out or is closed (``readers.passes.end_pass``, also run by
+                   workers when their part ends): a stage that buffers writes
+                   (``readers.cached``) finishes them
 =================  ==========================================================
 
 A stream may define ``__len__`` too, when the exact number of entries of a

@@ -56,6 +56,7 @@ CURRIED = {
     "batch": (batching.batch, (), {"batch_size": 3}, SOURCE),
     "bucket_by_length": (batching.bucket_by_length, (), {"boundaries": [3], "batch_size": 2}, WORDS),
     "buffered": (readers.buffered, (), {"size": 2}, SOURCE),
+    "cached": (readers.cached, (), {"func": add_one}, readers.from_sequence(list(range(10)))),
     "collated": (batching.collated, (), {"pad_value": -1},
                  batching.batch(readers.from_sequence([[1], [2, 3], [4]]), 2)),
     "filter_entries": (readers.filter_entries, (), {"predicate": is_odd}, SOURCE),

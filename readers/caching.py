@@ -1,0 +1,307 @@
+"""cached: a map computed once per sample, kept in memory and, optionally, on disk for every process of a node.
+
+``cached(reader, func)`` is ``map_readers(func, reader)`` that remembers:
+the first time a sample is asked for, ``func`` runs on it; later passes
+(which reorder the samples) get the result by the sample's ID, never by its
+position. Put it below the shuffle, ``shuffle(cached(source, f), seed=0)``:
+the result is again an indexed reader, and shuffles, shards and resumes as
+before. With ``node_shuffle`` each node reads the same samples every pass,
+so its cache stays warm.
+
+What a cached entry is known by:
+
+- the data: the wrapped reader's ``fingerprint`` (its pipeline, length and
+  content digest: what checkpoints compare), so two datasets cached with one
+  function in one folder never share entries;
+- the function: ``function_identity(func)`` (its qualified name, and a
+  digest of its bytecode, constants, defaults, closure and, for a
+  ``functools.partial``, its arguments), and ``version``;
+- the sample: its ID (``sample_ids``: its index in the source), or
+  ``key(entry)`` when a key function is given.
+
+What the function's digest cannot see: what it reads by a global name (a
+module-level table, another module's function: only the name counts), files
+it opens, a model's weights it reaches through an object, and a random state.
+Change any of these and pass a new ``version=``, or the cache serves what the
+old one computed.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+import warnings
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+
+from readers.cache_memory import MISSING, MemoryTier
+from readers.cache_store import DiskStore, row_keys
+from readers.checks import check_reader, whole
+from readers.identity import fingerprint, function_identity
+from readers.maps import Mapped
+from readers.parents import access_of, as_indexed, iterate
+from readers.pipeline import describe
+
+__all__ = ["MEMORY_BYTES", "CachedMap", "cached"]
+
+#: The memory tier's default budget: per cached reader, in each process that runs it.
+MEMORY_BYTES = 256 << 20
+_STEP = 256  # samples looked up at a time
+
+_COUNTS = ("memory_hits", "disk_hits", "misses", "corrupt", "compute_s")
+
+
+def _read_only(value: Any) -> Any:
+    """Mark the arrays of an entry (an array, or a tuple or list of them) read-only: a hit hands out the same
+    object, and writing into it would change what every later pass reads."""
+    if isinstance(value, np.ndarray):
+        value.flags.writeable = False
+    elif isinstance(value, (tuple, list)):
+        for v in value:
+            if isinstance(v, np.ndarray):
+                v.flags.writeable = False
+    return value
+
+
+class CachedMap(Mapped):
+    """``func`` over a reader's entries, computed once per sample and kept (see ``cached``)."""
+
+    name = "cached"
+
+    def __init__(self, func: Callable, reader: Any, *, directory: str | None, version: str | None,
+                 key: Callable | None, memory_bytes: int, disk_bytes: int | None):
+        super().__init__(func, reader)
+        self.version, self.key, self.directory = version, key, directory
+        self.memory = MemoryTier(memory_bytes)
+        self.store = None if directory is None else DiskStore(directory, disk_bytes)
+        self.wrapped = reader  # whose fingerprint names the data (a planned pass reads a copy over its source)
+        self.known: dict[str, Any] = {}  # shared by the copies: the namespace, once found, and the counts
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        state["known"] = {}  # a worker process counts its own hits
+        return state
+
+    # -- keys ------------------------------------------------------------------------
+    def _space(self) -> int:
+        """The namespace of this function over this data in the disk store (0 without one)."""
+        ns = self.known.get("ns")
+        if ns is None:
+            ns = self.known["ns"] = 0 if self.store is None else self.store.space(*self._describe())
+        return ns
+
+    def _describe(self) -> tuple[str, dict]:
+        data = fingerprint(self.wrapped)
+        if data["content"] is None:
+            warnings.warn(f"cached: the cache in {self.directory} cannot tell this data from other data with the "
+                          f"same pipeline and length, because a source of {describe(self.wrapped)} has no digest "
+                          "and its first entries are not plain data; give each dataset its own directory",
+                          RuntimeWarning, stacklevel=4)
+        about = {"func": function_identity(self.func), "version": self.version,
+                 "key": None if self.key is None else function_identity(self.key),
+                 "data": data["pipeline"], "length": data["length"], "content": data["content"]}
+        name = hashlib.blake2b(json.dumps(about, sort_keys=True).encode(), digest_size=16).hexdigest()
+        return name, about
+
+    def _count(self, what: str, n: float) -> None:
+        self.known[what] = self.known.get(what, 0) + n
+
+    # -- lookups -----------------------------------------------------------------------
+    def _lookup(self, keys: list) -> list:
+        """The cached value of each key, or MISSING; disk hits are kept in memory too."""
+        values = self.memory.get_many(keys)
+        misses = [j for j, v in enumerate(values) if v is MISSING]
+        self._count("memory_hits", len(keys) - len(misses))
+        if misses and self.store is not None:
+            ns = self._space()
+            ks, names = row_keys(ns, [keys[j] for j in misses])
+            found, corrupt = self.store.get_many(ks, names)
+            for j, k in zip(misses, ks):
+                if k in found:
+                    values[j] = found[k]
+                    self.memory.put(keys[j], found[k])
+            self._count("disk_hits", len(found))
+            if corrupt:
+                self._corrupt(len(corrupt))
+        return values
+
+    def _corrupt(self, n: int) -> None:
+        if not self.known.get("corrupt"):
+            warnings.warn(f"cached: {n} entries in the cache in {self.directory} were damaged (checksum mismatch or "
+                          "cut short); they are computed again and rewritten (stats()['corrupt'] counts any more)",
+                          RuntimeWarning, stacklevel=5)
+        self._count("corrupt", n)
+
+    def _compute(self, key: Any, entry: Any) -> Any:
+        start = time.perf_counter()
+        value = _read_only(self.func(entry))
+        cost = time.perf_counter() - start
+        self._count("misses", 1)
+        self._count("compute_s", cost)
+        self.memory.put(key, value)
+        if self.store is not None:
+            ks, names = row_keys(self._space(), [key])
+            self.store.put(ks[0], self.known["ns"], names[0], value, cost)
+        return value
+
+    # -- passes ------------------------------------------------------------------------
+    def _get(self, i: int) -> Any:
+        return next(iter(self.gather(np.array([i], dtype=np.int64))))
+
+    def gather(self, indices: np.ndarray) -> Iterator:
+        parent, keyed = self.parents[0], self.key
+        for lo in range(0, len(indices), _STEP):
+            part = indices[lo:lo + _STEP]
+            if keyed is not None:  # the entries name themselves: read them all
+                entries = list(parent.gather(part))
+                yield from self._through([keyed(e) for e in entries], iter(entries), None)
+            else:
+                yield from self._through(parent.sample_ids(part).tolist(), None, part)
+
+    def _through(self, keys: list, entries: Iterator | None, part: np.ndarray | None) -> Iterator:
+        values = self._lookup(keys)
+        if entries is None:
+            misses = [j for j, v in enumerate(values) if v is MISSING]
+            if not misses:
+                yield from values
+                return
+            entries = iter(self.parents[0].gather(part[misses]))
+        for j, v in enumerate(values):
+            if v is MISSING:
+                v = self._compute(keys[j], next(entries))
+            elif self.key is not None:
+                next(entries)
+            yield v
+
+    def _seek(self, pass_id: int, cursor: int) -> Iterator:
+        keyed = self.key
+        for entry in iterate(self.parents[0], pass_id, cursor):
+            k = keyed(entry)
+            v = self._lookup([k])[0]
+            yield self._compute(k, entry) if v is MISSING else v
+
+    def _end_pass(self) -> None:
+        if self.store is not None:
+            self.store.flush()
+
+    # -- what it is --------------------------------------------------------------------
+    def stats(self) -> dict[str, Any]:
+        """What the cache did in this process: hits (from memory, from disk), misses, bytes, evictions, time saved.
+
+        ``time_saved_s`` is the hits times the mean time ``func`` took per
+        entry (measured here, or, when this process computed none, as recorded
+        in the disk store by the processes that did). Worker processes count
+        their own, and these counts are not theirs.
+
+        >>> from readers import from_arrays
+        >>> r = cached(from_arrays(np.arange(4)), lambda x: x * 2)
+        >>> _ = list(r()), list(r())
+        >>> s = r.stats()
+        >>> s["hits"], s["misses"], s["hit_rate"]
+        (4, 4, 0.5)
+        """
+        known = self.known
+        counts = {name: known.get(name, 0) for name in _COUNTS}
+        hits = counts["memory_hits"] + counts["disk_hits"]
+        cost = counts["compute_s"] / counts["misses"] if counts["misses"] else 0.0
+        if not cost and hits and self.store is not None:
+            cost = self.store.mean_cost(self._space())
+        disk_evictions = 0 if self.store is None else self.store.evictions
+        return {"hits": hits, **counts, "hit_rate": hits / (hits + counts["misses"]) if hits else 0.0,
+                "memory_entries": len(self.memory), "memory_bytes": self.memory.bytes,
+                "memory_budget": self.memory.budget, "memory_evictions": self.memory.evictions,
+                "disk_evictions": disk_evictions, "evictions": self.memory.evictions + disk_evictions,
+                "disk_bytes_written": 0 if self.store is None else self.store.written_bytes,
+                "time_saved_s": hits * cost}
+
+    def flush(self) -> None:
+        """Write to disk now what this process computed and has not yet written (a pass's end does it too).
+
+        >>> from readers import from_arrays
+        >>> cached(from_arrays(np.arange(2)), abs).flush()
+        """
+        if self.store is not None:
+            self.store.flush()
+
+    def _options(self) -> str:
+        shown = [describe(self.func)]
+        if self.version is not None:
+            shown.append(f"version={self.version!r}")
+        if self.key is not None:
+            shown.append(f"key={describe(self.key)}")
+        if self.directory is not None:
+            shown.append(f"directory={self.directory!r}")
+        return ", ".join(shown)
+
+    def identity(self) -> str:
+        """The stage by its function and version, without its folder: where a cache lives is not what it holds.
+
+        >>> from readers import from_sequence
+        >>> cached(from_sequence([1]), abs, directory="/tmp/c", version="2").identity()
+        "cached(abs ..., version='2')"
+        """
+        version = "" if self.version is None else f", version={self.version!r}"
+        return f"{self.name}({function_identity(self.func)}{version})"
+
+
+def cached(reader: Any, func: Callable, *, directory: str | os.PathLike | None = None, version: str | None = None,
+           key: Callable | None = None, memory_bytes: int = MEMORY_BYTES, disk_bytes: int | None = None) -> CachedMap:
+    """``map_readers(func, reader)``, computed once per sample and served from a cache after that.
+
+    ``reader`` is an indexed reader (or a pipeline of one: put ``cached``
+    below the shuffle), whose sample IDs key the cache; or any reader with
+    ``key``, a function that gets each entry of ``reader`` (before ``func``)
+    and returns what names its sample for good, an int, str or bytes (a
+    record's ID column, a file name). With ``key``, entries are read each
+    pass, and only ``func`` is saved.
+
+    Tiers: memory first, least recently used entries out, within
+    ``memory_bytes`` (256 MiB by default, per cached reader, in each process;
+    arrays count their ``nbytes``, other values an estimate, and 0 turns the
+    tier off); then, with ``directory``, a sqlite3 database in that folder,
+    shared by every process that opens it (``readers.cache_store``). Entries
+    are written within about half a second of being computed and all of them
+    when a pass ends; ``disk_bytes`` bounds the folder, evicting the
+    oldest-written entries. Disk entries must be arrays, numbers, strings,
+    bytes, or tuples, lists and dicts of them (``readers.cache_codec``).
+
+    Cached arrays are read-only: every pass hands out the same object, and
+    writing into one would change later passes. Two processes that ask for an
+    entry before either has written it both compute it (up to about half a
+    second after the first computed it); both write the same value.
+
+    >>> from readers import from_arrays, shuffle
+    >>> calls = []
+    >>> def slow_square(x):
+    ...     calls.append(int(x))
+    ...     return x * x
+    >>> r = shuffle(cached(from_arrays(np.arange(5)), slow_square), seed=0)
+    >>> sorted(int(v) for v in r()) == sorted(int(v) for v in r()) == [0, 1, 4, 9, 16]
+    True
+    >>> len(calls)  # computed once per sample, over two passes in different orders
+    5
+    """
+    if not callable(func):
+        raise TypeError(f"cached: func must be callable, got {type(func).__name__} {func!r}")
+    check_reader(reader, "cached reader")
+    reader = as_indexed(reader) or reader
+    if key is not None and not callable(key):
+        raise TypeError(f"cached: key must be a function of an entry, got {type(key).__name__} {key!r}")
+    if key is None and access_of(reader) == "stream":
+        raise TypeError(f"cached: {describe(reader)} is a stream, so its entries have no sample IDs to key the cache "
+                        "by: give key=, a function of an entry that returns what names its sample for good (an int, "
+                        "str or bytes), or cache an indexed reader (from_arrays, mnist, tokens) below any shuffle")
+    if version is not None and not isinstance(version, str):
+        raise TypeError(f"cached: version must be a string, got {type(version).__name__} {version!r}")
+    memory_bytes = whole(memory_bytes, "memory_bytes", "cached", floats=False)
+    if disk_bytes is not None:
+        disk_bytes = whole(disk_bytes, "disk_bytes", "cached", 1, floats=False)
+        if directory is None:
+            raise ValueError("cached: disk_bytes limits the disk tier, which needs directory=")
+    if directory is not None and not isinstance(directory, (str, os.PathLike)):
+        raise TypeError(f"cached: directory must be a folder's path, got {type(directory).__name__} {directory!r}")
+    return CachedMap(func, reader, directory=None if directory is None else os.fspath(directory), version=version,
+                     key=key, memory_bytes=memory_bytes, disk_bytes=disk_bytes)
