@@ -353,5 +353,45 @@ def tokenize(sources: tuple[str, ...], out: str, token_size: int | str) -> None:
                "and a state.toml whose data location is Local = that folder (see the README)", err=True)
 
 
+@main.group("cache")
+def cache() -> None:
+    """Look into, or empty, the disk cache of readers.cached(..., directory=DIR)."""
+
+
+@cache.command("info")
+@click.argument("directory", type=click.Path(file_okay=False))
+@click.option("--json", "as_json", is_flag=True, help="Print the figures as one JSON object.")
+@_fail_cleanly
+def cache_info_command(directory: str, as_json: bool) -> None:
+    """Show what the cache in DIRECTORY holds, per namespace and in all.
+
+    A namespace is a function over a dataset: a line each with its entries, their size and the function's mean
+    time per entry; then the totals and the limit (disk_bytes)."""
+    from readers.cache_admin import cache_info, info_lines
+
+    info = cache_info(directory)
+    click.echo(json.dumps(info, indent=2) if as_json else "\n".join(info_lines(info)))
+
+
+@cache.command("clear")
+@click.argument("directory", type=click.Path(file_okay=False))
+@click.option("--ns", type=int, default=None, help="Empty only this namespace (a number `cache info` shows).")
+@click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
+@_fail_cleanly
+def cache_clear_command(directory: str, ns: int | None, yes: bool) -> None:
+    """Empty the cache in DIRECTORY and give the space back.
+
+    Processes using the cache meanwhile compute what they ask for again."""
+    from readers.cache_admin import cache_info, clear_cache, cleared_line
+
+    if not yes:
+        info = cache_info(directory)  # a folder with no cache fails before the question
+        held = [s for s in info["namespaces"] if ns in (None, s["ns"])]
+        if held:  # an --ns it does not hold is refused below, unasked
+            click.confirm(f"delete {sum(s['entries'] for s in held):,} entries ({sum(s['bytes'] for s in held) / (1 << 20):,.2f} "
+                          f"MiB) from {info['directory']}{'' if ns is None else f' (namespace {ns})'}?", abort=True)
+    click.echo(cleared_line(clear_cache(directory, ns)))
+
+
 if __name__ == "__main__":
     main()

@@ -5,7 +5,8 @@ An entry is stored as one blob, never pickled::
     b"RKC1" | header length (4 bytes, little-endian) | header (JSON) | arrays' raw bytes
 
 The header is ``[tree, arrays]``. ``arrays`` lists each array's dtype (as
-numpy writes it: ``"<f4"``, or a record's fields) and shape; their bytes
+``.npy`` files write it: ``"<f4"``, or a record's fields with their
+padding) and shape; their bytes
 follow in that order, each starting on an 8-byte boundary. ``tree`` is the
 entry with every array replaced by its number in that list:
 
@@ -28,7 +29,9 @@ blob is the store's (``readers.cache_store``).
 """
 from __future__ import annotations
 
+import functools
 import json
+import math
 import struct
 import sys
 from typing import Any
@@ -48,11 +51,29 @@ class CorruptEntry(ValueError):
 
 
 def _array_spec(a: np.ndarray, where: str) -> list:
-    if a.dtype.hasobject or a.dtype.kind not in "biufcSUVmM":
+    """[dtype, shape] of an array as the header keeps them: the dtype as ``.npy`` files write it (records with
+    their padding and nesting); refused, naming ``where``, when it has no raw bytes to store."""
+    refused = a.dtype.hasobject or a.dtype.kind not in "biufcSUVmM"
+    if not refused:
+        try:
+            descr = np.lib.format.dtype_to_descr(a.dtype)
+            refused = _dtype(json.loads(json.dumps(descr))) != a.dtype
+        except (ValueError, TypeError):  # records with overlapping or out-of-order fields
+            refused = True
+    if refused:
         raise TypeError(f"{where} is an array of {a.dtype} values, which have no raw bytes to store on disk: "
-                        "return arrays of numbers, strings or fixed-size records, or cache in memory only "
+                        "return arrays of numbers, strings or plain records, or cache in memory only "
                         "(directory=None)")
-    return [a.dtype.str if a.dtype.names is None else a.dtype.descr, list(a.shape)]
+    return [descr, list(a.shape)]
+
+
+def _dtype(descr: Any) -> np.dtype:
+    """The dtype a header's (JSON) description stands for."""
+    def fields(d: Any) -> Any:
+        if isinstance(d, str):
+            return d
+        return [(f[0], fields(f[1]), *([tuple(f[2])] if len(f) > 2 else [])) for f in d]
+    return np.lib.format.descr_to_dtype(fields(descr))
 
 
 def encode(value: Any) -> bytes:
@@ -69,15 +90,18 @@ def encode(value: Any) -> bytes:
     arrays: list[np.ndarray] = []
 
     def tree(v: Any, where: str) -> Any:
-        if isinstance(v, _PLAIN):
-            return v
         if isinstance(v, np.ndarray):
+            specs.append(_array_spec(v, where))
             arrays.append(np.ascontiguousarray(v))
             return ["a", len(arrays) - 1]
-        if isinstance(v, np.generic):
+        if isinstance(v, np.generic):  # before plain values: np.float64 is a float too
+            specs.append(_array_spec(np.asarray(v), where))
             arrays.append(np.asarray(v))
             return ["n", len(arrays) - 1]
+        if isinstance(v, _PLAIN):
+            return v
         if isinstance(v, (bytes, bytearray, memoryview)):
+            specs.append(["|u1", [len(bytes(v))]])
             arrays.append(np.frombuffer(bytes(v), dtype=np.uint8))
             return ["b", len(arrays) - 1]
         if isinstance(v, tuple):
@@ -90,16 +114,20 @@ def encode(value: Any) -> bytes:
                         "numbers, strings, bytes, or tuples, lists and dicts of them, or cache in memory only "
                         "(directory=None)")
 
+    specs: list[list] = []
     shape = tree(value, "entry")
-    specs = [_array_spec(a, f"entry's array {i}") for i, a in enumerate(arrays)]
-    header = json.dumps([shape, specs], separators=(",", ":")).encode()
+    try:
+        header = json.dumps([shape, specs], separators=(",", ":")).encode()
+    except ValueError as exc:  # an int of thousands of digits
+        raise TypeError(f"entry holds a value JSON cannot write ({exc}): cache it in memory only "
+                        "(directory=None)") from None
     parts = [_HEAD.pack(MAGIC, len(header)), header]
     at = _HEAD.size + len(header)
     for a in arrays:
         pad = -at % _ALIGN
         if pad:
             parts.append(bytes(pad))
-        raw = a.reshape(-1).view(np.uint8) if a.size else b""
+        raw = a.reshape(-1).view(np.uint8) if a.size else b""  # (a 0-d array reshapes to one element)
         parts.append(raw)
         at += pad + a.nbytes
     return b"".join(parts)
@@ -121,13 +149,11 @@ def decode(blob: bytes) -> Any:
         magic, size = _HEAD.unpack_from(blob)
         if magic != MAGIC:
             raise ValueError("not a cached entry")
-        shape, specs = json.loads(blob[_HEAD.size:_HEAD.size + size])
+        shape, layout = _header(blob[_HEAD.size:_HEAD.size + size])
         at = _HEAD.size + size
         arrays = []
-        for dtype, dims in specs:
-            dt = np.dtype(dtype if isinstance(dtype, str) else [tuple(f) for f in dtype])
+        for dt, dims, count in layout:
             at += -at % _ALIGN
-            count = int(np.prod(dims, dtype=np.int64))
             if at + count * dt.itemsize > len(blob):
                 raise ValueError("arrays run past the end")
             arrays.append(np.frombuffer(blob, dtype=dt, count=count, offset=at).reshape(dims))
@@ -138,6 +164,21 @@ def decode(blob: bytes) -> Any:
     except (ValueError, TypeError, KeyError, IndexError, struct.error, RecursionError) as exc:
         raise CorruptEntry(f"a cached entry of {len(blob)} bytes is cut short or was not written by readerkit's "
                            "cache") from exc
+
+
+@functools.lru_cache(maxsize=1024)
+def _header(header: bytes) -> tuple[Any, tuple]:
+    """(tree, ((dtype, shape, count) per array)) of a header: parsed once per distinct header (entries of one
+    shape whose labels take few values share a handful)."""
+    shape, specs = json.loads(header)
+    layout = []
+    for dtype, dims in specs:
+        dt = _dtype(dtype)
+        dims = tuple(int(n) for n in dims)
+        if any(n < 0 for n in dims):
+            raise ValueError("a negative dimension")
+        layout.append((dt, dims, math.prod(dims)))
+    return shape, tuple(layout)
 
 
 def _rebuild(t: Any, arrays: list[np.ndarray]) -> Any:

@@ -1,6 +1,7 @@
 """The memory tier of ``readers.cached``: least recently used entries within a byte budget."""
 from __future__ import annotations
 
+import operator
 import threading
 from collections import OrderedDict
 from collections.abc import Hashable, Sequence
@@ -12,6 +13,7 @@ __all__ = ["MISSING", "MemoryTier"]
 
 #: What ``MemoryTier.get_many`` gives for a key it does not hold.
 MISSING: Any = type("Missing", (), {"__repr__": lambda self: "MISSING"})()
+_first = operator.itemgetter(0)
 
 
 class MemoryTier:
@@ -51,31 +53,28 @@ class MemoryTier:
 
     def get_many(self, keys: Sequence[Hashable]) -> list:
         """The value of each key, or ``MISSING``; each one found becomes the most recently used."""
-        entries, out = self._entries, []
+        entries = self._entries
         if not entries:
             return [MISSING] * len(keys)
         with self._lock:
-            get, touch = entries.get, entries.move_to_end
-            for k in keys:
-                found = get(k)
-                if found is None:
-                    out.append(MISSING)
-                else:
-                    touch(k)
-                    out.append(found[0])
-        return out
+            found = list(map(entries.get, keys))  # C-level loops: a hit costs a few dict operations
+            if None not in found:
+                list(map(entries.move_to_end, keys))
+                return list(map(_first, found))
+            for k, f in zip(keys, found):
+                if f is not None:
+                    entries.move_to_end(k)
+        return [MISSING if f is None else f[0] for f in found]
 
     def put(self, key: Hashable, value: Any, size: int | None = None) -> None:
         """Keep ``value`` under ``key`` (its size measured unless given), evicting the least recently used."""
-        if self.budget <= 0:
-            return
         size = size_of(value) if size is None else size
-        if size > self.budget:
-            return
         with self._lock:
-            old = self._entries.pop(key, None)
+            old = self._entries.pop(key, None)  # a new value replaces the old, kept or not
             if old is not None:
                 self.bytes -= old[1]
+            if size > self.budget or self.budget <= 0:
+                return
             self._entries[key] = (value, size)
             self.bytes += size
             while self.bytes > self.budget:

@@ -1,33 +1,18 @@
-"""The disk tier of ``readers.cached``: one sqlite3 database per folder, shared by every process of a node.
+"""The disk tier of ``readers.cached``, as one process uses it: reads, buffered writes and a writer thread.
 
-The folder holds ``cache.sqlite3`` (with its ``-wal`` and ``-shm`` files),
-in WAL mode: readers never wait for a writer, and writers take turns.
-
-``spaces``
-    one row per namespace: a function over a dataset (``name`` is the digest
-    of both, ``about`` says which in JSON), with its entries, bytes, and the
-    entries computed and seconds spent computing them (the cost a hit saves).
-``entries``
-    one row per computed entry: its key ``k``, the blob ``v``
-    (``readers.cache_codec``), its CRC-32, size and the time it was written.
-    A sample ID ``0 <= id < 2**40`` is the key ``ns << 40 | id``; any other
-    key (a string, bytes, a negative or huge int) is a 63-bit BLAKE2 digest of
-    the namespace and key, negated, and the row keeps the key itself in
-    ``name``, checked on every read.
-
-A write is one transaction, so a process killed mid-write leaves the entries
-of earlier transactions and none of its own; the checksum catches what
-damages a file afterwards. Each process buffers what it computes and a
-writer thread commits it every ``interval`` seconds (0.5 by default), at
-once when 8 MiB are waiting, and when a pass ends (``flush``). Over the size
-limit, the oldest-written entries go first: a shuffled pass reads every entry
-once, so the oldest written is also about the least recently read.
+The database (``readers.cache_db``) is shared by every process that opens the
+folder. Each process buffers what it computes, and a writer thread commits it
+every ``interval`` seconds (0.5 by default), at once when 8 MiB are waiting,
+and when a pass ends (``flush``). A write is one transaction, so a process
+killed mid-write leaves the entries of earlier transactions and none of its
+own; the checksum catches what damages a file afterwards. Fixed-shape entries
+of a range of sample IDs go to memory-mapped files (``readers.cache_dense``),
+the rest to blobs (``readers.cache_codec``).
 """
 from __future__ import annotations
 
 import atexit
 import contextlib
-import hashlib
 import json
 import os
 import sqlite3
@@ -41,124 +26,26 @@ from typing import Any
 import numpy as np
 
 from readers.cache_codec import CorruptEntry, decode, encode
+from readers.cache_db import (
+    ID_BITS,
+    ID_MASK,
+    MAX_SPACES,
+    SELECT,
+    STEP,
+    UPSERT,
+    evict,
+    open_database,
+    row_keys,
+    transaction,
+)
+from readers.cache_dense import MAX_BYTES, MAX_ROWS, DenseFile, layout_of
 
-__all__ = ["FILE", "DiskStore", "open_database"]
+__all__ = ["DiskStore", "open_database", "row_keys"]
 
-FILE = "cache.sqlite3"
-SCHEMA = 1
-ID_BITS = 40
-MAX_SPACES = 1 << (63 - ID_BITS)
-URGENT_BYTES = 8 << 20
-IDLE_SECONDS = 5.0
-_STEP = 64  # keys per SELECT ... IN (...): one prepared statement, padded
-
-_TABLES = """
-CREATE TABLE IF NOT EXISTS spaces (ns INTEGER PRIMARY KEY, name TEXT UNIQUE NOT NULL, about TEXT NOT NULL,
-    created REAL NOT NULL, entries INTEGER NOT NULL DEFAULT 0, bytes INTEGER NOT NULL DEFAULT 0,
-    computed INTEGER NOT NULL DEFAULT 0, compute_s REAL NOT NULL DEFAULT 0);
-CREATE TABLE IF NOT EXISTS entries (k INTEGER PRIMARY KEY, ns INTEGER NOT NULL, v BLOB NOT NULL,
-    crc INTEGER NOT NULL, size INTEGER NOT NULL, t REAL NOT NULL, name TEXT);
-CREATE INDEX IF NOT EXISTS entries_by_time ON entries (t);
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
-CREATE TRIGGER IF NOT EXISTS entry_added AFTER INSERT ON entries BEGIN
-    UPDATE spaces SET entries = entries + 1, bytes = bytes + new.size WHERE ns = new.ns; END;
-CREATE TRIGGER IF NOT EXISTS entry_dropped AFTER DELETE ON entries BEGIN
-    UPDATE spaces SET entries = entries - 1, bytes = bytes - old.size WHERE ns = old.ns; END;
-CREATE TRIGGER IF NOT EXISTS entry_replaced AFTER UPDATE ON entries BEGIN
-    UPDATE spaces SET entries = entries - 1, bytes = bytes - old.size WHERE ns = old.ns;
-    UPDATE spaces SET entries = entries + 1, bytes = bytes + new.size WHERE ns = new.ns; END;
-"""
-_UPSERT = ("INSERT INTO entries (k, ns, v, crc, size, t, name) VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (k) DO "
-           "UPDATE SET ns = excluded.ns, v = excluded.v, crc = excluded.crc, size = excluded.size, t = excluded.t, "
-           "name = excluded.name")
-_SELECT = f"SELECT k, v, crc, name FROM entries WHERE k IN ({', '.join('?' * _STEP)})"
+URGENT_BYTES = 8 << 20  # a batch this big is written at once, and a put waits while the one before is written
 
 _abandoned: list = []  # connections a forked child inherited: never used, never closed (the parent owns them)
 _live: weakref.WeakSet = weakref.WeakSet()
-
-
-def open_database(directory: str | os.PathLike, create: bool = True) -> sqlite3.Connection:
-    """A connection to the cache in ``directory`` (made, with the folder, when ``create``), in WAL mode.
-
-    >>> import tempfile
-    >>> with tempfile.TemporaryDirectory() as d:
-    ...     db = open_database(d)
-    ...     mode = db.execute("PRAGMA journal_mode").fetchone()[0]
-    ...     db.close()
-    >>> mode
-    'wal'
-    """
-    path = os.path.join(os.fspath(directory), FILE)
-    if create:
-        os.makedirs(directory, exist_ok=True)
-    elif not os.path.exists(path):
-        raise FileNotFoundError(f"{directory} holds no readerkit cache (no {FILE}): check the folder")
-    db = sqlite3.connect(path, timeout=60, isolation_level=None, check_same_thread=False)
-    try:
-        db.execute("PRAGMA busy_timeout = 60000")
-        if db.execute("PRAGMA journal_mode = WAL").fetchone()[0] != "wal":
-            raise sqlite3.DatabaseError("WAL mode refused (a network file system?)")
-        db.execute("PRAGMA synchronous = NORMAL")
-        version = db.execute("PRAGMA user_version").fetchone()[0]
-        if version == 0 and create:
-            # every statement is "if not exists", so processes that make it at once agree
-            db.executescript("BEGIN IMMEDIATE;" + _TABLES + f"PRAGMA user_version = {SCHEMA}; COMMIT;")
-            version = SCHEMA
-        if version != SCHEMA:
-            raise sqlite3.DatabaseError(f"its schema is version {version}, and this readerkit reads {SCHEMA}")
-    except sqlite3.DatabaseError as exc:
-        db.close()
-        raise ValueError(f"{path} is not a readerkit cache this version can use ({exc}): clear it with "
-                         f"`python cli.py cache clear {directory}`, or give another directory") from None
-    return db
-
-
-@contextlib.contextmanager
-def _transaction(db: sqlite3.Connection):
-    db.execute("BEGIN IMMEDIATE")
-    try:
-        yield db
-    except BaseException:
-        db.execute("ROLLBACK")
-        raise
-    db.execute("COMMIT")
-
-
-def _named(ns: int, key: Any) -> tuple[int, str]:
-    """(row key, stored name) of a key that is not a small sample ID."""
-    if isinstance(key, (bytes, bytearray)):
-        name = "b:" + bytes(key).hex()
-    elif isinstance(key, str):
-        name = "s:" + key
-    elif isinstance(key, (int, np.integer)) and not isinstance(key, (bool, np.bool_)):
-        name = f"i:{int(key)}"
-    else:
-        raise TypeError(f"a cache key must be an int, str or bytes, got {type(key).__name__} {key!r:.60}")
-    digest = hashlib.blake2b(f"{ns}|{name}".encode(), digest_size=8).digest()
-    return -1 - (int.from_bytes(digest, "little") >> 1), name
-
-
-def row_keys(ns: int, keys: Any) -> tuple[list[int], list[str | None]]:
-    """The row key and stored name (None for a sample ID) of each key, in namespace ``ns``.
-
-    >>> row_keys(1, np.array([0, 5]))
-    ([1099511627776, 1099511627781], [None, None])
-    >>> k, names = row_keys(1, ["cat.jpg"]); k[0] < 0, names
-    (True, ['s:cat.jpg'])
-    """
-    if isinstance(keys, np.ndarray) and keys.dtype.kind in "iu" and keys.size \
-            and keys.min() >= 0 and keys.max() < (1 << ID_BITS):
-        return (keys.astype(np.int64) | (ns << ID_BITS)).tolist(), [None] * len(keys)
-    ks, names = [], []
-    for key in (keys.tolist() if isinstance(keys, np.ndarray) else keys):
-        if isinstance(key, int) and not isinstance(key, bool) and 0 <= key < (1 << ID_BITS):
-            ks.append(key | (ns << ID_BITS))
-            names.append(None)
-        else:
-            k, name = _named(ns, key)
-            ks.append(k)
-            names.append(name)
-    return ks, names
 
 
 class DiskStore:
@@ -196,10 +83,12 @@ class DiskStore:
         self._writer: threading.Thread | None = None
         self.failed: str | None = None
         self.evictions = self.written_bytes = 0
+        self._denses: dict[int, DenseFile | None] = {}  # namespace -> its dense file, once the database says
+        self.__dict__.setdefault("_ranges", {})  # namespace -> (name, lo, hi): the sample IDs a reader reads
         _live.add(self)
 
     def __getstate__(self) -> dict:
-        return {"directory": self.directory, "limit": self.limit, "interval": self.interval}
+        return {"directory": self.directory, "limit": self.limit, "interval": self.interval, "_ranges": self._ranges}
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
@@ -216,21 +105,53 @@ class DiskStore:
         if self._db is None:
             self._db = open_database(self.directory)
             if self.limit is not None:
-                with _transaction(self._db):
+                with transaction(self._db):
                     self._db.execute("INSERT OR REPLACE INTO meta VALUES ('disk_bytes', ?)", (str(self.limit),))
         return self._db
 
-    def space(self, name: str, about: dict) -> int:
-        """The number of namespace ``name`` (made, described by ``about``, when new)."""
+    def space(self, name: str, about: dict, ids: tuple[int, int] | None = None) -> int:
+        """The number of namespace ``name`` (made, described by ``about``, when new). ``ids``: the range
+        ``lo <= id < hi`` of the sample IDs it will hold, which lets fixed-shape entries go to a dense file."""
         db = self.connection()
-        with self._lock, _transaction(db):
+        with self._lock, transaction(db):
             db.execute("INSERT OR IGNORE INTO spaces (name, about, created) VALUES (?, ?, ?)",
                        (name, json.dumps(about, sort_keys=True), time.time()))
             ns = db.execute("SELECT ns FROM spaces WHERE name = ?", (name,)).fetchone()[0]
         if ns >= MAX_SPACES:
             raise ValueError(f"the cache in {self.directory} has held {ns:,} namespaces, its most: clear it with "
                              f"`python cli.py cache clear {self.directory}`")
+        if ids is not None and ids[1] > ids[0] >= 0 and ids[1] <= ID_MASK + 1:
+            self._ranges[ns] = (name, *ids)
         return ns
+
+    def _dense(self, ns: int, value: Any = None) -> DenseFile | None:
+        """Namespace ``ns``'s dense file, as the database records it; with ``value`` (an entry about to be
+        written) and no record yet, the layout of ``value`` is recorded first (the first process to do so
+        decides for all)."""
+        db = self.connection()
+        with self._lock:
+            row = db.execute("SELECT layout FROM dense WHERE ns = ?", (ns,)).fetchone()
+            if row is None and value is not None:
+                layout = layout_of(value) if ns in self._ranges else None
+                name, lo, hi = self._ranges.get(ns, (None, 0, 0))
+                size = layout and (hi - lo) * sum(np.dtype(d).itemsize * int(np.prod(shape)) for _, d, shape in
+                                                  (layout if layout[0][0] != "tuple" else layout[1:]))
+                if layout and (size > MAX_BYTES or hi - lo > MAX_ROWS):
+                    layout = None
+                spec = None if layout is None else json.dumps({"name": name, "lo": lo, "hi": hi, "layout": layout})
+                with transaction(db):
+                    db.execute("INSERT OR IGNORE INTO dense VALUES (?, ?)", (ns, spec))
+                row = db.execute("SELECT layout FROM dense WHERE ns = ?", (ns,)).fetchone()
+            dense = None
+            if row is not None and row[0] is not None:
+                spec = json.loads(row[0])
+                dense = DenseFile(self.directory, spec["name"], spec["lo"], spec["hi"], spec["layout"])
+                present = db.execute("SELECT k, crc FROM entries WHERE ns = ? AND v IS NULL", (ns,)).fetchall()
+                if present:
+                    dense.know([k & ID_MASK for k, _ in present], [c for _, c in present])
+            if row is not None:
+                self._denses[ns] = dense
+        return dense
 
     def mean_cost(self, ns: int) -> float:
         """Seconds one entry of namespace ``ns`` took to compute, on average over every process's record."""
@@ -241,6 +162,7 @@ class DiskStore:
 
     def get_many(self, ks: list[int], names: list[str | None]) -> tuple[dict[int, Any], list[int]]:
         """({row key: value} of the keys stored, [row keys whose stored entry is corrupt])."""
+        self._forked()  # first: a forked child must not wait on a lock its parent's threads held
         found: dict[int, Any] = {}
         corrupt: list[int] = []
         want = dict(zip(ks, names))
@@ -249,44 +171,80 @@ class DiskStore:
                 for k in [k for k in want if k in source]:
                     found[k] = source[k][-1]
                     del want[k]
+        spaces = {k >> ID_BITS for k, name in want.items() if name is None}
+        for ns in spaces:  # rows this process knows are in a dense file: no query
+            dense = self._denses[ns] if ns in self._denses else self._dense(ns)
+            if dense is not None:
+                ids = dense.known([k & ID_MASK for k, name in want.items() if name is None and k >> ID_BITS == ns])
+                self._take(dense, ns, ids, want, found, corrupt)
         if not want:
             return found, corrupt
         db = self.connection()
-        asked = list(want)
+        asked, rows_of = list(want), {}
         with self._lock:
-            for lo in range(0, len(asked), _STEP):
-                part = asked[lo:lo + _STEP]
-                rows = db.execute(_SELECT, part + [part[-1]] * (_STEP - len(part))).fetchall()
-                for k, blob, crc, name in rows:
+            for lo in range(0, len(asked), STEP):
+                part = asked[lo:lo + STEP]
+                for k, blob, crc, name in db.execute(SELECT, part + [part[-1]] * (STEP - len(part))).fetchall():
                     if name != want[k]:
                         continue  # another key with the same digest: a miss (its entry is overwritten)
+                    if blob is None:
+                        rows_of.setdefault(k >> ID_BITS, []).append((k & ID_MASK, crc))
+                        continue
                     try:
                         if zlib.crc32(blob) != crc:
                             raise CorruptEntry("checksum mismatch")
                         found[k] = decode(blob)
                     except CorruptEntry:
                         corrupt.append(k)
+        for ns, rows in rows_of.items():  # rows another process wrote to a dense file since this one looked
+            dense = self._denses.get(ns) or self._dense(ns)
+            if dense is not None:
+                dense.know(*zip(*rows))
+                self._take(dense, ns, [i for i, _ in rows], want, found, corrupt)
         return found, corrupt
 
-    def put(self, k: int, ns: int, name: str | None, value: Any, cost: float, blob: bytes | None = None) -> None:
-        """Write ``value`` (encoded as ``blob``) under row key ``k`` soon: within ``interval`` seconds."""
+    @staticmethod
+    def _take(dense: DenseFile, ns: int, ids: list[int], want: dict, found: dict, corrupt: list) -> None:
+        base = ns << ID_BITS
+        read, damaged = dense.read(ids)
+        for i, value in read.items():
+            found[base | i] = value
+            del want[base | i]
+        for i in damaged:
+            corrupt.append(base | i)
+            del want[base | i]
+
+    def put(self, k: int, ns: int, name: str | None, value: Any, cost: float) -> None:
+        """Write ``value`` under row key ``k`` soon: within ``interval`` seconds. Raises ``TypeError`` at once
+        for a value the codec cannot store."""
         self._forked()
         if self.failed is not None:
             return
-        if blob is None:
-            blob = encode(value)
+        dense = None
+        if name is None and self.limit is None:  # with a limit, only blobs: their space goes when they do
+            dense = self._denses[ns] if ns in self._denses else self._dense(ns, value)
+            if dense is not None and not dense.fits(k & ID_MASK, value):
+                dense = None
+        blob = None if dense is not None else encode(value)
+        size = dense.row_bytes if blob is None else len(blob)
         with self._cond:
+            if self.failed is not None:  # the write under way failed while this one was encoded
+                return
             old = self._pending.get(k)
-            self._pending[k] = (ns, blob, zlib.crc32(blob), name, cost, value)
-            self._pending_bytes += len(blob) - (len(old[1]) if old else 0)
+            self._pending[k] = (ns, blob, name, cost, dense, size, value)
+            self._pending_bytes += size - (old[5] if old else 0)
             if len(self._pending) == 1:
                 self._oldest = time.monotonic()
-            if self._pending_bytes >= URGENT_BYTES:
-                self._urgent = True
-                self._cond.notify_all()
             if self._writer is None:
                 self._writer = threading.Thread(target=self._write_loop, name="readerkit-cache-writer", daemon=True)
                 self._writer.start()
+            if self._pending_bytes >= URGENT_BYTES:
+                self._urgent = True
+                self._cond.notify_all()
+                # computing faster than the disk takes it: wait for the writer to take this batch, so that
+                # at most two batches (one waiting, one being written) are held
+                while self._pending_bytes >= URGENT_BYTES and self._writing and self.failed is None:
+                    self._cond.wait(1.0)
 
     def flush(self, timeout: float = 120.0) -> None:
         """Wait until everything put so far is committed (or the writes have failed, as warned)."""
@@ -311,11 +269,13 @@ class DiskStore:
                         if self._urgent or left <= 0:
                             break
                         self._cond.wait(left)
-                    elif not self._cond.wait(IDLE_SECONDS) and not self._pending:
-                        self._writer = None  # idle: a later put starts another
+                    else:
+                        self._writer = None  # nothing waits: a later put starts another thread
+                        self._urgent = False
                         return
                 batch, self._pending, self._pending_bytes, self._urgent = self._pending, {}, 0, False
                 self._writing = batch
+                self._cond.notify_all()  # a put waiting for room goes on
             try:
                 self._write(batch)
             except Exception as exc:  # a full disk, a lock held past the timeout: the job goes on, uncached
@@ -330,25 +290,29 @@ class DiskStore:
                 self._cond.notify_all()
 
     def _write(self, batch: dict[int, tuple]) -> None:
-        if self._db is None:
-            self.connection()
         if self._writer_db is None:
             self._writer_db = open_database(self.directory)
-        db = self._writer_db
-        now = time.time()
-        costs: dict[int, list] = {}
-        with _transaction(db):
-            db.executemany(_UPSERT, [(k, ns, blob, crc, len(blob), now, name)
-                                     for k, (ns, blob, crc, name, _, _) in batch.items()])
-            for ns, _, _, _, cost, _ in batch.values():
-                c = costs.setdefault(ns, [0, 0.0])
-                c[0] += 1
-                c[1] += cost
+        db, now = self._writer_db, time.time()
+        rows, dense_rows, costs = [], [], {}
+        for k, (ns, blob, name, cost, dense, size, value) in batch.items():
+            if blob is None:  # the row is written before the transaction that says it is there
+                crc = dense.write(k & ID_MASK, value)
+                dense_rows.append((dense, k & ID_MASK, crc))
+                rows.append((k, ns, None, crc, size, now, None))
+            else:
+                rows.append((k, ns, blob, zlib.crc32(blob), size, now, name))
+            c = costs.setdefault(ns, [0, 0.0])
+            c[0] += 1
+            c[1] += cost
+        with transaction(db):
+            db.executemany(UPSERT, rows)
             db.executemany("UPDATE spaces SET computed = computed + ?, compute_s = compute_s + ? WHERE ns = ?",
                            [(n, s, ns) for ns, (n, s) in costs.items()])
             if self.limit is not None:
                 self.evictions += evict(db, self.limit)
-        self.written_bytes += sum(len(v[1]) for v in batch.values())
+        for dense, i, crc in dense_rows:
+            dense.know([i], [crc])
+        self.written_bytes += sum(r[4] for r in rows)
 
     def close(self) -> None:
         """Commit what is waiting and close this process's connections."""
@@ -359,28 +323,6 @@ class DiskStore:
             if db is not None:
                 db.close()
         self._db = self._writer_db = None
-
-
-def evict(db: sqlite3.Connection, limit: int) -> int:
-    """Delete the oldest-written entries until the cache holds at most 90% of ``limit`` bytes (in the caller's
-    transaction), when it holds more than ``limit``; return how many went."""
-    total = db.execute("SELECT coalesce(sum(bytes), 0) FROM spaces").fetchone()[0]
-    if total <= limit:
-        return 0
-    goal, gone = total - int(limit * 0.9), 0
-    while goal > 0:
-        rows = db.execute("SELECT k, size FROM entries ORDER BY t LIMIT 256").fetchall()
-        if not rows:
-            break
-        cut = 0
-        for k, size in rows:
-            cut += 1
-            goal -= size
-            if goal <= 0:
-                break
-        db.executemany("DELETE FROM entries WHERE k = ?", [(k,) for k, _ in rows[:cut]])
-        gone += cut
-    return gone
 
 
 @atexit.register

@@ -134,6 +134,9 @@ class Stage(Node):
             raise NotImplementedError(f"{type(self).__name__} declares access={self.access!r} and defines no _plan")
         return Plan(self, index_chunks(len(self), start=cursor))
 
+    def _end_pass(self) -> None:
+        """A pass of the pipeline ran out or was closed: finish what the pass left to do (writes buffered)."""
+
     # -- running passes ------------------------------------------------------------------
     def _reads_past(self, cursor: int) -> bool:
         """Whether a pass from ``cursor`` must read past entries: the stage counts its own entries (positions

@@ -72,7 +72,8 @@ def _hooks_in_tables(doc: str) -> list[list[str]]:
 
 def test_protocol_tables_name_every_hook_each_with_a_default():
     tables = _hooks_in_tables(readers.stage.__doc__)
-    assert tables == [["name", "_options", "access", "_stream", "_seek", "_plan", "positions", "seed"],
+    assert tables == [["name", "_options", "access", "_stream", "_seek", "_plan", "positions", "seed",
+                       "_end_pass"],
                       ["__len__", "_get", "gather", "gather_columns", "sample_ids", "gather_ahead"],
                       ["share", "per_entry", "unresumable"],
                       ["identity", "digest"]]

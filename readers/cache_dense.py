@@ -1,0 +1,210 @@
+"""The dense fast path of the disk tier: fixed-shape entries of sample IDs in a range, in memory-mapped files.
+
+When a cache's keys are the sample IDs of an indexed reader (a range
+``lo <= id < hi``) and its entries have one fixed layout (an array, or a
+tuple of arrays and numbers, of the same dtypes and shapes each time), the
+disk tier keeps them as rows of one ``.npy`` file per column, memory-mapped
+and shared by every process. A hit is then a row read from the page cache,
+many at once, instead of a database row to fetch and decode.
+
+The database still says which rows are there: an ``entries`` row with no
+blob, whose CRC-32 covers the row's bytes, committed only after the row is
+written, so a row a killed process left half-written is never marked, and a
+row damaged later fails its checksum. Each process keeps which rows it knows
+are present and their checksums in two arrays, loaded at first use and
+completed from the database for rows it finds missing.
+
+Entries that do not fit the layout (another shape, an ID outside the range)
+are stored as blobs, as any entry would be.
+"""
+from __future__ import annotations
+
+import json
+import os
+import threading
+import zlib
+from typing import Any
+
+import numpy as np
+
+__all__ = ["DenseFile", "layout_of"]
+
+#: The largest dense file (all columns) made, and the most rows: beyond them, entries are stored as blobs.
+MAX_BYTES = 64 << 30
+MAX_ROWS = 1 << 26
+_SCALARS = {bool: "bool", int: "int", float: "float"}
+_opening = threading.Lock()
+
+
+def layout_of(value: Any) -> list | None:
+    """The dense layout of entries like ``value`` (one ``[kind, dtype, shape]`` per column, an array alone as
+    kind "array"), or None when such entries have no fixed layout.
+
+    >>> layout_of((np.zeros((2, 3), np.float32), 7))
+    [['tuple'], ['array', '<f4', [2, 3]], ['int', '<i8', []]]
+    >>> layout_of(np.arange(3)), layout_of("text")
+    ([['array', '<i8', [3]]], None)
+    """
+    if isinstance(value, np.ndarray):
+        return [_column(value)] if _column(value) else None
+    if not isinstance(value, tuple) or not value:
+        return None
+    columns = [_column(v) for v in value]
+    return None if None in columns else [["tuple"], *columns]
+
+
+def _column(v: Any) -> list | None:
+    if isinstance(v, np.ndarray):
+        kind = "array"
+    elif isinstance(v, np.generic):
+        kind, v = "scalar", np.asarray(v)
+    elif type(v) in _SCALARS:
+        kind = _SCALARS[type(v)]
+        if kind == "int" and not -(1 << 63) <= v < (1 << 63):
+            return None
+        v = np.asarray(v, dtype={"bool": np.bool_, "int": np.int64, "float": np.float64}[kind])
+    else:
+        return None
+    if v.dtype.hasobject or v.dtype.names is not None or v.dtype.kind not in "biufcSUmM":
+        return None
+    return [kind, v.dtype.str, list(v.shape)]
+
+
+class DenseFile:
+    """The columns of one namespace's dense entries, for rows ``lo <= id < hi``, in ``directory``.
+
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     f = DenseFile(d, "demo", 10, 20, layout_of((np.zeros(2, np.float32), 1)))
+    ...     crc = f.write(12, (np.ones(2, np.float32), 5))
+    ...     f.know([12], [crc])
+    ...     known = f.known([12, 13])
+    ...     found, damaged = f.read(known)
+    >>> known, found[12][0].tolist(), found[12][1], damaged
+    ([12], [1.0, 1.0], 5, [])
+    """
+
+    def __init__(self, directory: str, name: str, lo: int, hi: int, layout: list):
+        self.lo, self.hi, self.layout = lo, hi, layout
+        self.single = layout[0][0] != "tuple"
+        self.columns = layout if self.single else layout[1:]
+        self.path = os.path.join(directory, f"dense-{name}")
+        with _opening:  # np.load in several threads at once can trip a CPython 3.11 parser bug (SystemError)
+            self.maps = [self._open(c, kind, np.dtype(dtype), tuple(shape))
+                         for c, (kind, dtype, shape) in enumerate(self.columns)]
+        self.row_bytes = sum(m[0].nbytes for m in self.maps)
+        self._kinds = [(kind, np.dtype(dtype), tuple(shape)) for kind, dtype, shape in self.columns]
+        self._each = range(len(self.columns))
+        self.have = np.zeros(hi - lo, dtype=bool)
+        self.crc = np.zeros(hi - lo, dtype=np.uint32)
+
+    def _open(self, c: int, kind: str, dtype: np.dtype, shape: tuple) -> np.memmap:
+        """Column ``c``'s file, made when missing: under a temporary name, then linked into place, so two
+        processes making it at once both end up with the one that was linked first."""
+        path = f"{self.path}-{c}.npy"
+        for _ in range(3):  # a cache cleared between the making and the opening: made again
+            if not os.path.exists(path):
+                temp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
+                made = np.lib.format.open_memmap(temp, mode="w+", dtype=dtype, shape=(self.hi - self.lo, *shape))
+                del made
+                try:
+                    os.link(temp, path)
+                except FileExistsError:
+                    pass
+                finally:
+                    os.unlink(temp)
+            try:
+                column = np.load(path, mmap_mode="r+")
+                break
+            except FileNotFoundError:
+                continue
+        else:
+            raise FileNotFoundError(f"{path} vanished as soon as it was made, three times: is something clearing "
+                                    f"{os.path.dirname(path)} over and over?")
+        if column.dtype != dtype or column.shape != (self.hi - self.lo, *shape):
+            raise ValueError(f"{path} holds {column.dtype} rows of shape {column.shape[1:]} for "
+                             f"{column.shape[0]:,} samples, and the cache's record says {dtype} {shape} for "
+                             f"{self.hi - self.lo:,}: clear the cache (`python cli.py cache clear "
+                             f"{os.path.dirname(path)}`)")
+        return column
+
+    def fits(self, sample_id: int, value: Any) -> bool:
+        """Whether ``value`` of sample ``sample_id`` can be a row of this file."""
+        if not self.lo <= sample_id < self.hi:
+            return False
+        if self.single:
+            return self._cell_fits(0, value)
+        return type(value) is tuple and len(value) == len(self.maps) and all(map(self._cell_fits, self._each, value))
+
+    def _cell_fits(self, c: int, v: Any) -> bool:
+        kind, dtype, shape = self._kinds[c]
+        if kind == "array":
+            return type(v) is np.ndarray and v.dtype == dtype and v.shape == shape
+        if kind == "scalar":
+            return isinstance(v, np.generic) and v.dtype == dtype
+        if kind == "int":
+            return type(v) is int and -(1 << 63) <= v < (1 << 63)
+        return type(v) is (bool if kind == "bool" else float)
+
+    def _row_crc(self, row: int) -> int:
+        crc = 0
+        for m in self.maps:
+            crc = zlib.crc32(m[row], crc)
+        return crc
+
+    def write(self, sample_id: int, value: Any) -> int:
+        """Write ``value`` (it ``fits``) as the row of ``sample_id``; return the row's CRC-32."""
+        row = sample_id - self.lo
+        for m, v in zip(self.maps, (value,) if self.single else value):
+            m[row] = v
+        return self._row_crc(row)
+
+    def know(self, sample_ids: Any, crcs: Any) -> None:
+        """Note rows the database says are present, with their checksums."""
+        rows = np.asarray(sample_ids, dtype=np.int64) - self.lo
+        self.have[rows] = True
+        self.crc[rows] = np.asarray(crcs, dtype=np.int64).astype(np.uint32)
+
+    def forget(self, sample_ids: Any) -> None:
+        """Note rows that are no longer present (their checksum failed)."""
+        self.have[np.asarray(sample_ids, dtype=np.int64) - self.lo] = False
+
+    def known(self, sample_ids: list[int]) -> list[int]:
+        """Those of ``sample_ids`` whose rows this process knows are present."""
+        lo, hi, have = self.lo, self.hi, self.have
+        return [i for i in sample_ids if lo <= i < hi and have[i - lo]]
+
+    def read(self, sample_ids: list[int]) -> tuple[dict[int, Any], list[int]]:
+        """({sample ID: entry} of the rows known present and intact, among ``sample_ids`` (all in range),
+        [the IDs whose rows failed their checksum]: those are forgotten)."""
+        if not sample_ids:
+            return {}, []
+        rows = np.asarray(sample_ids, dtype=np.int64) - self.lo
+        taken = [np.asarray(m)[rows] for m in self.maps]  # one gather per column, read-only below
+        crcs = None
+        for t in taken:
+            t.flags.writeable = False
+            crcs = list(map(zlib.crc32, t) if crcs is None else map(zlib.crc32, t, crcs))
+        bad = np.flatnonzero(np.array(crcs, dtype=np.uint32) != self.crc[rows])
+        if self.single:
+            values = list(taken[0])
+        else:
+            values = list(zip(*[_cells(kind, t) for (kind, _, _), t in zip(self.columns, taken)]))
+        out = dict(zip(sample_ids, values))
+        damaged = [sample_ids[j] for j in bad.tolist()]
+        for i in damaged:
+            del out[i]
+        if damaged:
+            self.forget(damaged)
+        return out, damaged
+
+    def describe(self) -> str:
+        """The layout as stored in the database."""
+        return json.dumps({"lo": self.lo, "hi": self.hi, "layout": self.layout})
+
+
+def _cells(kind: str, column: np.ndarray) -> Any:
+    """A column's cells as entries hold them: arrays (rows), numpy scalars, or Python numbers."""
+    if kind == "array":
+        return list(column)
+    return column.tolist() if kind in ("int", "float", "bool") else list(column)
