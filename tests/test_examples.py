@@ -79,6 +79,19 @@ def test_remote_training_exits_non_zero_without_the_mnist_files(tmp_path):
     assert result.stderr == (f"remote_training: no MNIST files in {tmp_path}; give the folder that holds "
                              "train-images-idx3-ubyte.gz and the other three\n")
 
+@pytest.mark.skipif(not MNIST.is_dir(), reason=f"the MNIST files are not in {MNIST}")
+def test_frozen_features_are_computed_once_and_a_second_run_reads_them_from_disk(tmp_path):
+    args = ("--data-dir", MNIST, "--cache-dir", tmp_path, "--samples", 3000, "--passes", 2, "--cost-ms", 0.05)
+    first = run_example("frozen_features.py", *args).stdout
+    passes = re.findall(r"^pass (\d): \d+\.\d\d s, (\d+) features from the cache, (\d+) computed$", first, flags=re.M)
+    assert passes == [("0", "0", "3000"), ("1", "3000", "0")], first
+    assert final_accuracy(first) > 0.8
+    second = run_example("frozen_features.py", *args).stdout  # a new process: everything from the disk
+    passes = re.findall(r"^pass (\d): \d+\.\d\d s, (\d+) features from the cache, (\d+) computed$", second, flags=re.M)
+    assert passes == [("0", "3000", "0"), ("1", "3000", "0")], second
+    assert final_accuracy(second) == final_accuracy(first)
+
+
 def test_language_model_trains_on_the_standard_librarys_source_below_its_unigram_entropy(tmp_path):
     output = run_example("language_model.py", tmp_path, "--steps", "80").stdout
     entropy = float(re.search(r"^unigram entropy: (\d\.\d{3}) nats per token", output, flags=re.M)[1])
