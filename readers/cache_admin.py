@@ -32,10 +32,11 @@ _SUFFIXES = ("", "-wal", "-shm")
 
 
 def _dense_files(directory: str, name: str = "") -> list[str]:
-    """The dense files of namespace ``name`` (of every namespace when ""): ``DenseFile``'s ``dense-NAME-C.npy``."""
+    """The dense files of namespace ``name`` (of every namespace when ""): ``DenseFile``'s ``dense-NAME-C.npy``,
+    and what a process killed while making one left (``dense-NAME-C.npy.PID.THREAD.tmp``)."""
     with contextlib.suppress(FileNotFoundError), os.scandir(directory) as found:
         prefix = f"dense-{name}-" if name else "dense-"
-        return sorted(f.path for f in found if f.name.startswith(prefix) and f.name.endswith(".npy"))
+        return sorted(f.path for f in found if f.name.startswith(prefix) and f.name.endswith((".npy", ".tmp")))
     return []
 
 

@@ -104,12 +104,16 @@ def encode(value: Any) -> bytes:
             specs.append(["|u1", [len(bytes(v))]])
             arrays.append(np.frombuffer(bytes(v), dtype=np.uint8))
             return ["b", len(arrays) - 1]
-        if isinstance(v, tuple):
+        if type(v) is tuple:  # a namedtuple would come back a plain tuple: refused below
             return ["t", [tree(x, f"{where}[{i}]") for i, x in enumerate(v)]]
-        if isinstance(v, list):
+        if type(v) is list:
             return ["l", [tree(x, f"{where}[{i}]") for i, x in enumerate(v)]]
-        if isinstance(v, dict):
+        if type(v) is dict:
             return ["d", [[tree(k, f"{where} key"), tree(x, f"{where}[{k!r}]")] for k, x in v.items()]]
+        if isinstance(v, (tuple, list, dict)):
+            base = next(t for t in (tuple, list, dict) if isinstance(v, t)).__name__
+            raise TypeError(f"{where} is a {type(v).__qualname__}, which would come back from disk a plain {base}: "
+                            f"return a plain {base} ({base}(x)), or cache in memory only (directory=None)")
         raise TypeError(f"{where} is of type {type(v).__qualname__}, which cannot be stored on disk: return arrays, "
                         "numbers, strings, bytes, or tuples, lists and dicts of them, or cache in memory only "
                         "(directory=None)")

@@ -33,14 +33,17 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["FILE", "ID_BITS", "ID_MASK", "MAX_SPACES", "SELECT", "STEP", "UPSERT", "NotACache", "evict", "open_database",
-           "row_keys", "transaction"]
+__all__ = [
+    "FILE", "ID_BITS", "ID_MASK", "MAX_SPACES", "SELECT", "STEP", "UPSERT", "WAL_BYTES", "NotACache", "database_bytes",
+    "evict", "open_database", "release", "row_keys", "transaction",
+]
 
 FILE = "cache.sqlite3"
 SCHEMA = 1
 ID_BITS = 40
 ID_MASK = (1 << ID_BITS) - 1
 MAX_SPACES = 1 << (63 - ID_BITS)
+WAL_BYTES = 16 << 20  # the write-ahead log is cut back to this after a checkpoint
 STEP = 64  # keys per SELECT ... IN (...): one prepared statement, padded
 
 _OURS = {"spaces", "entries", "dense", "meta", "sqlite_sequence"}
@@ -97,11 +100,16 @@ def open_database(directory: str | os.PathLike, create: bool = True) -> sqlite3.
     """
     path = os.path.join(os.fspath(directory), FILE)
     if create:
-        os.makedirs(directory, exist_ok=True)
+        try:
+            os.makedirs(directory, exist_ok=True)
+        except OSError as exc:
+            raise OSError(exc.errno, f"cannot make the cache folder {directory} ({exc.strerror}): give a folder this "
+                                     "process can write") from None
     elif not os.path.exists(path):
         raise FileNotFoundError(f"{directory} holds no readerkit cache (no {FILE}): check the folder")
-    db = sqlite3.connect(path, timeout=60, isolation_level=None, check_same_thread=False)
+    db = None
     try:
+        db = sqlite3.connect(path, timeout=60, isolation_level=None, check_same_thread=False)
         db.execute("PRAGMA busy_timeout = 60000")
         version = db.execute("PRAGMA user_version").fetchone()[0]
         tables = {name for name, in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
@@ -113,16 +121,27 @@ def open_database(directory: str | os.PathLike, create: bool = True) -> sqlite3.
             if tables - _OURS or version or not create:  # (our tables at version 0: another process is making it)
                 reason = "it holds other tables" if tables - _OURS else "another schema" if version else "it is empty"
                 raise NotACache(path, reason)
+        if version == 0 and not tables:  # (only before the first table: it decides how the file is laid out)
+            db.execute("PRAGMA auto_vacuum = INCREMENTAL")
         _wal(db, path)
         db.execute("PRAGMA synchronous = NORMAL")
+        db.execute(f"PRAGMA journal_size_limit = {WAL_BYTES}")
         if version == 0:
             # every statement is "if not exists", so processes that make it at once agree
             db.executescript("BEGIN IMMEDIATE;" + _TABLES + f"PRAGMA user_version = {SCHEMA}; COMMIT;")
     except NotACache:
         db.close()
         raise
+    except sqlite3.OperationalError as exc:
+        if db is not None:
+            db.close()
+        if "unable to open" in str(exc) or "readonly" in str(exc) or "read-only" in str(exc):
+            raise OSError(f"cannot open the cache in {path} ({exc}): a cache's folder must be writable by every "
+                          "process that uses it (sqlite keeps the -wal and -shm files beside the database)") from None
+        raise
     except sqlite3.DatabaseError as exc:
-        db.close()
+        if db is not None:
+            db.close()
         raise NotACache(path, str(exc)) from None
     return db
 
@@ -205,9 +224,25 @@ def row_keys(ns: int, keys: Any) -> tuple[list[int], list[str | None]]:
     return ks, names
 
 
+def database_bytes(db: sqlite3.Connection) -> int:
+    """Bytes of the database's pages in use (its free pages left out: ``evict`` gives them back).
+
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     db = open_database(d)
+    ...     used = database_bytes(db)
+    ...     db.close()
+    >>> 0 < used < 1 << 20
+    True
+    """
+    pages, free, size = (db.execute(f"PRAGMA {p}").fetchone()[0] for p in ("page_count", "freelist_count", "page_size"))
+    return (pages - free) * size
+
+
 def evict(db: sqlite3.Connection, limit: int) -> int:
-    """Delete the oldest-written entries until the cache holds at most 90% of ``limit`` bytes (in the caller's
-    transaction), when it holds more than ``limit``; return how many went.
+    """When the database's pages in use (``database_bytes``) are over ``limit``, delete the oldest-written
+    entries until about 90% of it is left, in the caller's transaction; return how many went. The pages they
+    free go back to the file system with ``PRAGMA incremental_vacuum`` after the commit (``release``).
 
     >>> import tempfile
     >>> with tempfile.TemporaryDirectory() as d:
@@ -216,11 +251,14 @@ def evict(db: sqlite3.Connection, limit: int) -> int:
     ...     db.close()
     0
     """
-    total = db.execute("SELECT coalesce(sum(bytes), 0) FROM spaces").fetchone()[0]
-    if total <= limit:
+    used = database_bytes(db)
+    if used <= limit:
         return 0
-    goal, gone = total - int(limit * 0.9), 0
-    while goal > 0:
+    gone, goal_bytes = 0, limit * 0.9
+    while used > goal_bytes:
+        total = db.execute("SELECT coalesce(sum(bytes), 0) FROM spaces").fetchone()[0]
+        # the entries' bytes to drop, in proportion to their share of the pages (which add sqlite's own overhead)
+        goal = max(1.0, (used - limit * 0.9) * total / used)
         rows = db.execute("SELECT k, size FROM entries ORDER BY t LIMIT 256").fetchall()
         if not rows:
             break
@@ -232,4 +270,19 @@ def evict(db: sqlite3.Connection, limit: int) -> int:
                 break
         db.executemany("DELETE FROM entries WHERE k = ?", [(k,) for k, _ in rows[:cut]])
         gone += cut
+        used = database_bytes(db)
+        goal_bytes = limit  # after the first round, only what it takes to be within the bound: rows freed
+        # here and there seldom free whole pages, and the pages half empty fill again with the next writes
     return gone
+
+
+def release(db: sqlite3.Connection) -> None:
+    """Give the database's free pages back to the file system (outside a transaction: it is one of its own).
+
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     db = open_database(d)
+    ...     release(db)
+    ...     db.close()
+    """
+    db.executescript("PRAGMA incremental_vacuum;")  # executescript steps it to the end; execute frees one page

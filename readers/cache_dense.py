@@ -19,9 +19,11 @@ are stored as blobs, as any entry would be.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import threading
+import warnings
 import zlib
 from typing import Any
 
@@ -86,6 +88,7 @@ class DenseFile:
 
     def __init__(self, directory: str, name: str, lo: int, hi: int, layout: list):
         self.lo, self.hi, self.layout = lo, hi, layout
+        self.remade = False
         self.single = layout[0][0] != "tuple"
         self.columns = layout if self.single else layout[1:]
         self.path = os.path.join(directory, f"dense-{name}")
@@ -118,6 +121,12 @@ class DenseFile:
                 break
             except FileNotFoundError:
                 continue
+            except Exception as exc:  # its header damaged (numpy's parser raises many kinds): made again
+                warnings.warn(f"{path} is damaged ({exc}); it is made again, and its entries computed again",
+                              RuntimeWarning, stacklevel=4)
+                self.remade = True  # what the database says is in it is not: the store forgets those rows
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(path)
         else:
             raise FileNotFoundError(f"{path} vanished as soon as it was made, three times: is something clearing "
                                     f"{os.path.dirname(path)} over and over?")
@@ -187,7 +196,7 @@ class DenseFile:
             crcs = list(map(zlib.crc32, t) if crcs is None else map(zlib.crc32, t, crcs))
         bad = np.flatnonzero(np.array(crcs, dtype=np.uint32) != self.crc[rows])
         if self.single:
-            values = list(taken[0])
+            values = _cells("array", taken[0])
         else:
             values = list(zip(*[_cells(kind, t) for (kind, _, _), t in zip(self.columns, taken)]))
         out = dict(zip(sample_ids, values))
@@ -204,7 +213,8 @@ class DenseFile:
 
 
 def _cells(kind: str, column: np.ndarray) -> Any:
-    """A column's cells as entries hold them: arrays (rows), numpy scalars, or Python numbers."""
+    """A column's cells as entries hold them: arrays (rows; 0-d arrays for a column of them), numpy scalars, or
+    Python numbers."""
     if kind == "array":
-        return list(column)
+        return list(column) if column.ndim > 1 else [column[j, ...] for j in range(len(column))]
     return column.tolist() if kind in ("int", "float", "bool") else list(column)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import json
+import multiprocessing.util
 import os
 import sqlite3
 import threading
@@ -35,6 +36,7 @@ from readers.cache_db import (
     UPSERT,
     evict,
     open_database,
+    release,
     row_keys,
     transaction,
 )
@@ -42,6 +44,7 @@ from readers.cache_dense import MAX_BYTES, MAX_ROWS, DenseFile, layout_of
 
 __all__ = ["DiskStore", "open_database", "row_keys"]
 
+RETRIES = 3  # tries of a write that finds the database busy past its timeout
 URGENT_BYTES = 8 << 20  # a batch this big is written at once, and a put waits while the one before is written
 
 _abandoned: list = []  # connections a forked child inherited: never used, never closed (the parent owns them)
@@ -107,16 +110,23 @@ class DiskStore:
             if self.limit is not None:
                 with transaction(self._db):
                     self._db.execute("INSERT OR REPLACE INTO meta VALUES ('disk_bytes', ?)", (str(self.limit),))
+            else:  # the folder's bound, set by another process, holds for this one too
+                found = self._db.execute("SELECT value FROM meta WHERE key = 'disk_bytes'").fetchone()
+                self.limit = None if found is None else int(found[0])
         return self._db
 
     def space(self, name: str, about: dict, ids: tuple[int, int] | None = None) -> int:
         """The number of namespace ``name`` (made, described by ``about``, when new). ``ids``: the range
         ``lo <= id < hi`` of the sample IDs it will hold, which lets fixed-shape entries go to a dense file."""
         db = self.connection()
-        with self._lock, transaction(db):
-            db.execute("INSERT OR IGNORE INTO spaces (name, about, created) VALUES (?, ?, ?)",
-                       (name, json.dumps(about, sort_keys=True), time.time()))
-            ns = db.execute("SELECT ns FROM spaces WHERE name = ?", (name,)).fetchone()[0]
+        with self._lock:
+            found = db.execute("SELECT ns FROM spaces WHERE name = ?", (name,)).fetchone()
+            if found is None:  # (asked first: a row not inserted still uses up a number)
+                with transaction(db):
+                    db.execute("INSERT OR IGNORE INTO spaces (name, about, created) VALUES (?, ?, ?)",
+                               (name, json.dumps(about, sort_keys=True), time.time()))
+                    found = db.execute("SELECT ns FROM spaces WHERE name = ?", (name,)).fetchone()
+            ns = found[0]
         if ns >= MAX_SPACES:
             raise ValueError(f"the cache in {self.directory} has held {ns:,} namespaces, its most: clear it with "
                              f"`python cli.py cache clear {self.directory}`")
@@ -146,9 +156,13 @@ class DiskStore:
             if row is not None and row[0] is not None:
                 spec = json.loads(row[0])
                 dense = DenseFile(self.directory, spec["name"], spec["lo"], spec["hi"], spec["layout"])
-                present = db.execute("SELECT k, crc FROM entries WHERE ns = ? AND v IS NULL", (ns,)).fetchall()
-                if present:
-                    dense.know([k & ID_MASK for k, _ in present], [c for _, c in present])
+                if dense.remade:  # its rows are gone with the damaged file
+                    with transaction(db):
+                        db.execute("DELETE FROM entries WHERE ns = ? AND v IS NULL", (ns,))
+                rows = db.execute("SELECT k, crc FROM entries WHERE ns = ? AND v IS NULL", (ns,))
+                while present := rows.fetchmany(1 << 16):  # a bounded list at a time, into the file's arrays
+                    known = np.array(present, dtype=np.int64)
+                    dense.know(known[:, 0] & ID_MASK, known[:, 1])
             if row is not None:
                 self._denses[ns] = dense
         return dense
@@ -203,16 +217,33 @@ class DiskStore:
                 self._take(dense, ns, [i for i, _ in rows], want, found, corrupt)
         return found, corrupt
 
-    @staticmethod
-    def _take(dense: DenseFile, ns: int, ids: list[int], want: dict, found: dict, corrupt: list) -> None:
+    def _take(self, dense: DenseFile, ns: int, ids: list[int], want: dict, found: dict, corrupt: list) -> None:
+        """Read ``ids`` (rows ``dense`` knows are there) into ``found``; a row that fails its checksum is asked of
+        the database again first, for another process may have rewritten it since (a function that is not
+        bit-exact, run by both in the race window): only a row that fails the database's checksum is damaged."""
         base = ns << ID_BITS
         read, damaged = dense.read(ids)
+        if damaged:
+            now: dict[int, int] = {}
+            with self._lock:
+                db = self.connection()
+                for lo in range(0, len(damaged), STEP):
+                    part = [base | i for i in damaged[lo:lo + STEP]]
+                    for k, v, crc, _ in db.execute(SELECT, part + [part[-1]] * (STEP - len(part))).fetchall():
+                        if v is None:
+                            now[k & ID_MASK] = crc
+            again = [i for i in damaged if i in now]  # (the others are gone from the database: misses)
+            damaged = []
+            if again:
+                dense.know(again, [now[i] for i in again])
+                more, damaged = dense.read(again)
+                read.update(more)
         for i, value in read.items():
             found[base | i] = value
             del want[base | i]
         for i in damaged:
             corrupt.append(base | i)
-            del want[base | i]
+            want.pop(base | i, None)
 
     def put(self, k: int, ns: int, name: str | None, value: Any, cost: float) -> None:
         """Write ``value`` under row key ``k`` soon: within ``interval`` seconds. Raises ``TypeError`` at once
@@ -236,6 +267,7 @@ class DiskStore:
             if len(self._pending) == 1:
                 self._oldest = time.monotonic()
             if self._writer is None:
+                _flush_at_exit()
                 self._writer = threading.Thread(target=self._write_loop, name="readerkit-cache-writer", daemon=True)
                 self._writer.start()
             if self._pending_bytes >= URGENT_BYTES:
@@ -251,8 +283,9 @@ class DiskStore:
         self._forked()
         deadline = time.monotonic() + timeout
         with self._cond:
-            self._urgent = True
-            self._cond.notify_all()
+            if self._pending:
+                self._urgent = True
+                self._cond.notify_all()
             while (self._pending or self._writing) and self.failed is None:
                 left = deadline - time.monotonic()
                 if left <= 0:
@@ -277,8 +310,15 @@ class DiskStore:
                 self._writing = batch
                 self._cond.notify_all()  # a put waiting for room goes on
             try:
-                self._write(batch)
-            except Exception as exc:  # a full disk, a lock held past the timeout: the job goes on, uncached
+                for attempt in range(RETRIES):
+                    try:
+                        self._write(batch)
+                        break
+                    except sqlite3.OperationalError:  # busy past the timeout (a long clear, say): once more, later
+                        if attempt == RETRIES - 1:
+                            raise
+                        time.sleep(2 ** attempt)
+            except Exception as exc:  # a full disk, a lock held for minutes: the job goes on, uncached
                 self.failed = f"{type(exc).__name__}: {exc}"
                 warnings.warn(f"the cache in {self.directory} could not write {len(batch):,} entries "
                               f"({self.failed}); it writes no more in this process, and what it did not write "
@@ -308,8 +348,10 @@ class DiskStore:
             db.executemany(UPSERT, rows)
             db.executemany("UPDATE spaces SET computed = computed + ?, compute_s = compute_s + ? WHERE ns = ?",
                            [(n, s, ns) for ns, (n, s) in costs.items()])
-            if self.limit is not None:
-                self.evictions += evict(db, self.limit)
+            gone = 0 if self.limit is None else evict(db, self.limit)
+        if gone:
+            self.evictions += gone
+            release(db)
         for dense, i, crc in dense_rows:
             dense.know([i], [crc])
         self.written_bytes += sum(r[4] for r in rows)
@@ -323,6 +365,17 @@ class DiskStore:
             if db is not None:
                 db.close()
         self._db = self._writer_db = None
+
+
+_exit_hooks: set[int] = set()  # the processes that have registered _flush_all to run as they end
+
+
+def _flush_at_exit() -> None:
+    """Have this process commit what its stores hold as it ends: at interpreter exit, and, in a worker process
+    (which ends with os._exit, skipping atexit), through multiprocessing's own finalizers."""
+    if os.getpid() not in _exit_hooks:
+        _exit_hooks.add(os.getpid())
+        multiprocessing.util.Finalize(None, _flush_all, exitpriority=10)
 
 
 @atexit.register

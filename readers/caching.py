@@ -28,6 +28,7 @@ old one computed.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import os
 import time
@@ -40,9 +41,9 @@ import numpy as np
 from readers.cache_memory import MISSING, MemoryTier
 from readers.cache_store import DiskStore, row_keys
 from readers.checks import check_reader, whole
-from readers.identity import fingerprint, function_identity
+from readers.identity import fingerprint, function_digest, function_identity
 from readers.maps import Mapped
-from readers.parents import access_of, as_indexed, iterate
+from readers.parents import access_of, as_indexed, iterate, open_plan
 from readers.pipeline import describe
 from readers.plans import index_chunks
 
@@ -51,21 +52,10 @@ __all__ = ["MEMORY_BYTES", "CachedMap", "cached"]
 #: The memory tier's default budget: per cached reader, in each process that runs it.
 MEMORY_BYTES = 256 << 20
 _STEP = 256  # samples looked up at a time
+_WINDOW = 64  # entries of a stream read ahead to look up at once
 _GROUP = 16  # misses computed between two looks at the disk, when computing takes long
 
 _COUNTS = ("memory_hits", "disk_hits", "misses", "corrupt", "compute_s")
-
-
-def _read_only(value: Any) -> Any:
-    """Mark the arrays of an entry (an array, or a tuple or list of them) read-only: a hit hands out the same
-    object, and writing into it would change what every later pass reads."""
-    if isinstance(value, np.ndarray):
-        value.flags.writeable = False
-    elif isinstance(value, (tuple, list)):
-        for v in value:
-            if isinstance(v, np.ndarray):
-                v.flags.writeable = False
-    return value
 
 
 class CachedMap(Mapped):
@@ -108,14 +98,19 @@ class CachedMap(Mapped):
         return lo, hi
 
     def _describe(self) -> tuple[str, dict]:
-        data = fingerprint(self.wrapped)
+        source = self.wrapped
+        if access_of(source) == "plan":  # above a shuffle or shard: the data is the indexed reader they reorder,
+            source = open_plan(source, 0).source  # whose sample IDs key the cache, whatever the seed
+        data = fingerprint(source)
         if data["content"] is None:
             warnings.warn(f"cached: the cache in {self.directory} cannot tell this data from other data with the "
                           f"same pipeline and length, because a source of {describe(self.wrapped)} has no digest "
                           "and its first entries are not plain data; give each dataset its own directory",
                           RuntimeWarning, stacklevel=4)
-        about = {"func": function_identity(self.func), "version": self.version,
-                 "key": None if self.key is None else function_identity(self.key),
+        # the digest taken now, not the one remembered for checkpoints: an object whose attributes changed since
+        # (a callable's scale, a model's weights) is another function here
+        about = {"func": f"{describe(self.func)} {function_digest(self.func)}", "version": self.version,
+                 "key": None if self.key is None else f"{describe(self.key)} {function_digest(self.key)}",
                  "data": data["pipeline"], "length": data["length"], "content": data["content"]}
         name = hashlib.blake2b(json.dumps(about, sort_keys=True).encode(), digest_size=16).hexdigest()
         return name, about
@@ -137,7 +132,7 @@ class CachedMap(Mapped):
             for j, k in zip(misses, ks):
                 if k in found:
                     values[j] = found[k]
-                    self.memory.put(keys[j], found[k])
+                    self.memory.keep(keys[j], found[k])
             self._count("disk_hits", len(found))
             if corrupt:
                 self._corrupt(len(corrupt))
@@ -152,11 +147,11 @@ class CachedMap(Mapped):
 
     def _compute(self, key: Any, entry: Any) -> Any:
         start = time.perf_counter()
-        value = _read_only(self.func(entry))
+        value = self.func(entry)
         cost = time.perf_counter() - start
         self._count("misses", 1)
         self._count("compute_s", cost)
-        self.memory.put(key, value)
+        value = self.memory.keep(key, value)
         if self.store is not None:
             ks, names = row_keys(self._space(), [key])
             self.store.put(ks[0], self.known["ns"], names[0], value, cost)
@@ -220,10 +215,9 @@ class CachedMap(Mapped):
                 done = j + 1
 
     def _seek(self, pass_id: int, cursor: int) -> Iterator:
-        for entry in iterate(self.parents[0], pass_id, cursor):
-            k = self._key_of(entry)
-            v = self._lookup([k])[0]
-            yield self._compute(k, entry) if v is MISSING else v
+        entries = iterate(self.parents[0], pass_id, cursor)
+        while window := list(itertools.islice(entries, _WINDOW)):  # looked up a window at a time
+            yield from self._through([self._key_of(e) for e in window], window, None)
 
     def _end_pass(self) -> None:
         if self.store is not None:
@@ -258,6 +252,17 @@ class CachedMap(Mapped):
                 "disk_evictions": disk_evictions, "evictions": self.memory.evictions + disk_evictions,
                 "disk_bytes_written": 0 if self.store is None else self.store.written_bytes,
                 "time_saved_s": hits * cost}
+
+    def close(self) -> None:
+        """Write what is waiting and close this process's connections to the disk tier; the reader opens them
+        again if used after. Calling it twice is harmless.
+
+        >>> from readers import from_arrays
+        >>> r = cached(from_arrays(np.arange(2)), abs)
+        >>> r.close(); r.close()
+        """
+        if self.store is not None:
+            self.store.close()
 
     def flush(self) -> None:
         """Write to disk now what this process computed and has not yet written (a pass's end does it too).
@@ -297,21 +302,25 @@ def cached(reader: Any, func: Callable, *, directory: str | os.PathLike | None =
     below the shuffle), whose sample IDs key the cache; or any reader with
     ``key``, a function that gets each entry of ``reader`` (before ``func``)
     and returns what names its sample for good, an int, str or bytes (a
-    record's ID column, a file name). With ``key``, entries are read each
-    pass, and only ``func`` is saved.
+    record's ID column, a file name); entries with one key get one result.
+    With ``key``, entries are read each pass, and only ``func`` is saved.
 
     Tiers: memory first, least recently used entries out, within
-    ``memory_bytes`` (256 MiB by default, per cached reader, in each process;
-    arrays count their ``nbytes``, other values an estimate, and 0 turns the
-    tier off); then, with ``directory``, a sqlite3 database in that folder,
-    shared by every process that opens it (``readers.cache_store``). Entries
-    are written within about half a second of being computed and all of them
-    when a pass ends; ``disk_bytes`` bounds the folder, evicting the
-    oldest-written entries. Disk entries must be arrays, numbers, strings,
-    bytes, or tuples, lists and dicts of them (``readers.cache_codec``).
+    ``memory_bytes`` (256 MiB by default, per cached reader, in each process:
+    process workers start theirs afresh; arrays count their ``nbytes``,
+    other values an estimate, and 0 turns the tier off); then, with
+    ``directory``, a sqlite3 database in that folder (which must be
+    writable), shared by every process that opens it
+    (``readers.cache_store``). Entries are written within about half a
+    second of being computed and all of them when a pass ends or a worker
+    process ends; ``disk_bytes`` bounds the database's pages in use,
+    evicting the oldest-written entries, and holds for every process that
+    opens the folder after. Disk entries must be arrays, numbers, strings,
+    bytes, or plain tuples, lists and dicts of them (``readers.cache_codec``).
 
     Cached arrays are read-only: every pass hands out the same object, and
-    writing into one would change later passes. Two processes that ask for an
+    writing into one would change later passes; an entry holding lists,
+    dicts or sets is handed out as a fresh copy on each hit. Two processes that ask for an
     entry before either has written it both compute it, and both write the
     same value. The window: the first commits within about half a second of
     computing it, and the other, while computing its misses, looks at the
@@ -348,5 +357,8 @@ def cached(reader: Any, func: Callable, *, directory: str | os.PathLike | None =
             raise ValueError("cached: disk_bytes limits the disk tier, which needs directory=")
     if directory is not None and not isinstance(directory, (str, os.PathLike)):
         raise TypeError(f"cached: directory must be a folder's path, got {type(directory).__name__} {directory!r}")
+    if directory is not None and (not os.fspath(directory) or os.path.isfile(directory)):
+        raise ValueError(f"cached: directory={os.fspath(directory)!r} is not a folder: give the folder to keep the "
+                         "cache in (it is made when missing)")
     return CachedMap(func, reader, directory=None if directory is None else os.fspath(directory), version=version,
                      key=key, memory_bytes=memory_bytes, disk_bytes=disk_bytes)

@@ -1,3 +1,4 @@
+import os
 import sqlite3
 
 import numpy as np
@@ -7,8 +8,10 @@ from readers.cache_db import (
     ID_BITS,
     UPSERT,
     NotACache,
+    database_bytes,
     evict,
     open_database,
+    release,
     row_keys,
     transaction,
 )
@@ -70,19 +73,24 @@ def test_row_keys_of_ids_and_of_names():
             row_keys(3, [bad])
 
 
-def test_eviction_takes_the_oldest_written_first_down_to_90_percent(tmp_path):
+def test_eviction_keeps_the_pages_in_use_under_the_limit_and_gives_the_rest_back(tmp_path):
     db = open_database(tmp_path)
+    assert db.execute("PRAGMA auto_vacuum").fetchone() == (2,)  # incremental: free pages can go back
     with transaction(db):
         db.execute("INSERT INTO spaces (ns, name, about, created) VALUES (1, 'x', '{}', 0)")
-        db.executemany(UPSERT, [(k, 1, bytes(100), 0, 100, float(k), None) for k in range(50)])
-    assert db.execute("SELECT entries, bytes FROM spaces").fetchone() == (50, 5000)
+        db.executemany(UPSERT, [(k, 1, bytes(5000), 0, 5000, float(k), None) for k in range(200)])
+    assert db.execute("SELECT entries, bytes FROM spaces").fetchone() == (200, 1_000_000)
+    full = database_bytes(db)
     with transaction(db):
-        assert evict(db, 6000) == 0
-        gone = evict(db, 4000)
+        assert evict(db, full) == 0
+        gone = evict(db, 400_000)
     left = [k for k, in db.execute("SELECT k FROM entries ORDER BY k")]
-    assert gone == 14 and left == list(range(14, 50))  # 3600 bytes left, at most 90% of 4000
-    assert db.execute("SELECT entries, bytes FROM spaces").fetchone() == (36, 3600)  # the triggers' counts
+    assert left == list(range(gone, 200)) and database_bytes(db) <= 400_000  # the oldest written went
+    assert db.execute("SELECT entries, bytes FROM spaces").fetchone() == (len(left), 5000 * len(left))
+    release(db)
+    db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    assert os.path.getsize(tmp_path / "cache.sqlite3") <= 450_000
     with transaction(db):  # a rewrite of an entry changes the counts by the difference
-        db.execute(UPSERT, (20, 1, bytes(10), 0, 10, 99.0, None))
-    assert db.execute("SELECT entries, bytes FROM spaces").fetchone() == (36, 3510)
+        db.execute(UPSERT, (left[0], 1, bytes(10), 0, 10, 99.0, None))
+    assert db.execute("SELECT entries, bytes FROM spaces").fetchone() == (len(left), 5000 * len(left) - 4990)
     db.close()

@@ -18,7 +18,9 @@ import zlib
 import numpy as np
 import pytest
 
+from readers import cache_codec, cache_store
 from readers.cache_codec import encode
+from readers.cache_db import database_bytes
 from readers.cache_store import DiskStore, evict, open_database, row_keys
 from tests.conftest import HANG, finishes, wait_until
 from tests.readers import cache_jobs as jobs
@@ -212,35 +214,47 @@ def test_a_damaged_blob_is_reported_corrupt_never_returned(stores, tmp_path):
 # -- the size limit ---------------------------------------------------------------------------
 
 
+def used_bytes(directory) -> int:
+    db = open_database(directory, create=False)
+    try:
+        return database_bytes(db)
+    finally:
+        db.close()
+
+
 def test_over_the_limit_the_oldest_written_entries_go_first(stores, tmp_path):
-    limit = 40_000
+    limit = 400_000  # the database's pages in use, about fifty entries of 8 KB
     store = stores(limit=limit, interval=60)
     ns = store.space(jobs.SPACE, jobs.ABOUT)
-    for batch in range(25):  # about 10 times the limit, in 25 transactions
-        put_keys(store, ns, range(batch * 10, batch * 10 + 10), make=lambda k: np.full(200, k))
+    for batch in range(25):  # about 5 times the limit, in 25 transactions
+        put_keys(store, ns, range(batch * 10, batch * 10 + 10), make=lambda k: np.full(1000, k))
         store.flush()
-        assert jobs.assert_counters_true(tmp_path)[1] <= limit
+        assert used_bytes(tmp_path) <= limit
+        jobs.assert_counters_true(tmp_path)
     kept = sorted(k & jobs.ID_MASK for (k,) in ask(tmp_path, "SELECT k FROM entries"))
     gone = sorted(set(range(250)) - set(kept))
     assert gone and max(gone) // 10 <= min(kept) // 10 and set(range(240, 250)) <= set(kept)
-    assert store.evictions == len(gone)
+    assert 25 <= len(kept) <= 50 and store.evictions == len(gone)
     assert ask(tmp_path, "SELECT value FROM meta WHERE key = 'disk_bytes'") == [(str(limit),)]
     found, corrupt = stores().get_many(*row_keys(ns, range(250)))
     assert sorted(k & jobs.ID_MASK for k in found) == kept and corrupt == []
-    assert all(found[k].tolist() == [k & jobs.ID_MASK] * 200 for k in found)
+    assert all(found[k].tolist() == [k & jobs.ID_MASK] * 1000 for k in found)
+    ask(tmp_path, "PRAGMA wal_checkpoint(TRUNCATE)")
+    assert os.path.getsize(tmp_path / "cache.sqlite3") <= 1.2 * limit  # the free pages went back to the disk
 
 
 def test_evict_deletes_the_oldest_down_to_nine_tenths_of_the_limit(tmp_path):
     db = open_database(tmp_path)
     try:
         db.execute("INSERT INTO spaces (ns, name, about, created) VALUES (1, 'n', '{}', 0)")
-        db.executemany("INSERT INTO entries (k, ns, v, crc, size, t) VALUES (?, 1, x'00', 0, 10, ?)",
-                       [(k, 1000.0 - k) for k in range(1000)])  # the highest k is the oldest
-        assert evict(db, 10_000) == 0
-        assert evict(db, 1000) == 910  # 10,000 bytes down to 900: over several rounds of 256
+        db.executemany("INSERT INTO entries (k, ns, v, crc, size, t) VALUES (?, 1, zeroblob(3000), 0, 3000, ?)",
+                       [(k, 1000.0 - k) for k in range(300)])  # the highest k is the oldest
+        full = database_bytes(db)
+        assert evict(db, full) == 0
+        gone = evict(db, full // 2)  # over several rounds of 256
         kept = [k for (k,) in db.execute("SELECT k FROM entries ORDER BY k")]
-        assert kept == list(range(90))
-        assert db.execute("SELECT entries, bytes FROM spaces").fetchall() == [(90, 900)]
+        assert kept == list(range(300 - gone)) and 0.4 * full <= database_bytes(db) <= 0.5 * full
+        assert db.execute("SELECT entries, bytes FROM spaces").fetchall() == [(len(kept), 3000 * len(kept))]
     finally:
         db.close()
 
@@ -248,16 +262,14 @@ def test_evict_deletes_the_oldest_down_to_nine_tenths_of_the_limit(tmp_path):
 # -- failures, forks, pickles -----------------------------------------------------------------
 
 
-class EncodedLate(dict):
-    """An entry whose encoding (in put, after it saw no failure) waits for the write in flight to have failed."""
-
-    def __init__(self, store: DiskStore, warned: list):
-        super().__init__(late=True)
-        self.store, self.warned = store, warned
-
-    def items(self):
-        wait_until(lambda: self.warned and not self.store._writing, HANG, "the write in flight to fail")
-        return super().items()
+def encoded_late(store: DiskStore, warned: list):
+    """readers.cache_store's encode, except that a {"late": True} entry's encoding (in put, after it saw no
+    failure) waits for the write in flight to have failed."""
+    def encode(value):
+        if value == {"late": True}:
+            wait_until(lambda: warned and not store._writing, HANG, "the write in flight to fail")
+        return cache_codec.encode(value)
+    return encode
 
 
 def test_a_failed_write_warns_once_and_every_later_put_is_dropped(stores, tmp_path, monkeypatch):
@@ -272,7 +284,8 @@ def test_a_failed_write_warns_once_and_every_later_put_is_dropped(stores, tmp_pa
     ns = store.space(jobs.SPACE, jobs.ABOUT)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        ks, names = put_keys(store, ns, range(5), make=lambda k: jobs.value(k) if k < 4 else EncodedLate(store, caught))
+        monkeypatch.setattr(cache_store, "encode", encoded_late(store, caught))
+        ks, names = put_keys(store, ns, range(5), make=lambda k: jobs.value(k) if k < 4 else {"late": True})
         finishes(store.flush, "flush while the writes fail")
         assert store.failed == "OSError: disk full"
         later, later_names = put_keys(store, ns, range(5, 10))

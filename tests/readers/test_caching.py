@@ -19,7 +19,7 @@ import pytest
 
 import batching
 import readers
-from readers.cache_codec import encode
+from readers.cache_db import database_bytes, open_database
 from readers.testing import assert_resumes_at_every_step, assert_same
 from tests.conftest import HANG
 from tests.readers import cache_nodes as nodes
@@ -92,10 +92,14 @@ def test_cached_hit_rate_per_node_node_shuffle_against_global_shuffle(tmp_path):
     data. node_shuffle keeps a node on its quarter, so from the second pass on every entry is a hit; a global
     shuffle deals each node a new random quarter each pass, of which the folder holds about a quarter."""
     n, passes, rates = 2000, 4, {}
-    blob = len(encode(nodes.features_of((np.int64(n - 1),))))  # every entry's blob has this size
+    quarter = readers.cached(nodes.source(n // 4), nodes.features_of, directory=tmp_path / "quarter",
+                             disk_bytes=1 << 40)  # (a bound, so stored as the bounded folders store them)
+    list(quarter())
+    with contextlib.closing(open_database(tmp_path / "quarter", create=False)) as db:
+        limit = int(database_bytes(db) * 1.1)  # the pages a quarter of the entries take, and some room
     for how in ("global", "node"):
         caches = [readers.cached(nodes.source(n), nodes.features_of, directory=tmp_path / how / f"node{node}",
-                                 memory_bytes=0, disk_bytes=n // 4 * blob + blob // 2) for node in range(4)]
+                                 memory_bytes=0, disk_bytes=limit) for node in range(4)]
         pipes = [readers.node_shuffle(c, seed=0) if how == "node" else readers.shard(readers.shuffle(c, seed=0),
                                                                                       node, 4)
                  for node, c in enumerate(caches)]
@@ -109,7 +113,7 @@ def test_cached_hit_rate_per_node_node_shuffle_against_global_shuffle(tmp_path):
         assert per_pass[0] == [0.0] * 4
         rates[how] = per_pass[1:]
     assert rates["node"] == [[1.0] * 4] * (passes - 1)
-    assert all(0.15 <= rate <= 0.35 for of_pass in rates["global"] for rate in of_pass), rates["global"]
+    assert all(0.1 <= rate <= 0.4 for of_pass in rates["global"] for rate in of_pass), rates["global"]
     print(f"\nnode_shuffle hit rate from pass 2: {np.mean(rates['node']):.1%} per node; global shuffle: "
           f"{np.mean(rates['global']):.1%} (each node and pass {np.min(rates['global']):.1%} to "
           f"{np.max(rates['global']):.1%}; {n} samples, each node's folder holding a quarter)")
@@ -133,10 +137,11 @@ def exit_codes(jobs: list, timeout: float, gate: Gate) -> list:
 
 
 #: The race window of processes sharing a folder (readers.caching.cached's doc): two both compute an entry only
-#: when one asks for it before the other's write of it is committed, which is within DiskStore's interval
-#: (0.5 s) of computing it; so two computations of one entry are at most about that far apart. 1 s of slack
-#: covers the commit itself and a loaded machine; slow_feature's sleep makes anything else stand out.
-RACE_WINDOW = 0.5 + 1.0
+#: when one asks for it before the other's write of it is committed, within DiskStore's interval (0.5 s) of
+#: computing it, and the other looks at the disk again every 0.25 s and between groups of 16 misses (16 x 10 ms
+#: of slow_feature); 1.5 s of slack covers the commit itself and a loaded machine. Before the second look, a
+#: group of 256 misses made gaps of 1.5-2.4 s.
+RACE_WINDOW = 0.75 + 0.16 + 1.5
 
 
 def test_cached_two_processes_share_one_folder_each_entry_computed_once_outside_the_race_window(tmp_path,
