@@ -192,6 +192,8 @@ def clear_cache(directory: str | os.PathLike, ns: int | None = None, *, timeout:
             entries = db.execute(f"DELETE FROM entries{where}", args).rowcount
             # the triggers zeroed entries and bytes; the compute record goes with what it was a record of
             db.execute(f"UPDATE spaces SET computed = 0, compute_s = 0{where}", args)
+            if ns is None:  # the whole cache: its bound goes too (a process that gives one sets it again)
+                db.execute("DELETE FROM meta WHERE key = 'disk_bytes'")
         except BaseException:
             db.execute("ROLLBACK")
             raise

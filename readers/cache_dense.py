@@ -110,23 +110,26 @@ class DenseFile:
                 temp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
                 made = np.lib.format.open_memmap(temp, mode="w+", dtype=dtype, shape=(self.hi - self.lo, *shape))
                 del made
-                try:
+                with contextlib.suppress(FileExistsError, FileNotFoundError):  # (made by another, or cleared)
                     os.link(temp, path)
-                except FileExistsError:
-                    pass
-                finally:
+                with contextlib.suppress(FileNotFoundError):
                     os.unlink(temp)
+            try:
+                damage = _damage(path)
+            except FileNotFoundError:
+                continue
+            if damage is not None:  # its header cannot be read: made again (any other error is raised)
+                warnings.warn(f"{path} is damaged ({damage}); it is made again, and its entries computed again",
+                              RuntimeWarning, stacklevel=4)
+                self.remade = True  # what the database says is in it is not: the store forgets those rows
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(path)
+                continue
             try:
                 column = np.load(path, mmap_mode="r+")
                 break
             except FileNotFoundError:
                 continue
-            except Exception as exc:  # its header damaged (numpy's parser raises many kinds): made again
-                warnings.warn(f"{path} is damaged ({exc}); it is made again, and its entries computed again",
-                              RuntimeWarning, stacklevel=4)
-                self.remade = True  # what the database says is in it is not: the store forgets those rows
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(path)
         else:
             raise FileNotFoundError(f"{path} vanished as soon as it was made, three times: is something clearing "
                                     f"{os.path.dirname(path)} over and over?")
@@ -210,6 +213,23 @@ class DenseFile:
     def describe(self) -> str:
         """The layout as stored in the database."""
         return json.dumps({"lo": self.lo, "hi": self.hi, "layout": self.layout})
+
+
+def _damage(path: str) -> str | None:
+    """What is wrong with the ``.npy`` header at ``path``, or None when it reads; an OSError (no such file, too
+    many open files) is raised, not taken for damage."""
+    with open(path, "rb") as file:
+        try:
+            version = np.lib.format.read_magic(file)
+            read = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
+            if version not in read:
+                return f"format version {version}"
+            read[version](file)
+        except OSError:
+            raise
+        except Exception as exc:  # numpy's header parser raises many kinds
+            return f"{type(exc).__name__}: {exc}"
+    return None
 
 
 def _cells(kind: str, column: np.ndarray) -> Any:

@@ -1,14 +1,17 @@
 """The memory tier of ``readers.cached``: least recently used entries within a byte budget.
 
-A hit hands out the object the tier holds, so ``keep`` makes what it holds
-safe to hand out again: arrays as read-only views (a copy, when a small view
-would keep a bigger array alive unseen by the budget), and an entry that
-holds lists, dicts or sets as its encoded blob (``readers.cache_codec``),
-decoded afresh on every hit, so that changing what one pass got changes
-nothing later. An entry the codec cannot encode is kept as it is.
+A hit hands out what the tier holds, so ``keep`` makes it safe to hand out
+again: its arrays read-only and its own (a copy of one the function could
+still write into, or of a small view of a bigger array, which would keep the
+big one alive unseen by the budget); and an entry that holds lists, dicts,
+sets or bytearrays is handed out as a fresh copy of those containers on each
+hit (its arrays shared, read-only), so that changing what one pass got
+changes nothing later. Other objects an entry holds are handed out as they
+are.
 """
 from __future__ import annotations
 
+import copy
 import operator
 import os
 import threading
@@ -19,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from readers.cache_codec import decode, encode, size_of
+from readers.cache_codec import size_of
 
 __all__ = ["MISSING", "MemoryTier"]
 
@@ -29,35 +32,69 @@ _first = operator.itemgetter(0)
 
 
 def _frozen(a: np.ndarray) -> np.ndarray:
-    """A read-only view of ``a`` (the array func returned, perhaps one of its own, stays as it was); a copy when
-    ``a`` is a small view of a bigger array, which the memory tier's budget would not see."""
+    """``a`` as the tier keeps it: read-only, and its own. An array func can still write into (a buffer it
+    reuses, one of its tables) is copied, and so is a small view of a bigger array, which would keep the big
+    one alive unseen by the budget; one already read-only and compact (from the disk tier) is kept as it is."""
     base = a.base if isinstance(a.base, np.ndarray) else None
-    view = a.copy() if base is not None and base.nbytes > 2 * a.nbytes else a.view()
-    view.flags.writeable = False
-    return view
+    if a.flags.writeable or (base is not None and base.nbytes > 2 * a.nbytes):
+        a = a.copy()
+        a.flags.writeable = False
+    return a
 
 
-def _read_only(value: Any) -> Any:
-    """The entry with its arrays (an array, or the arrays of a tuple) as read-only views: a hit hands out the
-    same object, and writing into it would change what every later pass reads."""
+_CONTAINERS = (list, dict, set, bytearray)
+
+
+def _freeze(value: Any) -> tuple[Any, bool]:
+    """(``value`` with every array in it ``_frozen``, whether it holds a list, dict, set or bytearray anywhere:
+    such an entry is handed out as a fresh copy of its containers on each hit, ``_thaw``)."""
     if isinstance(value, np.ndarray):
-        return _frozen(value)
-    if isinstance(value, tuple) and any(isinstance(v, np.ndarray) for v in value):
-        items = [_frozen(v) if isinstance(v, np.ndarray) else v for v in value]
-        return type(value)(*items) if hasattr(value, "_fields") else tuple(items)  # a namedtuple stays one
+        return _frozen(value), False
+    if isinstance(value, tuple):
+        if not value:
+            return value, False
+        items, mutable = zip(*map(_freeze, value))
+        if any(i is not v for i, v in zip(items, value)):
+            value = type(value)(*items) if hasattr(value, "_fields") else type(value)(items)
+        return value, any(mutable)
+    if isinstance(value, dict):
+        out = copy.copy(value)  # a subclass keeps its type and state (a defaultdict its factory)
+        for k, v in value.items():
+            out[k] = _freeze(v)[0]
+        return out, True
+    if isinstance(value, list):
+        out = copy.copy(value)
+        out[:] = [_freeze(v)[0] for v in value]
+        return out, True
+    return value, isinstance(value, _CONTAINERS)  # a set's items are hashable: no arrays in it
+
+
+def _thaw(value: Any) -> Any:
+    """A fresh copy of ``value``'s containers (its arrays, read-only, shared): what a hit hands out."""
+    if isinstance(value, tuple):
+        items = [_thaw(v) for v in value]
+        return type(value)(*items) if hasattr(value, "_fields") else type(value)(items)
+    if isinstance(value, dict):
+        out = copy.copy(value)  # a subclass keeps its type and state (a defaultdict its factory)
+        for k, v in value.items():
+            out[k] = _thaw(v)
+        return out
+    if isinstance(value, list):
+        out = copy.copy(value)
+        out[:] = [_thaw(v) for v in value]
+        return out
+    if isinstance(value, (set, bytearray)):
+        return copy.copy(value)
     return value
 
 
-def _mutable(value: Any) -> bool:
-    """Whether ``value`` holds a list, dict or set anywhere: such an entry is kept in memory encoded, and each
-    hit decodes a fresh copy, so that changing what one pass got changes nothing later."""
-    if isinstance(value, (list, dict, set, bytearray)):
-        return True
-    return isinstance(value, tuple) and any(map(_mutable, value))
+class _Thawed:
+    """An entry the tier holds whose containers each hit copies."""
 
+    __slots__ = ("value",)
 
-class _Encoded(bytes):
-    """An entry the memory tier keeps as its blob (``readers.cache_codec``)."""
+    def __init__(self, value: Any):
+        self.value = value
 
 
 _tiers: weakref.WeakSet = weakref.WeakSet()
@@ -97,7 +134,7 @@ class MemoryTier:
         _tiers.add(self)
         self.bytes = 0
         self.evictions = 0
-        self.encoded = False  # whether any entry is kept encoded: hits look for them only then
+        self.copying = False  # whether any entry holds containers to copy: hits look for them only then
 
     def __getstate__(self) -> dict:
         return {"budget": self.budget}
@@ -124,8 +161,8 @@ class MemoryTier:
                     if f is not None:
                         entries.move_to_end(k)
                 out = [MISSING if f is None else f[0] for f in found]
-        if self.encoded:
-            return [decode(v) if type(v) is _Encoded else v for v in out]
+        if self.copying:
+            return [_thaw(v.value) if type(v) is _Thawed else v for v in out]
         return out
 
     def keep(self, key: Hashable, value: Any) -> Any:
@@ -137,18 +174,13 @@ class MemoryTier:
         >>> m.get_many(["a"])
         [{'ids': [1, 2]}]
         """
-        value = _read_only(value)
-        if self.budget > 0 and _mutable(value):
-            try:
-                blob = _Encoded(encode(value))
-            except TypeError:  # not storable: kept as it is
-                pass
-            else:
-                self.encoded = True
-                self.put(key, blob, len(blob) + 64)
-                return decode(blob)
-        self.put(key, value)
-        return value
+        value, mutable = _freeze(value)
+        if not mutable:
+            self.put(key, value)
+            return value
+        self.copying = True
+        self.put(key, _Thawed(value), size_of(value) + 64)
+        return _thaw(value)
 
     def put(self, key: Hashable, value: Any, size: int | None = None) -> None:
         """Keep ``value`` under ``key`` (its size measured unless given), evicting the least recently used."""

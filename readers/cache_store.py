@@ -44,7 +44,7 @@ from readers.cache_dense import MAX_BYTES, MAX_ROWS, DenseFile, layout_of
 
 __all__ = ["DiskStore", "open_database", "row_keys"]
 
-RETRIES = 3  # tries of a write that finds the database busy past its timeout
+RETRIES = 3  # tries of a write that finds the database busy past its 60 s timeout: within flush's 300 s
 URGENT_BYTES = 8 << 20  # a batch this big is written at once, and a put waits while the one before is written
 
 _abandoned: list = []  # connections a forked child inherited: never used, never closed (the parent owns them)
@@ -183,7 +183,8 @@ class DiskStore:
         with self._cond:
             for source in (self._pending, self._writing):  # what this process computed and has not committed
                 for k in [k for k in want if k in source]:
-                    found[k] = source[k][-1]
+                    blob = source[k][1]  # decoded afresh, not the object handed out when it was computed
+                    found[k] = source[k][-1] if blob is None else decode(blob)
                     del want[k]
         spaces = {k >> ID_BITS for k, name in want.items() if name is None}
         for ns in spaces:  # rows this process knows are in a dense file: no query
@@ -278,7 +279,7 @@ class DiskStore:
                 while self._pending_bytes >= URGENT_BYTES and self._writing and self.failed is None:
                     self._cond.wait(1.0)
 
-    def flush(self, timeout: float = 120.0) -> None:
+    def flush(self, timeout: float = 300.0) -> None:
         """Wait until everything put so far is committed (or the writes have failed, as warned)."""
         self._forked()
         deadline = time.monotonic() + timeout
@@ -351,7 +352,8 @@ class DiskStore:
             gone = 0 if self.limit is None else evict(db, self.limit)
         if gone:
             self.evictions += gone
-            release(db)
+            with contextlib.suppress(sqlite3.OperationalError):  # (busy: the next eviction gives them back)
+                release(db)
         for dense, i, crc in dense_rows:
             dense.know([i], [crc])
         self.written_bytes += sum(r[4] for r in rows)

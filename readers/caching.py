@@ -28,7 +28,6 @@ old one computed.
 from __future__ import annotations
 
 import hashlib
-import itertools
 import json
 import os
 import time
@@ -51,6 +50,8 @@ __all__ = ["MEMORY_BYTES", "CachedMap", "cached"]
 
 #: The memory tier's default budget: per cached reader, in each process that runs it.
 MEMORY_BYTES = 256 << 20
+#: The least ``disk_bytes``: an empty cache's database takes about 50 KiB.
+MIN_DISK_BYTES = 64 << 10
 _STEP = 256  # samples looked up at a time
 _WINDOW = 64  # entries of a stream read ahead to look up at once
 _GROUP = 16  # misses computed between two looks at the disk, when computing takes long
@@ -215,9 +216,22 @@ class CachedMap(Mapped):
                 done = j + 1
 
     def _seek(self, pass_id: int, cursor: int) -> Iterator:
-        entries = iterate(self.parents[0], pass_id, cursor)
-        while window := list(itertools.islice(entries, _WINDOW)):  # looked up a window at a time
+        """A stream, looked up a window at a time: 1 entry, then 2, 4, ... up to 64, so the first comes at once;
+        an error reading the stream comes after the entries read before it, as from a plain map."""
+        entries, size = iterate(self.parents[0], pass_id, cursor), 1
+        while True:
+            window: list = []
+            try:
+                for _ in range(size):
+                    window.append(next(entries))
+            except StopIteration:
+                yield from self._through([self._key_of(e) for e in window], window, None)
+                return
+            except Exception:
+                yield from self._through([self._key_of(e) for e in window], window, None)
+                raise
             yield from self._through([self._key_of(e) for e in window], window, None)
+            size = min(2 * size, _WINDOW)
 
     def _end_pass(self) -> None:
         if self.store is not None:
@@ -319,10 +333,10 @@ def cached(reader: Any, func: Callable, *, directory: str | os.PathLike | None =
     bytes, or plain tuples, lists and dicts of them (``readers.cache_codec``).
 
     Cached arrays are read-only: every pass hands out the same object, and
-    writing into one would change later passes; an entry holding lists,
-    dicts or sets is handed out as a fresh copy on each hit. Two processes that ask for an
-    entry before either has written it both compute it, and both write the
-    same value. The window: the first commits within about half a second of
+    writing into one would change later passes (an array ``func`` could
+    still write into is copied first). Each hit gets fresh copies of an
+    entry's lists, dicts and sets. Two processes that ask for an entry before
+    either has written it both compute it, and both write the same value. The window: the first commits within about half a second of
     computing it, and the other, while computing its misses, looks at the
     disk again every quarter second (and between groups of 16 misses), so it
     is about 0.75 s plus the time of 16 calls of ``func``.
@@ -353,6 +367,9 @@ def cached(reader: Any, func: Callable, *, directory: str | os.PathLike | None =
     memory_bytes = whole(memory_bytes, "memory_bytes", "cached", floats=False)
     if disk_bytes is not None:
         disk_bytes = whole(disk_bytes, "disk_bytes", "cached", 1, floats=False)
+        if disk_bytes < MIN_DISK_BYTES:
+            raise ValueError(f"cached: disk_bytes={disk_bytes:,} is less than the database's own pages take "
+                             f"(give at least {MIN_DISK_BYTES:,}), so the cache would keep nothing")
         if directory is None:
             raise ValueError("cached: disk_bytes limits the disk tier, which needs directory=")
     if directory is not None and not isinstance(directory, (str, os.PathLike)):

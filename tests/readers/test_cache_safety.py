@@ -171,3 +171,81 @@ def test_folders_that_cannot_hold_a_cache_are_refused_naming_them(tmp_path):
     (tmp_path / "taken" / "cache.sqlite3").mkdir(parents=True)  # sqlite cannot open its database there
     with pytest.raises(OSError, match=r"cannot open the cache in .*taken/cache.sqlite3 .*must be writable"):
         list(readers.cached(source(), abs, directory=tmp_path / "taken")())
+
+
+def test_a_buffer_func_reuses_is_copied_not_shared_by_every_entry(tmp_path):
+    buffer = np.zeros(4, dtype=np.float32)
+
+    def into_buffer(e):
+        buffer[:] = e[0]
+        return buffer
+
+    r = readers.cached(source(), into_buffer, directory=tmp_path)
+    want = [e[0].tolist() for e in source()()]
+    assert [v.tolist() for v in r()] == want and [v.tolist() for v in r()] == want
+    r.close()
+    assert [v.tolist() for v in readers.cached(source(), into_buffer, directory=tmp_path)()] == want
+
+
+def test_sets_and_dict_subclasses_are_handed_out_as_fresh_copies():
+    import collections
+
+    r = readers.cached(source(), lambda e: (collections.defaultdict(list, x=[int(e[1])]), {int(e[1])}, e[0]))
+    first = list(r())
+    first[2][0]["x"].append(7), first[2][0]["new"].append(1), first[2][1].add(99)
+    again = list(r())
+    assert again[2][0] == {"x": [2]} and type(again[2][0]) is collections.defaultdict and again[2][1] == {2}
+    assert again[2][0].default_factory is list and not again[2][2].flags.writeable
+
+
+def test_an_error_opening_a_dense_file_is_raised_not_taken_for_damage(tmp_path, monkeypatch):
+    def f(e):
+        return e[0] * 2
+
+    first = readers.cached(source(), f, directory=tmp_path)
+    list(first())
+    first.close()
+
+    def too_many(*args, **kwargs):
+        raise OSError(24, "Too many open files")
+
+    monkeypatch.setattr(np, "load", too_many)
+    with pytest.raises(OSError, match="Too many open files"):
+        list(readers.cached(source(), f, directory=tmp_path)())
+    monkeypatch.undo()
+    again = readers.cached(source(), f, directory=tmp_path)
+    quiet_pass(again)
+    assert again.stats()["disk_hits"] == 20  # nothing was deleted
+
+
+def test_a_keyed_stream_gives_its_first_entry_at_once_and_every_entry_read_before_an_error():
+    read = []
+
+    def stream():
+        for i in range(10):
+            read.append(i)
+            yield i
+        raise RuntimeError("the source broke")
+
+    it = iter(readers.cached(stream, lambda e: e * 2, key=lambda e: e)())
+    assert next(it) == 0 and read == [0]
+    got = []
+    with pytest.raises(RuntimeError, match="the source broke"):
+        for v in it:
+            got.append(v)
+    assert got == [2 * i for i in range(1, 10)]
+
+
+def test_a_bound_too_small_to_keep_anything_is_refused_and_clear_lifts_a_folders_bound(tmp_path):
+    from readers.cache_admin import clear_cache
+
+    with pytest.raises(ValueError, match=r"disk_bytes=1,000 is less than the database's own pages take"):
+        readers.cached(source(), abs, directory=tmp_path, disk_bytes=1000)
+    bounded = readers.cached(source(), lambda e: e[0] + 1, directory=tmp_path, disk_bytes=1 << 20)
+    list(bounded())
+    bounded.close()
+    clear_cache(tmp_path)
+    free = readers.cached(source(), lambda e: e[0] + 1, directory=tmp_path)
+    list(free())
+    free.close()
+    assert [f for f in os.listdir(tmp_path) if f.startswith("dense-")]  # unbounded again: dense files
