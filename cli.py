@@ -5,6 +5,7 @@
     python cli.py inspect --reader mnist        columns, dtypes, shapes, first entries
     python cli.py bench --reader mnist          per prefetch stage: throughput, waits; the bottleneck
     python cli.py serve --reader mnist          serve its entries to readers.remote clients over TCP
+    python cli.py cache info DIR                what a readers.cached folder holds (cache clear DIR empties it)
 
 >>> from click.testing import CliRunner
 >>> CliRunner().invoke(main, ["--help"]).exit_code
@@ -13,7 +14,6 @@
 from __future__ import annotations
 
 import errno
-import functools
 import json
 import os
 import sys
@@ -22,23 +22,10 @@ from typing import Any
 
 import click
 
+from train.cache_command import cache_group
+from train.console import fail_cleanly
+
 __all__ = ["main"]
-
-
-def _fail_cleanly(command: Callable) -> Callable:
-    """Known errors become one line and a non-zero exit, not a traceback."""
-
-    @functools.wraps(command)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        from readers.datafiles import MissingDataError
-        from readers.registry import PluginError
-
-        try:
-            return command(*args, **kwargs)
-        except (MissingDataError, PluginError, ValueError, TypeError, OSError) as exc:
-            raise click.ClickException(str(exc)) from None
-
-    return wrapper
 
 
 def _reader_options(command: Callable) -> Callable:
@@ -118,7 +105,7 @@ def main() -> None:
 @click.option("--vocab-size", type=click.IntRange(min=2), default=None,
               help="With --config: token ids 0..N-1.  [default: one more than the largest id in 1,000 windows "
                    "spread over the data, at least 256]")
-@_fail_cleanly
+@fail_cleanly
 def train(**params: Any) -> None:
     """Train a model on a reader, with a progress bar and test accuracy per pass.
 
@@ -153,7 +140,7 @@ def _describe_value(value: Any) -> str:
 @main.command("inspect")
 @_reader_options
 @click.option("--count", default=3, show_default=True, type=click.IntRange(min=0), help="How many entries to show.")
-@_fail_cleanly
+@fail_cleanly
 def inspect_reader(reader_name: str, data_dir: str | None, download: bool, count: int) -> None:
     """Show a reader's columns, dtypes, shapes, length and first entries."""
     import numpy as np
@@ -201,7 +188,7 @@ def inspect_reader(reader_name: str, data_dir: str | None, download: bool, count
 @click.option("--passes", default=1, show_default=True, type=click.IntRange(min=1),
               help="Passes of each measurement; the last counts (earlier ones warm caches).")
 @click.option("--log-json", type=click.Path(dir_okay=False), default=None, help="Also write the figures to this file, as one JSON object.")
-@_fail_cleanly
+@fail_cleanly
 def bench(reader_name: str, data_dir: str | None, download: bool, workers: int, mode: str, batch_size: int,
           limit: int, step_ms: float, passes: int, log_json: str | None) -> None:
     """Measure a reader behind prefetch workers, stage by stage, and name the bottleneck.
@@ -262,7 +249,7 @@ def bench(reader_name: str, data_dir: str | None, download: bool, workers: int, 
 @click.option("--tls-key", type=click.Path(exists=True, dir_okay=False), default=None, help="Its private key (PEM).")
 @click.option("--idle-timeout", default=600.0, show_default=True, type=click.FloatRange(min=0, min_open=True),
               help="Close a connection with no request for this many seconds.")
-@_fail_cleanly
+@fail_cleanly
 def serve(reader_name: str, data_dir: str | None, download: bool, config: str | None, split: str, host: str,
           port: int, secret_file: str | None, tls_cert: str | None, tls_key: str | None, idle_timeout: float) -> None:
     """Serve an indexed reader's entries to readers.remote clients over TCP, until SIGTERM or Ctrl-C."""
@@ -323,7 +310,7 @@ def _served(reader_name: str, data_dir: str | None, download: bool, config: str 
 @click.option("--out", required=True, type=click.Path(file_okay=False), help="Folder to write tokens.bin into.")
 @click.option("--token-size", default="2", show_default=True, type=click.Choice(["2", "4"]),
               help="Bytes per token in the file.")
-@_fail_cleanly
+@fail_cleanly
 def tokenize(sources: tuple[str, ...], out: str, token_size: int | str) -> None:
     """Turn text files into one .bin file of byte-level tokens (0..255), for readers.tokens and data.toml."""
     from readers.tokens import tokenize_bytes
@@ -353,44 +340,7 @@ def tokenize(sources: tuple[str, ...], out: str, token_size: int | str) -> None:
                "and a state.toml whose data location is Local = that folder (see the README)", err=True)
 
 
-@main.group("cache")
-def cache() -> None:
-    """Look into, or empty, the disk cache of readers.cached(..., directory=DIR)."""
-
-
-@cache.command("info")
-@click.argument("directory", type=click.Path(file_okay=False))
-@click.option("--json", "as_json", is_flag=True, help="Print the figures as one JSON object.")
-@_fail_cleanly
-def cache_info_command(directory: str, as_json: bool) -> None:
-    """Show what the cache in DIRECTORY holds, per namespace and in all.
-
-    A namespace is a function over a dataset: a line each with its entries, their size and the function's mean
-    time per entry; then the totals and the limit (disk_bytes)."""
-    from readers.cache_admin import cache_info, info_lines
-
-    info = cache_info(directory)
-    click.echo(json.dumps(info, indent=2) if as_json else "\n".join(info_lines(info)))
-
-
-@cache.command("clear")
-@click.argument("directory", type=click.Path(file_okay=False))
-@click.option("--ns", type=int, default=None, help="Empty only this namespace (a number `cache info` shows).")
-@click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
-@_fail_cleanly
-def cache_clear_command(directory: str, ns: int | None, yes: bool) -> None:
-    """Empty the cache in DIRECTORY and give the space back.
-
-    Processes using the cache meanwhile compute what they ask for again."""
-    from readers.cache_admin import cache_info, clear_cache, cleared_line
-
-    if not yes:
-        info = cache_info(directory)  # a folder with no cache fails before the question
-        held = [s for s in info["namespaces"] if ns in (None, s["ns"])]
-        if held:  # an --ns it does not hold is refused below, unasked
-            click.confirm(f"delete {sum(s['entries'] for s in held):,} entries ({sum(s['bytes'] for s in held) / (1 << 20):,.2f} "
-                          f"MiB) from {info['directory']}{'' if ns is None else f' (namespace {ns})'}?", abort=True)
-    click.echo(cleared_line(clear_cache(directory, ns)))
+main.add_command(cache_group)
 
 
 if __name__ == "__main__":

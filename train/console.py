@@ -3,17 +3,19 @@ with the checkpoint.
 """
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
 import sys
+from collections.abc import Callable
 from typing import Any
 
 import click
 
 from train.events import BeginPass, EndIteration, EndPass, TestResult
 
-__all__ = ["Progress", "in_flag_words", "keep_passes_before"]
+__all__ = ["Progress", "fail_cleanly", "in_flag_words", "keep_passes_before"]
 
 
 class Progress:
@@ -164,3 +166,29 @@ def in_flag_words(message: str) -> str:
         if flag not in lines or key.startswith("config."):
             lines[flag] = f"{flag}{colon}{value}"
     return f"{head} ({'; '.join(lines.values())}); {tail}"
+
+
+def fail_cleanly(command: Callable) -> Callable:
+    """Known errors become one line and a non-zero exit, not a traceback: the command line's commands wear it.
+
+    >>> import click
+    >>> from click.testing import CliRunner
+    >>> @click.command()
+    ... @fail_cleanly
+    ... def broken():
+    ...     raise ValueError("no such folder: /nowhere")
+    >>> CliRunner().invoke(broken).output
+    'Error: no such folder: /nowhere\\n'
+    """
+
+    @functools.wraps(command)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        from readers.datafiles import MissingDataError
+        from readers.registry import PluginError
+
+        try:
+            return command(*args, **kwargs)
+        except (MissingDataError, PluginError, ValueError, TypeError, OSError) as exc:
+            raise click.ClickException(str(exc)) from None
+
+    return wrapper

@@ -1,4 +1,4 @@
-"""`python cli.py cache info|clear DIR`: the table, --json, the confirmation, and refusals without a traceback."""
+"""`python cli.py cache info|clear DIR` (train.cache_command): tables, --json, confirmation, clean refusals."""
 from __future__ import annotations
 
 import json
@@ -15,7 +15,7 @@ import readers
 from cli import main
 from readers.cache_admin import cache_info
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 def halve(entry):
