@@ -57,6 +57,8 @@ from readers.launch import WorkerInfo, worker_context, worker_info
 from readers.locality import node_shuffle as _node_shuffle
 from readers.mixing import mix as _mix
 from readers.parallel import WorkerDiedError
+from readers.pipeline_db import NotAPipelineStore
+from readers.pipeline_store import PipelineStore
 from readers.remote import RemoteUnavailable, remote
 from readers.rounds import assign_batches
 from readers.runfiles import (
@@ -72,6 +74,7 @@ from readers.schedule import BatchSchedule
 from readers.sources import from_arrays, from_sequence, np_array, text_file
 from readers.stage import IndexedReader, Reader, Stage
 from readers.tokens import tokens
+from readers.trigger_sets import trigger_set
 from readers.wire import NotAuthorised, RemoteError, UnsupportedVersion
 
 __all__ = [
@@ -81,7 +84,9 @@ __all__ = [
     "DataConfig",
     "IndexedReader",
     "LocalData",
+    "NotAPipelineStore",
     "NotAuthorised",
+    "PipelineStore",
     "Reader",
     "RemoteError",
     "RemoteUnavailable",
@@ -121,6 +126,7 @@ __all__ = [
     "text_file",
     "tokens",
     "torch_dataset",
+    "trigger_set",
     "tune_allocator",
     "with_index",
     "worker_context",

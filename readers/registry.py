@@ -64,7 +64,7 @@ __all__ = [
 
 #: Import strings (``module`` or ``module:attribute``) of the built-in plugins, by kind and name.
 BUILTINS: dict[str, dict[str, str]] = {
-    "readers": {"mnist": "readers.mnist"},
+    "readers": {"mnist": "readers.mnist", "split-mnist": "readers.split_mnist"},
     "models": {"mlp": "train.models:MLP", "softmax": "train.models:SoftmaxRegression"},
 }
 _SINGULAR = {"readers": "reader", "models": "model"}
@@ -331,7 +331,8 @@ def list_plugins(kind: str) -> list[PluginInfo]:
     shows its error as the summary instead.
 
     >>> [p for p in list_plugins("readers") if p.source == "built-in"]
-    [PluginInfo(name='mnist', source='built-in', summary='MNIST (and anything in its format, such as Fashion-MNIST): indexed readers.')]
+    [PluginInfo(name='mnist', source='built-in', summary='MNIST (and anything in its format, such as Fashion-MNIST): indexed readers.'),
+     PluginInfo(name='split-mnist', source='built-in', summary="Split-MNIST: MNIST's classes 0-1, then 2-3, and so on, as a timestamped stream of one day per task.")]
     """
     _check_kind(kind)
     winners: dict[str, str] = {}

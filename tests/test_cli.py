@@ -87,7 +87,7 @@ def test_cli_train_with_a_users_reader_creator():
 
 
 @pytest.mark.parametrize("args, message", [
-    (["train", "--reader", "nosuch"], "Error: unknown reader 'nosuch'; known readers: mnist."),
+    (["train", "--reader", "nosuch"], "Error: unknown reader 'nosuch'; known readers: mnist, split-mnist."),
     (["train", "--reader", "nosuch_module:make"], "Error: cannot import module 'nosuch_module'"),
     (["train", "--model", "nosuch"], "Error: unknown model 'nosuch'"),
     (["train", "--reader", "tests.test_cli:three_columns"], "Error: reader 'tests.test_cli:three_columns' gives entries that are a tuple of 3 columns"),

@@ -6,6 +6,11 @@
 (``MLP``, ``SoftmaxRegression``) or any object with ``step``, ``evaluate``,
 ``state_dict`` and ``load_state_dict``.
 
+For continual pipelines (Modyn's training supervisor): triggers that fire on a
+timestamped stream (``EveryN``, ``EveryT``, ``Drift``; ``parse_trigger``) and
+strategies that choose each trigger's training set (``NewData``, ``AllData``,
+``GDumb``; ``parse_strategy``).
+
 >>> import numpy as np, readers
 >>> x = np.random.default_rng(0).normal(size=(64, 3)).astype(np.float32)
 >>> y = (x[:, 0] > 0).astype(np.int64)
@@ -27,23 +32,35 @@ from train.feeds import columns_of, feeds
 from train.language import NextTokenMLP, TokenRangeError, unigram_entropy
 from train.models import MLP, SoftmaxRegression
 from train.steps import train_steps
+from train.strategies import AllData, GDumb, NewData, Strategy, parse_strategy
+from train.triggers import Drift, EveryN, EveryT, Trigger, parse_trigger
 
 __all__ = [
+    "AllData",
     "BeginIteration",
     "BeginPass",
     "CheckpointError",
+    "Drift",
     "EndIteration",
     "EndPass",
     "Event",
+    "EveryN",
+    "EveryT",
+    "GDumb",
     "MLP",
+    "NewData",
     "NextTokenMLP",
     "SoftmaxRegression",
+    "Strategy",
     "TestResult",
     "TokenRangeError",
+    "Trigger",
     "columns_of",
     "evaluate",
     "feeds",
     "load_checkpoint",
+    "parse_strategy",
+    "parse_trigger",
     "save_checkpoint",
     "train",
     "train_steps",

@@ -1,0 +1,355 @@
+"""``PipelineStore``: continual-learning pipelines, their triggers' training sets and their trainings, in one file.
+
+A pipeline process registers itself, stores each trigger's training set and
+reports its trainings; any other process opens the same file to read a set
+back (``readers.trigger_set``) or to ask how a training is going, by its
+``training_id``, at any time. Every write is one transaction, so a process
+killed mid-trigger leaves the earlier triggers whole and none of its set; a
+restarted pipeline asks ``last_trigger`` where to go on and calls
+``mark_abandoned`` for the trainings the dead process left "running". The
+tables and the file's layout are ``readers.pipeline_db``'s.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from readers.checks import whole
+from readers.pipeline_db import as_json, decode_set, encode_set, listed, open_store
+
+__all__ = ["PipelineStore", "Trigger"]
+
+_TRAINING = ("training_id", "pipeline_id", "trigger_id", "status", "progress", "metrics", "started", "ended", "error")
+
+
+class Trigger(NamedTuple):
+    """A stored trigger's set: its keys (int64), weights (float32), the stream position it covers, its info.
+
+    >>> Trigger(np.array([3]), np.ones(1, np.float32), 10, {}).position
+    10
+    """
+
+    keys: np.ndarray
+    weights: np.ndarray
+    position: int
+    info: dict
+
+
+def _now() -> float:
+    return time.time()
+
+
+def _progress(progress: Any) -> str:
+    """A training's progress as stored: a float from 0 to 1, or a dict (JSON)."""
+    if isinstance(progress, dict):
+        return as_json(progress, "progress", "update_training")
+    if isinstance(progress, (int, float, np.integer, np.floating)) and not isinstance(progress, (bool, np.bool_)) \
+            and 0 <= progress <= 1:
+        return json.dumps(float(progress))
+    raise ValueError(f"update_training: progress must be a float from 0 to 1 or a dict (e.g. {{'step': 10, "
+                     f"'steps': 100}}), got {progress!r}")
+
+
+class PipelineStore:
+    """Pipelines, their triggers' training sets and trainings, in the sqlite3 file ``path`` (see the module).
+
+    Ids: pipelines and trainings count from 1; each pipeline's triggers, from
+    0. One store serves a writer thread and reader threads (they take turns
+    on one connection); other processes open the same file. It pickles as
+    its path, so a worker reopens it. ``close()`` may be called again.
+
+    >>> import os, tempfile
+    >>> folder = tempfile.TemporaryDirectory()
+    >>> store = PipelineStore(os.path.join(folder.name, "pipelines.db"))
+    >>> p = store.register_pipeline({"model": "mlp", "trigger": {"every": 100}})
+    >>> store.add_trigger(p, 0, np.array([4, 1, 7]), position=100, info={"classes": {"0": 2, "1": 1}})
+    >>> store.add_trigger(p, 1, np.array([7, 120]), [2.0, 1.0], position=200)
+    >>> store.triggers(p), store.last_trigger(p)
+    ([0, 1], (1, 200))
+    >>> keys, weights, position, info = store.trigger(p, 1)
+    >>> keys.tolist(), weights.tolist(), position, info
+    ([7, 120], [2.0, 1.0], 200, {})
+    >>> t = store.start_training(p, 1)
+    >>> store.update_training(t, progress=0.5, metrics={"loss": 0.7})
+    >>> store.finish_training(t, {"accuracy": 0.9})
+    >>> {k: store.training(t)[k] for k in ("status", "progress", "metrics")}
+    {'status': 'finished', 'progress': 0.5, 'metrics': {'loss': 0.7, 'accuracy': 0.9}}
+    >>> store.close()
+    """
+
+    def __init__(self, path: str | os.PathLike, *, create: bool = True):
+        self.path = os.fspath(path)
+        self._lock = threading.RLock()
+        self._db: sqlite3.Connection | None = open_store(self.path, create)
+
+    def __repr__(self) -> str:
+        return f"PipelineStore({self.path!r})"
+
+    def __reduce__(self) -> tuple:
+        return PipelineStore, (self.path,)
+
+    def __enter__(self) -> PipelineStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the connection (a second time: nothing); later calls say the store is closed."""
+        with self._lock:
+            if self._db is not None:
+                self._db.close()
+                self._db = None
+
+    @contextlib.contextmanager
+    def _using(self, write: bool) -> Iterator[sqlite3.Connection]:
+        """One transaction in this thread's turn on the connection: ``BEGIN IMMEDIATE`` to write (the write lock
+        is taken at the start, so a busy file waits there), a plain ``BEGIN`` to read several rows of one moment."""
+        with self._lock:
+            if self._db is None:
+                raise ValueError(f"the pipeline store {self.path} is closed: open it again with PipelineStore(path)")
+            db = self._db
+            db.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+            try:
+                yield db
+            except BaseException:
+                if db.in_transaction:  # (sqlite has rolled back by itself after some errors: a full disk)
+                    db.execute("ROLLBACK")
+                raise
+            db.execute("COMMIT")
+
+    # -- pipelines ------------------------------------------------------------------------
+    def register_pipeline(self, config: dict) -> int:
+        """Store a pipeline's config (a JSON dict) and return its new pipeline_id."""
+        text = as_json(config, "config", "register_pipeline")
+        with self._using(write=True) as db:
+            return db.execute("INSERT INTO pipelines (config, created) VALUES (?, ?)", (text, _now())).lastrowid
+
+    def _known(self, db: sqlite3.Connection, pipeline_id: Any, where: str) -> int:
+        pipeline_id = whole(pipeline_id, "pipeline_id", where, floats=False)
+        if db.execute("SELECT 1 FROM pipelines WHERE pipeline_id = ?", (pipeline_id,)).fetchone() is None:
+            ids = [i for i, in db.execute("SELECT pipeline_id FROM pipelines ORDER BY pipeline_id")]
+            raise LookupError(f"{where}: no pipeline {pipeline_id} in {self.path} (its pipelines: {listed(ids)}); "
+                              "register_pipeline(config) gives a new one")
+        return pipeline_id
+
+    def pipeline(self, pipeline_id: int) -> dict:
+        """``{"pipeline_id", "config", "created"}`` of a registered pipeline (created: seconds since the epoch)."""
+        with self._using(write=False) as db:
+            pipeline_id = self._known(db, pipeline_id, "pipeline")
+        return next(p for p in self.pipelines() if p["pipeline_id"] == pipeline_id)
+
+    def pipelines(self) -> list[dict]:
+        """Every registered pipeline, as ``pipeline(id)`` gives it, in the order registered."""
+        with self._using(write=False) as db:
+            rows = db.execute("SELECT pipeline_id, config, created FROM pipelines ORDER BY pipeline_id").fetchall()
+        return [{"pipeline_id": i, "config": json.loads(c), "created": t} for i, c, t in rows]
+
+    # -- triggers ---------------------------------------------------------------------------
+    def add_trigger(self, pipeline_id: int, trigger_id: int, keys: Any, weights: Any = None, *, position: int,
+                    time: float | None = None, info: dict | None = None) -> None:
+        """Store trigger ``trigger_id``'s whole set in one transaction.
+
+        ``keys`` are ints, indices into the pipeline's source (repeats and
+        keys of earlier sets are fine); ``weights`` one float each (all 1 by
+        default); ``position`` the stream's samples seen at the trigger, which
+        never goes back; ``time`` the stream's time then; ``info`` a JSON dict
+        (class counts, the strategy's state). Trigger ids go 0, 1, 2, ...
+
+        >>> import os, tempfile
+        >>> folder = tempfile.TemporaryDirectory()
+        >>> store = PipelineStore(os.path.join(folder.name, "pipelines.db"))
+        >>> p = store.register_pipeline({})
+        >>> store.add_trigger(p, 0, [5, 2], position=10)
+        >>> store.add_trigger(p, 2, [5], position=20)
+        Traceback (most recent call last):
+        ...
+        ValueError: add_trigger: pipeline 1 has trigger 0, so the next trigger_id is 1, not 2 (trigger ids go up by one from 0, with no gaps)
+        >>> store.close()
+        """
+        where = "add_trigger"
+        trigger_id = whole(trigger_id, "trigger_id", where, floats=False)
+        position = whole(position, "position", where, floats=False)
+        if time is not None and not (isinstance(time, (int, float, np.number)) and math.isfinite(time)):
+            raise ValueError(f"{where}: time must be a finite number (the stream's time at the trigger) or None, "
+                             f"got {time!r}")
+        keys_blob, weights_blob, crc = encode_set(keys, weights, where)
+        info_text = as_json({} if info is None else info, "info", where)
+        row = (trigger_id, len(keys_blob) // 8, keys_blob, weights_blob, crc, position, time, info_text, _now())
+        with self._using(write=True) as db:
+            pipeline_id = self._known(db, pipeline_id, where)
+            last = db.execute("SELECT trigger_id, position FROM triggers WHERE pipeline_id = ? ORDER BY trigger_id "
+                              "DESC LIMIT 1", (pipeline_id,)).fetchone()
+            expected = 0 if last is None else last[0] + 1
+            if trigger_id != expected:
+                held = "no triggers yet" if last is None else f"triggers 0-{last[0]}" if last[0] else "trigger 0"
+                why = "it is stored already, and a set is written once" if trigger_id < expected else \
+                    "trigger ids go up by one from 0, with no gaps"
+                raise ValueError(f"{where}: pipeline {pipeline_id} has {held}, so the next trigger_id is {expected}, "
+                                 f"not {trigger_id} ({why})")
+            if last is not None and position < last[1]:
+                raise ValueError(f"{where}: position {position} is before trigger {last[0]}'s ({last[1]}); a "
+                                 "trigger's position counts the stream's samples seen, which never goes back")
+            self._insert_trigger(db, (pipeline_id, *row))
+
+    def _insert_trigger(self, db: sqlite3.Connection, row: tuple) -> None:
+        # (its own method, inside the transaction: the crash tests kill a process here)
+        db.execute("INSERT INTO triggers (pipeline_id, trigger_id, size, keys, weights, crc, position, time, info, "
+                   "created) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", row)
+
+    def _stored(self, db: sqlite3.Connection, pipeline_id: Any, trigger_id: Any, columns: str, where: str) -> tuple:
+        pipeline_id = self._known(db, pipeline_id, where)
+        trigger_id = whole(trigger_id, "trigger_id", where, floats=False)
+        row = db.execute(f"SELECT {columns} FROM triggers WHERE pipeline_id = ? AND trigger_id = ?",
+                         (pipeline_id, trigger_id)).fetchone()
+        if row is None:
+            ids = [i for i, in db.execute("SELECT trigger_id FROM triggers WHERE pipeline_id = ? ORDER BY trigger_id",
+                                          (pipeline_id,))]
+            raise LookupError(f"{where}: pipeline {pipeline_id} has no trigger {trigger_id} in {self.path} (its "
+                              f"triggers: {listed(ids)})")
+        return row
+
+    def trigger(self, pipeline_id: int, trigger_id: int) -> Trigger:
+        """A trigger's set: ``(keys, weights, position, info)``, its bytes checked against their CRC-32."""
+        with self._using(write=False) as db:
+            keys, weights, crc, position, info = self._stored(db, pipeline_id, trigger_id,
+                                                              "keys, weights, crc, position, info", "trigger")
+        keys, weights = decode_set(keys, weights, crc, f"trigger {trigger_id} of pipeline {pipeline_id} in {self.path}")
+        return Trigger(keys, weights, position, json.loads(info))
+
+    def trigger_meta(self, pipeline_id: int, trigger_id: int) -> dict:
+        """What a trigger covers, without reading its set: ``{"size", "weighted", "position", "time", "info",
+        "created"}`` (weighted: whether weights other than all-ones were given)."""
+        with self._using(write=False) as db:
+            size, weighted, position, when, info, created = self._stored(
+                db, pipeline_id, trigger_id, "size, weights IS NOT NULL, position, time, info, created", "trigger_meta")
+        return {"size": size, "weighted": bool(weighted), "position": position, "time": when,
+                "info": json.loads(info), "created": created}
+
+    def triggers(self, pipeline_id: int) -> list[int]:
+        """The pipeline's trigger ids: 0 to its last complete trigger."""
+        with self._using(write=False) as db:
+            pipeline_id = self._known(db, pipeline_id, "triggers")
+            return [i for i, in db.execute("SELECT trigger_id FROM triggers WHERE pipeline_id = ? ORDER BY trigger_id",
+                                           (pipeline_id,))]
+
+    def last_trigger(self, pipeline_id: int) -> tuple[int, int] | None:
+        """``(trigger_id, position)`` of the last complete trigger, or None: a restarted pipeline goes on after it."""
+        with self._using(write=False) as db:
+            pipeline_id = self._known(db, pipeline_id, "last_trigger")
+            row = db.execute("SELECT trigger_id, position FROM triggers WHERE pipeline_id = ? ORDER BY trigger_id "
+                             "DESC LIMIT 1", (pipeline_id,)).fetchone()
+        return None if row is None else (row[0], row[1])
+
+    # -- trainings ---------------------------------------------------------------------------
+    def start_training(self, pipeline_id: int, trigger_id: int) -> int:
+        """A new training on a stored trigger's set, "running" from now; return its training_id."""
+        with self._using(write=True) as db:
+            pipeline_id, trigger_id = self._stored(db, pipeline_id, trigger_id, "pipeline_id, trigger_id",
+                                                   "start_training")
+            return db.execute("INSERT INTO trainings (pipeline_id, trigger_id, status, progress, metrics, started) "
+                              "VALUES (?, ?, 'running', '0.0', '{}', ?)", (pipeline_id, trigger_id, _now())).lastrowid
+
+    def _change(self, training_id: Any, where: str, metrics: dict | None, **fields: Any) -> None:
+        """Change a running training: ``metrics`` merged into its own, ``fields`` set."""
+        training_id = whole(training_id, "training_id", where, floats=False)
+        added = None if metrics is None else json.loads(as_json(metrics, "metrics", where))
+        with self._using(write=True) as db:
+            row = db.execute("SELECT status, metrics, error FROM trainings WHERE training_id = ?",
+                             (training_id,)).fetchone()
+            if row is None:
+                raise LookupError(f"{where}: no training {training_id} in {self.path}; trainings() lists them")
+            if row[0] != "running":
+                raise ValueError(f"{where}: training {training_id} is {row[0]} already"
+                                 f"{f' ({row[2]})' if row[2] else ''}; only a running training changes")
+            if added:
+                fields["metrics"] = json.dumps({**json.loads(row[1]), **added})
+            if fields:
+                sets = ", ".join(f"{name} = ?" for name in fields)
+                db.execute(f"UPDATE trainings SET {sets} WHERE training_id = ?", (*fields.values(), training_id))
+
+    def update_training(self, training_id: int, *, progress: float | dict | None = None,
+                        metrics: dict | None = None) -> None:
+        """Report a running training's progress (a float from 0 to 1, or a JSON dict) and metrics (merged into
+        its own: a key given again is replaced, the others kept)."""
+        fields = {} if progress is None else {"progress": _progress(progress)}
+        self._change(training_id, "update_training", metrics, **fields)
+
+    def finish_training(self, training_id: int, metrics: dict | None = None) -> None:
+        """Mark a running training "finished", its final ``metrics`` merged into its own."""
+        self._change(training_id, "finish_training", metrics, status="finished", ended=_now())
+
+    def fail_training(self, training_id: int, error: str) -> None:
+        """Mark a running training "failed", with ``error`` saying why.
+
+        >>> import os, tempfile
+        >>> folder = tempfile.TemporaryDirectory()
+        >>> store = PipelineStore(os.path.join(folder.name, "pipelines.db"))
+        >>> p = store.register_pipeline({})
+        >>> store.add_trigger(p, 0, [1], position=1)
+        >>> t = store.start_training(p, 0)
+        >>> store.fail_training(t, "loss is nan")
+        >>> store.finish_training(t)
+        Traceback (most recent call last):
+        ...
+        ValueError: finish_training: training 1 is failed already (loss is nan); only a running training changes
+        >>> store.close()
+        """
+        self._change(training_id, "fail_training", None, status="failed", ended=_now(), error=str(error))
+
+    def training(self, training_id: int) -> dict:
+        """A training's status: ``{"training_id", "pipeline_id", "trigger_id", "status", "progress", "metrics",
+        "started", "ended", "error"}`` (times in seconds since the epoch; ended and error None while running)."""
+        training_id = whole(training_id, "training_id", "training", floats=False)
+        found = self._trainings("training_id", training_id)
+        if not found:
+            raise LookupError(f"training: no training {training_id} in {self.path}; trainings() lists them")
+        return found[0]
+
+    def trainings(self, pipeline_id: int | None = None) -> list[dict]:
+        """Every training (of one pipeline, when given), as ``training(id)`` gives it, in the order started."""
+        return self._trainings("pipeline_id", pipeline_id)
+
+    def _trainings(self, column: str, value: Any) -> list[dict]:
+        """The trainings whose ``column`` is ``value`` (all of them when it is None)."""
+        with self._using(write=False) as db:
+            if column == "pipeline_id" and value is not None:
+                value = self._known(db, value, "trainings")
+            rows = db.execute(f"SELECT {', '.join(_TRAINING)} FROM trainings WHERE ? IS NULL OR {column} = ? "
+                              "ORDER BY training_id", (value, value)).fetchall()
+        return [{**dict(zip(_TRAINING, row)), "progress": json.loads(row[4]), "metrics": json.loads(row[5])}
+                for row in rows]
+
+    def mark_abandoned(self, pipeline_id: int) -> list[int]:
+        """Turn the pipeline's "running" trainings into "failed" with the error "interrupted"; return their ids.
+
+        A restarted pipeline calls it before it trains again: whatever its
+        dead process left running will never finish. (A process still alive
+        that reports on one of them afterwards is refused.)
+
+        >>> import os, tempfile
+        >>> folder = tempfile.TemporaryDirectory()
+        >>> store = PipelineStore(os.path.join(folder.name, "pipelines.db"))
+        >>> p = store.register_pipeline({})
+        >>> store.add_trigger(p, 0, [1], position=1)
+        >>> t = store.start_training(p, 0)
+        >>> store.mark_abandoned(p), store.training(t)["status"], store.training(t)["error"]
+        ([1], 'failed', 'interrupted')
+        >>> store.close()
+        """
+        with self._using(write=True) as db:
+            pipeline_id = self._known(db, pipeline_id, "mark_abandoned")
+            ids = [i for i, in db.execute("SELECT training_id FROM trainings WHERE pipeline_id = ? AND status = "
+                                          "'running' ORDER BY training_id", (pipeline_id,))]
+            db.execute("UPDATE trainings SET status = 'failed', error = 'interrupted', ended = ? WHERE pipeline_id = ? "
+                       "AND status = 'running'", (_now(), pipeline_id))
+        return ids

@@ -1,0 +1,149 @@
+"""readers.pipeline_db: the pipeline store's file (opened, marked, refused) and how a set is laid out in it."""
+import sqlite3
+import threading
+
+import numpy as np
+import pytest
+
+from readers.cache_db import open_database
+from readers.pipeline_db import (
+    APPLICATION_ID,
+    SCHEMA,
+    NotAPipelineStore,
+    as_json,
+    decode_set,
+    encode_set,
+    listed,
+    open_store,
+)
+
+
+def test_open_store_makes_a_marked_wal_file_and_opens_it_again(tmp_path):
+    path = tmp_path / "runs" / "pipelines.db"
+    db = open_store(str(path))
+    pragmas = [db.execute(f"PRAGMA {p}").fetchone()[0]
+               for p in ("journal_mode", "synchronous", "user_version", "application_id", "busy_timeout")]
+    assert pragmas == ["wal", 1, SCHEMA, APPLICATION_ID, 60000]
+    tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    assert tables == {"pipelines", "triggers", "trainings", "sqlite_sequence"}
+    db.execute("INSERT INTO pipelines (config, created) VALUES ('{}', 0)")
+    db.close()
+    again = open_store(str(path), create=False)
+    assert again.execute("SELECT count(*) FROM pipelines").fetchone() == (1,)
+    again.close()
+
+
+def test_processes_that_make_the_file_at_once_agree(tmp_path):
+    path, errors, opened = str(tmp_path / "new.db"), [], []
+    gate = threading.Barrier(8)
+
+    def make():
+        try:
+            gate.wait(10)
+            opened.append(open_store(path))
+        except BaseException as exc:  # noqa: BLE001 (reported below)
+            errors.append(exc)
+
+    threads = [threading.Thread(target=make) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    for db in opened:
+        db.close()
+    assert errors == [] and len(opened) == 8
+
+
+@pytest.mark.parametrize("make, reason", [
+    (lambda p: p.write_bytes(b"not a database at all" * 100), "file is not a database"),
+    (lambda p: sqlite3.connect(p).execute("CREATE TABLE notes (x)").connection.commit(), "it holds other tables"),
+    (lambda p: sqlite3.connect(p).execute("PRAGMA user_version = 3"), "it is another program's database"),
+    (lambda p: sqlite3.connect(p).execute(f"PRAGMA application_id = {APPLICATION_ID + 1}"),
+     "it is another program's database"),
+])
+def test_what_is_not_a_pipeline_store_is_refused_and_left_as_it_was(tmp_path, make, reason):
+    path = tmp_path / "theirs.db"
+    make(path)
+    before = path.read_bytes()
+    with pytest.raises(NotAPipelineStore, match=rf"theirs.db is not a readerkit pipeline store \({reason}\): give "):
+        open_store(str(path))
+    assert path.read_bytes() == before
+    assert not (tmp_path / "theirs.db-wal").exists()
+
+
+def test_a_readerkit_cache_is_not_a_pipeline_store(tmp_path):
+    open_database(tmp_path).close()
+    with pytest.raises(NotAPipelineStore, match="it holds other tables"):
+        open_store(str(tmp_path / "cache.sqlite3"))
+
+
+def test_another_schema_of_the_store_is_named(tmp_path):
+    path = str(tmp_path / "p.db")
+    open_store(path).close()
+    with sqlite3.connect(path) as db:
+        db.execute("PRAGMA user_version = 9")
+    with pytest.raises(NotAPipelineStore, match=r"another version of readerkit: schema 9, and this one reads 1"):
+        open_store(path)
+
+
+def test_open_store_without_create_makes_nothing(tmp_path):
+    with pytest.raises(FileNotFoundError, match=r"no pipeline store at '.*missing.db'.*PipelineStore\(path\)"):
+        open_store(str(tmp_path / "missing.db"), create=False)
+    assert list(tmp_path.iterdir()) == []
+    (tmp_path / "empty.db").touch()
+    with pytest.raises(NotAPipelineStore, match=r"\(it is empty\)"):
+        open_store(str(tmp_path / "empty.db"), create=False)
+
+
+@pytest.mark.parametrize("keys, weights", [
+    ([5, 0, 5, 2 ** 40], None),
+    (np.array([1, 2, 3], np.uint32), np.array([0.5, 0.0, 3.25])),
+    (np.array([], np.int64), None),
+    ([], []),
+])
+def test_a_set_round_trips_through_its_bytes(keys, weights):
+    k, w = decode_set(*encode_set(keys, weights), "trigger 0")
+    assert k.dtype == np.int64 and w.dtype == np.float32 and k.flags.writeable
+    assert k.tolist() == list(np.asarray(keys).tolist())
+    assert w.tolist() == ([1.0] * len(k) if weights is None else np.asarray(weights, np.float32).tolist())
+
+
+def test_weights_all_one_by_default_take_no_bytes():
+    assert encode_set(np.arange(10))[1] is None
+
+
+@pytest.mark.parametrize("keys, weights, error, match", [
+    (np.zeros((2, 2), int), None, ValueError, r"1-d array of ints .* got shape \(2, 2\)"),
+    ([1.0, 2.0], None, TypeError, "keys must be ints .* got dtype float64"),
+    ([3, -2], None, ValueError, "from 0 up, got -2"),
+    (np.array([2 ** 63], np.uint64), None, ValueError, "from 0 up, got 9223372036854775808"),
+    ([1, 2], [1.0], ValueError, r"one value per key \(2\), got shape \(1,\)"),
+    ([1, 2], [1.0, float("nan")], ValueError, r"finite and >= 0, got nan \(for key 2\)"),
+    ([1, 2], [-1.0, 1.0], ValueError, r"finite and >= 0, got -1.0 \(for key 1\)"),
+])
+def test_a_bad_set_is_refused_saying_what_is_wrong(keys, weights, error, match):
+    with pytest.raises(error, match=match):
+        encode_set(keys, weights)
+
+
+def test_a_damaged_set_is_refused():
+    keys, weights, crc = encode_set([1, 2, 3])
+    damaged = keys[:8] + bytes([keys[8] ^ 1]) + keys[9:]
+    with pytest.raises(ValueError, match="trigger 4 of pipeline 2 is damaged"):
+        decode_set(damaged, weights, crc, "trigger 4 of pipeline 2")
+
+
+def test_as_json_takes_numpy_numbers_and_refuses_what_json_would_change():
+    assert as_json({"counts": np.bincount([0, 1, 1]), "n": np.float32(0.5)}, "info", "x") == \
+        '{"counts": [1, 2], "n": 0.5}'
+    with pytest.raises(ValueError, match=r"x: info\['a'\]\[1\]\[2\] has a key that is not a str"):
+        as_json({"a": [{}, {2: 1}]}, "info", "x")
+    with pytest.raises(TypeError, match="x: config must be a dict .* got list"):
+        as_json([1], "config", "x")
+    with pytest.raises(ValueError, match="x: info must be JSON data .* holds object"):
+        as_json({"f": object()}, "info", "x")
+
+
+@pytest.mark.parametrize("ids, shown", [([], "none"), ([3], "3"), ([0, 1, 2, 4, 6, 7], "0-2, 4, 6-7")])
+def test_listed_shows_ids_as_runs(ids, shown):
+    assert listed(ids) == shown
