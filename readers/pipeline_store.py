@@ -12,6 +12,7 @@ tables and the file's layout are ``readers.pipeline_db``'s.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import math
 import os
@@ -87,7 +88,7 @@ class PipelineStore:
     """
 
     def __init__(self, path: str | os.PathLike, *, create: bool = True):
-        self.path = os.fspath(path)
+        self.path = os.path.abspath(os.fspath(path))  # a copy unpickled in another folder opens this file
         self._lock = threading.RLock()
         self._db: sqlite3.Connection | None = open_store(self.path, create)
 
@@ -95,7 +96,7 @@ class PipelineStore:
         return f"PipelineStore({self.path!r})"
 
     def __reduce__(self) -> tuple:
-        return PipelineStore, (self.path,)
+        return functools.partial(PipelineStore, create=False), (self.path,)  # the file exists: never made anew
 
     def __enter__(self) -> PipelineStore:
         return self

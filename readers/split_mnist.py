@@ -111,6 +111,23 @@ class SplitMnist(IndexedReader):
         self.tasks, self.order_seed = tasks, seed
         self._order: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
 
+    def by_key(self) -> Mnist:
+        """The reader the keys index: the MNIST split, so ``stream.by_key()[key]`` is the sample ``key`` names
+        (what ``readers.trigger_set`` reads a stored set from).
+
+        >>> import tempfile
+        >>> from readers.idx import write_idx
+        >>> d = tempfile.TemporaryDirectory()
+        >>> write_idx(f"{d.name}/train-images-idx3-ubyte", np.zeros((4, 28, 28), np.uint8))
+        >>> write_idx(f"{d.name}/train-labels-idx1-ubyte", np.array([1, 0, 1, 0], np.uint8))
+        >>> stream = train(d.name, tasks=1)
+        >>> key = stream[0][2]
+        >>> stream.by_key()[key][1] == stream[0][1]
+        True
+        >>> d.cleanup()
+        """
+        return self.parents[0]
+
     def order(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(keys int64, times float64, entries per task int64): entry i is MNIST's ``keys[i]`` at ``times[i]``."""
         if self._order is None:

@@ -1,7 +1,8 @@
 """A trigger's training set, read back as an indexed reader: ``trigger_set(db, pipeline_id, trigger_id, source=...)``.
 
 The pipeline stores each trigger's set in a ``readers.PipelineStore`` as keys
-(indices into its source) and weights; any process reads one back over the
+(the samples' keys in the timestamped stream: indices into the reader they
+name, for Split-MNIST the MNIST split, ``stream.by_key()``) and weights; any process reads one back over the
 same source, and it is then a reader like any other: shuffle, shard, batch,
 resume. Entry i is ``source[keys[i]]``, so a batch over it is gathered with
 the source's own vectorised takes.
@@ -98,7 +99,8 @@ def trigger_set(db: str | os.PathLike | PipelineStore, pipeline_id: int, trigger
 
     ``db`` is the pipeline store's file (opened, read and closed here, never
     made) or an open ``PipelineStore``. ``source`` is the indexed reader the
-    pipeline's keys index: the same data, in the same order. With
+    pipeline's keys index: the reader a stream's keys name (for Split-MNIST,
+    the MNIST split: ``stream.by_key()``), not the stream itself. With
     ``weights=True`` each entry gains its weight (a float32) as a last column.
     The set is read once, here, and kept in the reader: it pickles with its
     keys, and a set stored afterwards changes nothing (a set is written once).
@@ -133,6 +135,6 @@ def trigger_set(db: str | os.PathLike | PipelineStore, pipeline_id: int, trigger
     n = len(indexed)
     if len(stored.keys) and stored.keys.max() >= n:
         raise ValueError(f"trigger_set: trigger {trigger_id} of pipeline {pipeline_id} holds key "
-                         f"{int(stored.keys.max())}, but the source {indexed.title()} has {n} entries: give the source "
-                         "the pipeline's keys index (the whole stream it read, in order)")
+                         f"{int(stored.keys.max())}, but the source {indexed.title()} has {n} entries: give the reader "
+                         "the stream's keys name (for Split-MNIST the MNIST split, stream.by_key()), not the stream")
     return TriggerSet(indexed, int(pipeline_id), int(trigger_id), stored.keys, stored.weights, bool(weights))

@@ -219,9 +219,12 @@ class GDumb(Strategy):
     """``gdumb:K``: a class-balanced memory of at most ``k`` samples, filled greedily; trains from scratch.
 
     For each new sample in stream order: while the memory holds fewer than k, it is
-    added; else if its class holds fewer samples in memory than the largest class
-    (ties: the smallest label), a random sample of the largest class is evicted
-    (from a generator seeded once with ``seed``) and it is added; else it is skipped.
+    added; else if its class holds fewer than ``k // classes seen so far`` samples
+    (its own class counted; the GDumb paper's rule), a random sample of the largest
+    class (ties: the smallest label) is evicted (from a generator seeded once with
+    ``seed``) and it is added; else it is skipped. So the memory settles, balanced,
+    rather than swapping a sample on every arrival when k is not a multiple of the
+    classes.
     ``select()`` returns the memory's keys sorted, each of weight 1.
 
     >>> strategy = GDumb(4, seed=0)
@@ -239,6 +242,7 @@ class GDumb(Strategy):
         self._members: dict[int, list[int]] = {}  # label -> its keys in memory; at most k in all
         self._size = 0
         self._largest, self._most = 0, 0  # the largest class (smallest label on ties), its count
+        self._seen: set[int] = set()  # every class seen, in memory or not
 
     @property
     def spec(self) -> str:
@@ -257,11 +261,12 @@ class GDumb(Strategy):
         return {label: len(self._members[label]) for label in sorted(self._members)}
 
     def _inform(self, keys: np.ndarray, labels: np.ndarray) -> None:
-        members = self._members
+        members, seen = self._members, self._seen
         for key, label in zip(keys.tolist(), labels.tolist()):
             own = members.get(label)
+            seen.add(label)
             if self._size >= self.k:
-                if (len(own) if own else 0) >= self._most:
+                if (len(own) if own else 0) >= self.k // len(seen):
                     continue
                 victims = members[self._largest]
                 i = int(self._rng.integers(len(victims)))

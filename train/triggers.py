@@ -113,6 +113,8 @@ class Trigger:
             raise RuntimeError(f"{self!r} was finished; call reset() before feeding a new stream")
         times, labels, features = self._check(times, labels, features)
         points = self._points(times, labels, features, self.seen) if len(times) else []
+        if len(times):  # only once the chunk is taken: a chunk refused can be fed again, mended
+            self._last_time = float(times[-1])
         self.seen += len(times)
         if points:
             self.last_point = points[-1]
@@ -159,8 +161,6 @@ class Trigger:
             position = self.seen + i + (self._last_time is None)
             raise ValueError(f"times go backwards at stream position {position}: {float(before[i])!r} then {float(after[i])!r}; "
                              "a timestamped stream's times must be non-decreasing (sort the stream by time)")
-        if len(times):
-            self._last_time = float(times[-1])
         return times, labels, features
 
 
@@ -250,9 +250,10 @@ class Drift(Trigger):
     The first window is the reference. At the end of each later window, its
     distribution is compared with the reference's by the total variation distance
     ``TV(p, q) = 1/2 * sum_v |p(v) - q(v)|`` of the normalised histograms; when
-    ``TV > threshold`` the trigger fires at the window's end, and that window becomes
-    the reference (the window just before the last trigger). A partial window at the
-    end of the stream is never compared; ``finish()`` covers it.
+    ``TV > threshold`` the trigger fires at the window's end, and the next window (the
+    first whole one after the trigger: the window that fired may straddle the change)
+    becomes the reference, without being compared. A partial window at the end of the
+    stream is never compared; ``finish()`` covers it.
 
     TV lies in [0, 1]: it is the largest difference in probability the two windows
     give to any one set of values. 0: the same histogram; 1: no value in common.
@@ -328,11 +329,12 @@ class Drift(Trigger):
         points, size = [], self.window
         for end in range(size, len(values) + 1, size):
             histogram = _histogram(self._values(values[end - size:end]))
-            if self._reference is None:
+            if self._reference is None:  # the first window, or the first whole one after a trigger
                 self._reference = histogram
             elif _total_variation(histogram, self._reference) > self.threshold:
                 points.append(first + end)
-                self._reference = histogram
+                # the window that fired may straddle the change: the next one, all after it, is the reference
+                self._reference = None
         self._pending = values[len(values) // size * size:]
         return points
 

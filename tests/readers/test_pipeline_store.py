@@ -368,3 +368,16 @@ def test_mark_abandoned_fails_only_the_pipelines_running_trainings(store):
     with pytest.raises(ValueError, match=rf"training {left} is failed already \(interrupted\)"):
         store.finish_training(left)  # the old process, still alive after all, is refused
     assert json.dumps(store.trainings())  # every status is plain data
+
+
+def test_a_pickled_store_opens_the_same_file_from_another_folder(tmp_path, monkeypatch):
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    monkeypatch.chdir(tmp_path / "a")
+    with PipelineStore("runs.db") as store:
+        pid = store.register_pipeline({"strategy": "all"})
+        copy = pickle.dumps(store)
+    monkeypatch.chdir(tmp_path / "b")
+    with pickle.loads(copy) as again:
+        assert [p["pipeline_id"] for p in again.pipelines()] == [pid]
+    assert not (tmp_path / "b" / "runs.db").exists()

@@ -141,7 +141,7 @@ def test_errors_name_what_is_missing_and_what_exists(db, tmp_path):
     with pytest.raises(LookupError, match=r"pipeline 1 has no trigger 2 in .* \(its triggers: 0-1\)"):
         trigger_set(db, 1, 2, source=source())
     with pytest.raises(ValueError, match=r"trigger 0 of pipeline 1 holds key 49, but the source from_arrays\(40 rows"
-                                         r".*\) has 40 entries: give the source the pipeline's keys index"):
+                                         r".*\) has 40 entries: give the reader the stream's keys name"):
         trigger_set(db, 1, 0, source=readers.from_arrays(IMAGES[:40], LABELS[:40]))
     with pytest.raises(TypeError, match="source must be an indexed reader .* got .*<lambda>"):
         trigger_set(db, 1, 0, source=lambda: iter(IMAGES))
@@ -150,3 +150,23 @@ def test_errors_name_what_is_missing_and_what_exists(db, tmp_path):
     assert not (tmp_path / "elsewhere.db").exists()
     with pytest.raises(TypeError, match="db must be a pipeline store's path or a PipelineStore, got dict"):
         trigger_set({}, 1, 0, source=source())
+
+
+def test_a_split_mnist_set_reads_back_through_the_reader_its_keys_name(tmp_path):
+    from readers import split_mnist
+    from readers.idx import write_idx
+    from train.strategies import GDumb
+
+    labels = np.arange(40, dtype=np.uint8) % 10
+    write_idx(str(tmp_path / "train-images-idx3-ubyte"), np.zeros((40, 28, 28), np.uint8))
+    write_idx(str(tmp_path / "train-labels-idx1-ubyte"), labels)
+    stream = split_mnist.train(str(tmp_path), tasks=2)
+    _, got_labels, keys, _ = stream.gather_columns(np.arange(len(stream)))
+    strategy = GDumb(6, seed=0)
+    strategy.inform(keys, got_labels)
+    chosen, weights = strategy.select()
+    with PipelineStore(tmp_path / "runs.db") as store:
+        pid = store.register_pipeline({"strategy": strategy.spec})
+        store.add_trigger(pid, 0, chosen, weights, position=len(stream))
+        back = trigger_set(store, pid, 0, source=stream.by_key())
+        assert [int(e[1]) for e in back()] == labels[chosen].tolist()

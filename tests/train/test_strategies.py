@@ -200,3 +200,12 @@ def test_a_user_defined_strategy_works_through_the_protocol():
     assert strategy.spec == "every-other" and repr(strategy) == "<EveryOther 'every-other'>"
     with pytest.raises(ValueError, match="one length"):
         strategy.inform([1, 2], [0])
+
+
+def test_gdumb_settles_when_k_is_not_a_multiple_of_the_classes():
+    strategy = GDumb(7, seed=0)
+    keys, labels = np.arange(40), np.tile([0, 1], 20)
+    strategy.inform(keys[:10], labels[:10])
+    settled = strategy.select()[0]
+    strategy.inform(keys[10:], labels[10:])  # more of the same two classes: nothing to balance
+    assert strategy.select()[0].tolist() == settled.tolist() and strategy.class_counts() == {0: 4, 1: 3}

@@ -204,3 +204,18 @@ def test_a_user_defined_trigger_gets_the_checks_and_finish():
     assert trigger.finish() == 4 and repr(trigger) == "OnLabel('on-label:9')"
     with pytest.raises(ValueError, match="one length"):
         OnLabel().feed([0.0], [1, 2])
+
+
+def test_a_chunk_refused_can_be_fed_again_once_mended():
+    trigger = Drift(window=4, threshold=0.3, on="feature")
+    times, labels = np.arange(8.0), np.zeros(8, np.int64)
+    with pytest.raises(ValueError, match="needs features"):
+        trigger.feed(times, labels)
+    assert trigger.feed(times, labels, np.ones((8, 3))) == [] and trigger.seen == 8
+
+
+def test_drift_at_a_change_inside_a_window_fires_once():
+    # classes {0, 1} until 1250, {2, 3} until 2500, {4, 5} after: changes off the window edges
+    labels = np.concatenate([np.tile([0, 1], 625), np.tile([2, 3], 625), np.tile([4, 5], 625)])
+    trigger = Drift(window=500, threshold=0.3)
+    assert trigger.feed(np.arange(len(labels), dtype=np.float64), labels) == [1500, 3000]
