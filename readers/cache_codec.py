@@ -53,18 +53,25 @@ class CorruptEntry(ValueError):
 def _array_spec(a: np.ndarray, where: str) -> list:
     """[dtype, shape] of an array as the header keeps them: the dtype as ``.npy`` files write it (records with
     their padding and nesting); refused, naming ``where``, when it has no raw bytes to store."""
-    refused = a.dtype.hasobject or a.dtype.kind not in "biufcSUVmM"
-    if not refused:
-        try:
-            descr = np.lib.format.dtype_to_descr(a.dtype)
-            refused = _dtype(json.loads(json.dumps(descr))) != a.dtype
-        except (ValueError, TypeError):  # records with overlapping or out-of-order fields
-            refused = True
-    if refused:
+    descr = _descr(a.dtype)
+    if descr is None:
         raise TypeError(f"{where} is an array of {a.dtype} values, which have no raw bytes to store on disk: "
                         "return arrays of numbers, strings or plain records, or cache in memory only "
                         "(directory=None)")
     return [descr, list(a.shape)]
+
+
+@functools.lru_cache(maxsize=256)
+def _descr(dtype: np.dtype) -> Any:
+    """``dtype`` as a header writes it, or None when it cannot round-trip through one: worked out once per
+    dtype, not once per array encoded."""
+    if dtype.hasobject or dtype.kind not in "biufcSUVmM":
+        return None
+    try:
+        descr = np.lib.format.dtype_to_descr(dtype)
+        return descr if _dtype(json.loads(json.dumps(descr))) == dtype else None
+    except (ValueError, TypeError):  # records with overlapping or out-of-order fields
+        return None
 
 
 def _dtype(descr: Any) -> np.dtype:
