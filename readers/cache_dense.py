@@ -20,7 +20,6 @@ are stored as blobs, as any entry would be.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import threading
 import warnings
@@ -209,10 +208,6 @@ class DenseFile:
         if damaged:
             self.forget(damaged)
         return out, damaged
-
-    def describe(self) -> str:
-        """The layout as stored in the database."""
-        return json.dumps({"lo": self.lo, "hi": self.hi, "layout": self.layout})
 
 
 def _damage(path: str) -> str | None:
