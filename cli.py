@@ -6,6 +6,7 @@
     python cli.py bench --reader mnist          per prefetch stage: throughput, waits; the bottleneck
     python cli.py serve --reader mnist          serve its entries to readers.remote clients over TCP
     python cli.py cache info DIR                what a readers.cached folder holds (cache clear DIR empties it)
+    python cli.py pipeline run --db runs.db     a continual-learning pipeline on split-mnist, a row per trigger
 
 >>> from click.testing import CliRunner
 >>> CliRunner().invoke(main, ["--help"]).exit_code
@@ -24,6 +25,7 @@ import click
 
 from train.cache_command import cache_group
 from train.console import fail_cleanly
+from train.pipeline_command import pipeline_group
 
 __all__ = ["main"]
 
@@ -341,6 +343,7 @@ def tokenize(sources: tuple[str, ...], out: str, token_size: int | str) -> None:
 
 
 main.add_command(cache_group)
+main.add_command(pipeline_group)
 
 
 if __name__ == "__main__":

@@ -58,7 +58,7 @@ from readers.locality import node_shuffle as _node_shuffle
 from readers.mixing import mix as _mix
 from readers.parallel import WorkerDiedError
 from readers.pipeline_db import NotAPipelineStore
-from readers.pipeline_store import PipelineStore
+from readers.pipeline_store import PipelineBusy, PipelineStore
 from readers.remote import RemoteUnavailable, remote
 from readers.rounds import assign_batches
 from readers.runfiles import (
@@ -86,6 +86,7 @@ __all__ = [
     "LocalData",
     "NotAPipelineStore",
     "NotAuthorised",
+    "PipelineBusy",
     "PipelineStore",
     "Reader",
     "RemoteError",

@@ -8,7 +8,10 @@ trigger ids go 0, 1, 2, ... per pipeline, and sets may overlap. Each
 *training* on a set gets a ``training_id`` and a status any process can read.
 
 ``pipelines``
-    one row per registration: its config (JSON) and the time it was made.
+    one row per registration: its config (JSON), the time it was made, and
+    the process that holds it (``owner``, ``"host:pid"``, NULL when none)
+    with the time it last wrote (``heartbeat``), so that two processes never
+    run one pipeline.
 ``triggers``
     one row per set: its keys as one BLOB of little-endian int64, its
     weights as one of float32 (NULL when all are 1), a CRC-32 of both
@@ -16,6 +19,10 @@ trigger ids go 0, 1, 2, ... per pipeline, and sets may overlap. Each
     info (JSON).
 ``trainings``
     one row per training: status, progress and metrics (JSON), times, error.
+``models``
+    a finished training's model state, when one was given: one BLOB
+    (``readers.cache_codec``'s layout, never pickle) and its CRC-32, written
+    in the transaction that marks the training finished.
 
 A set is one row, not a row per key: it is written once and read whole, so
 a 60,000-key set is one insert of 480 kB (about a millisecond) where rows
@@ -37,15 +44,17 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["APPLICATION_ID", "SCHEMA", "NotAPipelineStore", "as_json", "decode_set", "encode_set", "listed",
-           "open_store"]
+from readers.cache_codec import CorruptEntry, decode, encode
 
-SCHEMA = 1
+__all__ = ["APPLICATION_ID", "SCHEMA", "NotAPipelineStore", "as_json", "decode_set", "decode_state", "encode_set",
+           "encode_state", "listed", "open_store"]
+
+SCHEMA = 2  # 2: models, and pipelines' owner and heartbeat
 APPLICATION_ID = 0x726B7064  # "rkpd": the file is a readerkit pipeline store, whatever tables it has
-_OURS = {"pipelines", "triggers", "trainings", "sqlite_sequence"}
+_OURS = {"pipelines", "triggers", "trainings", "models", "sqlite_sequence"}
 _TABLES = """
 CREATE TABLE IF NOT EXISTS pipelines (pipeline_id INTEGER PRIMARY KEY AUTOINCREMENT, config TEXT NOT NULL,
-    created REAL NOT NULL);
+    created REAL NOT NULL, owner TEXT, heartbeat REAL);
 CREATE TABLE IF NOT EXISTS triggers (pipeline_id INTEGER NOT NULL REFERENCES pipelines, trigger_id INTEGER NOT NULL,
     size INTEGER NOT NULL, keys BLOB NOT NULL, weights BLOB, crc INTEGER NOT NULL, position INTEGER NOT NULL,
     time REAL, info TEXT NOT NULL, created REAL NOT NULL, PRIMARY KEY (pipeline_id, trigger_id));
@@ -53,6 +62,7 @@ CREATE TABLE IF NOT EXISTS trainings (training_id INTEGER PRIMARY KEY AUTOINCREM
     trigger_id INTEGER NOT NULL, status TEXT NOT NULL, progress TEXT NOT NULL, metrics TEXT NOT NULL,
     started REAL NOT NULL, ended REAL, error TEXT);
 CREATE INDEX IF NOT EXISTS trainings_by_pipeline ON trainings (pipeline_id, status);
+CREATE TABLE IF NOT EXISTS models (training_id INTEGER PRIMARY KEY, state BLOB NOT NULL, crc INTEGER NOT NULL);
 """
 
 
@@ -174,6 +184,63 @@ def decode_set(keys: bytes, weights: bytes | None, crc: int, what: str) -> tuple
                          "write the set again")
     k = np.frombuffer(keys, "<i8").astype(np.int64)
     return k, np.ones(len(k), np.float32) if weights is None else np.frombuffer(weights, "<f4").astype(np.float32)
+
+
+def _state_value(value: Any) -> bool:
+    """Whether a model state may hold ``value``: a numeric array, or a number."""
+    if isinstance(value, np.ndarray):
+        return value.dtype.kind in "biufc"
+    return isinstance(value, (int, float, np.bool_, np.number))
+
+
+def encode_state(state: Any, where: str = "finish_training") -> tuple[bytes, int]:
+    """A model state as stored: (``readers.cache_codec`` blob, never pickle; its CRC-32).
+
+    >>> blob, crc = encode_state({"w": np.zeros((2, 2), np.float32), "step": 3})
+    >>> crc == zlib.crc32(blob)
+    True
+    >>> encode_state({"w": [1.0, 2.0]})
+    Traceback (most recent call last):
+    ...
+    TypeError: finish_training: model_state['w'] is a list; a model state maps str names to numeric numpy arrays, ints and floats (a model's state_dict()): convert it, e.g. np.asarray(value) (a torch tensor: t.detach().cpu().numpy())
+    """
+    if not isinstance(state, dict):
+        raise TypeError(f"{where}: model_state must be a dict of str names to numpy arrays and numbers (a model's "
+                        f"state_dict()), got {type(state).__name__}")
+    for name, value in state.items():
+        if not isinstance(name, str):
+            raise TypeError(f"{where}: model_state has the name {name!r}, which is not a str: use str names")
+        if not _state_value(value):
+            held = f"an array of {value.dtype}" if isinstance(value, np.ndarray) else f"a {type(value).__name__}"
+            raise TypeError(f"{where}: model_state[{name!r}] is {held}; a model state maps str names to numeric "
+                            "numpy arrays, ints and floats (a model's state_dict()): convert it, e.g. "
+                            "np.asarray(value) (a torch tensor: t.detach().cpu().numpy())")
+    blob = encode(state)
+    return blob, zlib.crc32(blob)
+
+
+def decode_state(blob: bytes, crc: int, what: str) -> dict:
+    """A model state from its stored blob, checked against its CRC-32; its arrays are writable copies.
+
+    >>> state = decode_state(*encode_state({"w": np.ones(2), "step": 3}), "the model of training 1")
+    >>> state["w"].flags.writeable, state["step"]
+    (True, 3)
+    >>> decode_state(b"RKC1", 0, "the model of training 1 in runs.db")
+    Traceback (most recent call last):
+    ...
+    ValueError: the model of training 1 in runs.db is damaged (its CRC-32 does not match): the file was changed outside readerkit; train again on the training's trigger set
+    """
+    damaged = (f"{what} is damaged (its CRC-32 does not match): the file was changed outside readerkit; train again "
+               "on the training's trigger set")
+    if zlib.crc32(blob) != crc:
+        raise ValueError(damaged)
+    try:
+        state = decode(blob)
+    except CorruptEntry:
+        raise ValueError(damaged.replace("its CRC-32 does not match", "it does not decode")) from None
+    if not isinstance(state, dict):
+        raise ValueError(damaged.replace("its CRC-32 does not match", f"it holds a {type(state).__name__}"))
+    return {name: np.array(v) if isinstance(v, np.ndarray) else v for name, v in state.items()}
 
 
 def _wal(db: sqlite3.Connection, path: str) -> None:

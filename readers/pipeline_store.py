@@ -1,13 +1,17 @@
 """``PipelineStore``: continual-learning pipelines, their triggers' training sets and their trainings, in one file.
 
-A pipeline process registers itself, stores each trigger's training set and
-reports its trainings; any other process opens the same file to read a set
-back (``readers.trigger_set``) or to ask how a training is going, by its
+A pipeline process registers itself, claims the pipeline (``claim_pipeline``:
+one process runs a pipeline at a time), stores each trigger's training set
+and reports its trainings; any other process opens the same file to read a
+set back (``readers.trigger_set``) or to ask how a training is going, by its
 ``training_id``, at any time. Every write is one transaction, so a process
 killed mid-trigger leaves the earlier triggers whole and none of its set; a
-restarted pipeline asks ``last_trigger`` where to go on and calls
-``mark_abandoned`` for the trainings the dead process left "running". The
-tables and the file's layout are ``readers.pipeline_db``'s.
+restarted pipeline claims the pipeline again (refused while its old process
+lives), asks ``last_trigger`` where to go on and ``last_finished`` for the
+model to go on from, and calls ``mark_abandoned`` for the trainings the dead
+process left "running". The tables and the file's layout are
+``readers.pipeline_db``'s; the owners' and the trainings' methods are
+``readers.pipeline_owners``'s and ``readers.pipeline_trainings``'s.
 """
 from __future__ import annotations
 
@@ -26,16 +30,16 @@ import numpy as np
 
 from readers.checks import whole
 from readers.pipeline_db import as_json, decode_set, encode_set, listed, open_store
+from readers.pipeline_owners import OwnersMixin, PipelineBusy
+from readers.pipeline_trainings import TrainingsMixin
 
-__all__ = ["PipelineStore", "Trigger"]
-
-_TRAINING = ("training_id", "pipeline_id", "trigger_id", "status", "progress", "metrics", "started", "ended", "error")
+__all__ = ["PipelineBusy", "PipelineStore", "StoredSet"]
 
 
-class Trigger(NamedTuple):
+class StoredSet(NamedTuple):
     """A stored trigger's set: its keys (int64), weights (float32), the stream position it covers, its info.
 
-    >>> Trigger(np.array([3]), np.ones(1, np.float32), 10, {}).position
+    >>> StoredSet(np.array([3]), np.ones(1, np.float32), 10, {}).position
     10
     """
 
@@ -49,18 +53,7 @@ def _now() -> float:
     return time.time()
 
 
-def _progress(progress: Any) -> str:
-    """A training's progress as stored: a float from 0 to 1, or a dict (JSON)."""
-    if isinstance(progress, dict):
-        return as_json(progress, "progress", "update_training")
-    if isinstance(progress, (int, float, np.integer, np.floating)) and not isinstance(progress, (bool, np.bool_)) \
-            and 0 <= progress <= 1:
-        return json.dumps(float(progress))
-    raise ValueError(f"update_training: progress must be a float from 0 to 1 or a dict (e.g. {{'step': 10, "
-                     f"'steps': 100}}), got {progress!r}")
-
-
-class PipelineStore:
+class PipelineStore(OwnersMixin, TrainingsMixin):
     """Pipelines, their triggers' training sets and trainings, in the sqlite3 file ``path`` (see the module).
 
     Ids: pipelines and trainings count from 1; each pipeline's triggers, from
@@ -72,6 +65,7 @@ class PipelineStore:
     >>> folder = tempfile.TemporaryDirectory()
     >>> store = PipelineStore(os.path.join(folder.name, "pipelines.db"))
     >>> p = store.register_pipeline({"model": "mlp", "trigger": {"every": 100}})
+    >>> store.claim_pipeline(p)  # this process runs it: refused while another does
     >>> store.add_trigger(p, 0, np.array([4, 1, 7]), position=100, info={"classes": {"0": 2, "1": 1}})
     >>> store.add_trigger(p, 1, np.array([7, 120]), [2.0, 1.0], position=200)
     >>> store.triggers(p), store.last_trigger(p)
@@ -81,9 +75,13 @@ class PipelineStore:
     ([7, 120], [2.0, 1.0], 200, {})
     >>> t = store.start_training(p, 1)
     >>> store.update_training(t, progress=0.5, metrics={"loss": 0.7})
-    >>> store.finish_training(t, {"accuracy": 0.9})
+    >>> store.finish_training(t, {"accuracy": 0.9}, model_state={"w": np.zeros(3), "step": 2})
     >>> {k: store.training(t)[k] for k in ("status", "progress", "metrics")}
     {'status': 'finished', 'progress': 0.5, 'metrics': {'loss': 0.7, 'accuracy': 0.9}}
+    >>> store.last_finished(p)["training_id"] == t, store.model_state(t)["step"]
+    (True, 2)
+    >>> store.release_pipeline(p)
+    True
     >>> store.close()
     """
 
@@ -105,7 +103,17 @@ class PipelineStore:
         self.close()
 
     def close(self) -> None:
-        """Close the connection (a second time: nothing); later calls say the store is closed."""
+        """Close the connection (a second time: nothing); later calls say the store is closed.
+
+        >>> import os, tempfile
+        >>> folder = tempfile.TemporaryDirectory()
+        >>> store = PipelineStore(os.path.join(folder.name, "pipelines.db"))
+        >>> store.close(); store.close()
+        >>> store.pipelines()
+        Traceback (most recent call last):
+        ...
+        ValueError: the pipeline store .../pipelines.db is closed: open it again with PipelineStore(path)
+        """
         with self._lock:
             if self._db is not None:
                 self._db.close()
@@ -130,7 +138,15 @@ class PipelineStore:
 
     # -- pipelines ------------------------------------------------------------------------
     def register_pipeline(self, config: dict) -> int:
-        """Store a pipeline's config (a JSON dict) and return its new pipeline_id."""
+        """Store a pipeline's config (a JSON dict) and return its new pipeline_id.
+
+        >>> import os, tempfile
+        >>> folder = tempfile.TemporaryDirectory()
+        >>> store = PipelineStore(os.path.join(folder.name, "pipelines.db"))
+        >>> store.register_pipeline({"strategy": "gdumb:500"}), store.register_pipeline({})
+        (1, 2)
+        >>> store.close()
+        """
         text = as_json(config, "config", "register_pipeline")
         with self._using(write=True) as db:
             return db.execute("INSERT INTO pipelines (config, created) VALUES (?, ?)", (text, _now())).lastrowid
@@ -144,16 +160,36 @@ class PipelineStore:
         return pipeline_id
 
     def pipeline(self, pipeline_id: int) -> dict:
-        """``{"pipeline_id", "config", "created"}`` of a registered pipeline (created: seconds since the epoch)."""
+        """``{"pipeline_id", "config", "created", "owner", "heartbeat"}`` of a registered pipeline (times in
+        seconds since the epoch; owner ``"host:pid"`` and its last heartbeat, None when no process holds it).
+
+        >>> import os, tempfile
+        >>> folder = tempfile.TemporaryDirectory()
+        >>> store = PipelineStore(os.path.join(folder.name, "pipelines.db"))
+        >>> p = store.register_pipeline({"model": "mlp"})
+        >>> {k: store.pipeline(p)[k] for k in ("config", "owner")}
+        {'config': {'model': 'mlp'}, 'owner': None}
+        >>> store.close()
+        """
         with self._using(write=False) as db:
             pipeline_id = self._known(db, pipeline_id, "pipeline")
         return next(p for p in self.pipelines() if p["pipeline_id"] == pipeline_id)
 
     def pipelines(self) -> list[dict]:
-        """Every registered pipeline, as ``pipeline(id)`` gives it, in the order registered."""
+        """Every registered pipeline, as ``pipeline(id)`` gives it, in the order registered.
+
+        >>> import os, tempfile
+        >>> folder = tempfile.TemporaryDirectory()
+        >>> store = PipelineStore(os.path.join(folder.name, "pipelines.db"))
+        >>> _ = store.register_pipeline({"k": 1}), store.register_pipeline({"k": 2})
+        >>> [p["config"] for p in store.pipelines()]
+        [{'k': 1}, {'k': 2}]
+        >>> store.close()
+        """
+        columns = ("pipeline_id", "config", "created", "owner", "heartbeat")
         with self._using(write=False) as db:
-            rows = db.execute("SELECT pipeline_id, config, created FROM pipelines ORDER BY pipeline_id").fetchall()
-        return [{"pipeline_id": i, "config": json.loads(c), "created": t} for i, c, t in rows]
+            rows = db.execute(f"SELECT {', '.join(columns)} FROM pipelines ORDER BY pipeline_id").fetchall()
+        return [{**dict(zip(columns, row)), "config": json.loads(row[1])} for row in rows]
 
     # -- triggers ---------------------------------------------------------------------------
     def add_trigger(self, pipeline_id: int, trigger_id: int, keys: Any, weights: Any = None, *, position: int,
@@ -162,9 +198,11 @@ class PipelineStore:
 
         ``keys`` are ints, indices into the pipeline's source (repeats and
         keys of earlier sets are fine); ``weights`` one float each (all 1 by
-        default); ``position`` the stream's samples seen at the trigger, which
-        never goes back; ``time`` the stream's time then; ``info`` a JSON dict
-        (class counts, the strategy's state). Trigger ids go 0, 1, 2, ...
+        default); ``position`` the stream's samples seen at the trigger,
+        greater than the last trigger's (a trigger covers new samples);
+        ``time`` the stream's time then, never before the last trigger's
+        when both are given; ``info`` a JSON dict (class counts, the
+        strategy's state). Trigger ids go 0, 1, 2, ...
 
         >>> import os, tempfile
         >>> folder = tempfile.TemporaryDirectory()
@@ -175,6 +213,10 @@ class PipelineStore:
         Traceback (most recent call last):
         ...
         ValueError: add_trigger: pipeline 1 has trigger 0, so the next trigger_id is 1, not 2 (trigger ids go up by one from 0, with no gaps)
+        >>> store.add_trigger(p, 1, [5], position=10)
+        Traceback (most recent call last):
+        ...
+        ValueError: add_trigger: position 10 is trigger 0's already; a trigger covers new samples, so give the stream's samples seen at this trigger, more than 10
         >>> store.close()
         """
         where = "add_trigger"
@@ -188,8 +230,8 @@ class PipelineStore:
         row = (trigger_id, len(keys_blob) // 8, keys_blob, weights_blob, crc, position, time, info_text, _now())
         with self._using(write=True) as db:
             pipeline_id = self._known(db, pipeline_id, where)
-            last = db.execute("SELECT trigger_id, position FROM triggers WHERE pipeline_id = ? ORDER BY trigger_id "
-                              "DESC LIMIT 1", (pipeline_id,)).fetchone()
+            last = db.execute("SELECT trigger_id, position, time FROM triggers WHERE pipeline_id = ? ORDER BY "
+                              "trigger_id DESC LIMIT 1", (pipeline_id,)).fetchone()
             expected = 0 if last is None else last[0] + 1
             if trigger_id != expected:
                 held = "no triggers yet" if last is None else f"triggers 0-{last[0]}" if last[0] else "trigger 0"
@@ -200,7 +242,14 @@ class PipelineStore:
             if last is not None and position < last[1]:
                 raise ValueError(f"{where}: position {position} is before trigger {last[0]}'s ({last[1]}); a "
                                  "trigger's position counts the stream's samples seen, which never goes back")
+            if last is not None and position == last[1]:
+                raise ValueError(f"{where}: position {position} is trigger {last[0]}'s already; a trigger covers new "
+                                 f"samples, so give the stream's samples seen at this trigger, more than {position}")
+            if last is not None and time is not None and last[2] is not None and time < last[2]:
+                raise ValueError(f"{where}: time {time!r} is before trigger {last[0]}'s ({last[2]!r}); the stream's "
+                                 "time never goes back: give the time of the stream at this trigger")
             self._insert_trigger(db, (pipeline_id, *row))
+            self._beat(db, pipeline_id)
 
     def _insert_trigger(self, db: sqlite3.Connection, row: tuple) -> None:
         # (its own method, inside the transaction: the crash tests kill a process here)
@@ -219,17 +268,38 @@ class PipelineStore:
                               f"triggers: {listed(ids)})")
         return row
 
-    def trigger(self, pipeline_id: int, trigger_id: int) -> Trigger:
-        """A trigger's set: ``(keys, weights, position, info)``, its bytes checked against their CRC-32."""
+    def trigger(self, pipeline_id: int, trigger_id: int) -> StoredSet:
+        """A trigger's set: ``(keys, weights, position, info)``, its bytes checked against their CRC-32.
+
+        >>> import os, tempfile
+        >>> folder = tempfile.TemporaryDirectory()
+        >>> store = PipelineStore(os.path.join(folder.name, "pipelines.db"))
+        >>> p = store.register_pipeline({})
+        >>> store.add_trigger(p, 0, [4, 2], [0.5, 1.0], position=9, info={"note": "x"})
+        >>> stored = store.trigger(p, 0)
+        >>> stored.keys.tolist(), stored.weights.tolist(), stored.position, stored.info
+        ([4, 2], [0.5, 1.0], 9, {'note': 'x'})
+        >>> store.close()
+        """
         with self._using(write=False) as db:
             keys, weights, crc, position, info = self._stored(db, pipeline_id, trigger_id,
                                                               "keys, weights, crc, position, info", "trigger")
         keys, weights = decode_set(keys, weights, crc, f"trigger {trigger_id} of pipeline {pipeline_id} in {self.path}")
-        return Trigger(keys, weights, position, json.loads(info))
+        return StoredSet(keys, weights, position, json.loads(info))
 
     def trigger_meta(self, pipeline_id: int, trigger_id: int) -> dict:
         """What a trigger covers, without reading its set: ``{"size", "weighted", "position", "time", "info",
-        "created"}`` (weighted: whether weights other than all-ones were given)."""
+        "created"}`` (weighted: whether weights other than all-ones were given).
+
+        >>> import os, tempfile
+        >>> folder = tempfile.TemporaryDirectory()
+        >>> store = PipelineStore(os.path.join(folder.name, "pipelines.db"))
+        >>> p = store.register_pipeline({})
+        >>> store.add_trigger(p, 0, [4, 2], position=9, time=86400.0)
+        >>> {k: v for k, v in store.trigger_meta(p, 0).items() if k != "created"}
+        {'size': 2, 'weighted': False, 'position': 9, 'time': 86400.0, 'info': {}}
+        >>> store.close()
+        """
         with self._using(write=False) as db:
             size, weighted, position, when, info, created = self._stored(
                 db, pipeline_id, trigger_id, "size, weights IS NOT NULL, position, time, info, created", "trigger_meta")
@@ -237,120 +307,38 @@ class PipelineStore:
                 "info": json.loads(info), "created": created}
 
     def triggers(self, pipeline_id: int) -> list[int]:
-        """The pipeline's trigger ids: 0 to its last complete trigger."""
+        """The pipeline's trigger ids: 0 to its last complete trigger.
+
+        >>> import os, tempfile
+        >>> folder = tempfile.TemporaryDirectory()
+        >>> store = PipelineStore(os.path.join(folder.name, "pipelines.db"))
+        >>> p = store.register_pipeline({})
+        >>> for t in range(3): store.add_trigger(p, t, [t], position=t + 1)
+        >>> store.triggers(p)
+        [0, 1, 2]
+        >>> store.close()
+        """
         with self._using(write=False) as db:
             pipeline_id = self._known(db, pipeline_id, "triggers")
             return [i for i, in db.execute("SELECT trigger_id FROM triggers WHERE pipeline_id = ? ORDER BY trigger_id",
                                            (pipeline_id,))]
 
     def last_trigger(self, pipeline_id: int) -> tuple[int, int] | None:
-        """``(trigger_id, position)`` of the last complete trigger, or None: a restarted pipeline goes on after it."""
+        """``(trigger_id, position)`` of the last complete trigger, or None: a restarted pipeline goes on after it.
+
+        >>> import os, tempfile
+        >>> folder = tempfile.TemporaryDirectory()
+        >>> store = PipelineStore(os.path.join(folder.name, "pipelines.db"))
+        >>> p = store.register_pipeline({})
+        >>> store.last_trigger(p) is None
+        True
+        >>> store.add_trigger(p, 0, [1], position=50); store.last_trigger(p)
+        (0, 50)
+        >>> store.close()
+        """
         with self._using(write=False) as db:
             pipeline_id = self._known(db, pipeline_id, "last_trigger")
             row = db.execute("SELECT trigger_id, position FROM triggers WHERE pipeline_id = ? ORDER BY trigger_id "
                              "DESC LIMIT 1", (pipeline_id,)).fetchone()
         return None if row is None else (row[0], row[1])
 
-    # -- trainings ---------------------------------------------------------------------------
-    def start_training(self, pipeline_id: int, trigger_id: int) -> int:
-        """A new training on a stored trigger's set, "running" from now; return its training_id."""
-        with self._using(write=True) as db:
-            pipeline_id, trigger_id = self._stored(db, pipeline_id, trigger_id, "pipeline_id, trigger_id",
-                                                   "start_training")
-            return db.execute("INSERT INTO trainings (pipeline_id, trigger_id, status, progress, metrics, started) "
-                              "VALUES (?, ?, 'running', '0.0', '{}', ?)", (pipeline_id, trigger_id, _now())).lastrowid
-
-    def _change(self, training_id: Any, where: str, metrics: dict | None, **fields: Any) -> None:
-        """Change a running training: ``metrics`` merged into its own, ``fields`` set."""
-        training_id = whole(training_id, "training_id", where, floats=False)
-        added = None if metrics is None else json.loads(as_json(metrics, "metrics", where))
-        with self._using(write=True) as db:
-            row = db.execute("SELECT status, metrics, error FROM trainings WHERE training_id = ?",
-                             (training_id,)).fetchone()
-            if row is None:
-                raise LookupError(f"{where}: no training {training_id} in {self.path}; trainings() lists them")
-            if row[0] != "running":
-                raise ValueError(f"{where}: training {training_id} is {row[0]} already"
-                                 f"{f' ({row[2]})' if row[2] else ''}; only a running training changes")
-            if added:
-                fields["metrics"] = json.dumps({**json.loads(row[1]), **added})
-            if fields:
-                sets = ", ".join(f"{name} = ?" for name in fields)
-                db.execute(f"UPDATE trainings SET {sets} WHERE training_id = ?", (*fields.values(), training_id))
-
-    def update_training(self, training_id: int, *, progress: float | dict | None = None,
-                        metrics: dict | None = None) -> None:
-        """Report a running training's progress (a float from 0 to 1, or a JSON dict) and metrics (merged into
-        its own: a key given again is replaced, the others kept)."""
-        fields = {} if progress is None else {"progress": _progress(progress)}
-        self._change(training_id, "update_training", metrics, **fields)
-
-    def finish_training(self, training_id: int, metrics: dict | None = None) -> None:
-        """Mark a running training "finished", its final ``metrics`` merged into its own."""
-        self._change(training_id, "finish_training", metrics, status="finished", ended=_now())
-
-    def fail_training(self, training_id: int, error: str) -> None:
-        """Mark a running training "failed", with ``error`` saying why.
-
-        >>> import os, tempfile
-        >>> folder = tempfile.TemporaryDirectory()
-        >>> store = PipelineStore(os.path.join(folder.name, "pipelines.db"))
-        >>> p = store.register_pipeline({})
-        >>> store.add_trigger(p, 0, [1], position=1)
-        >>> t = store.start_training(p, 0)
-        >>> store.fail_training(t, "loss is nan")
-        >>> store.finish_training(t)
-        Traceback (most recent call last):
-        ...
-        ValueError: finish_training: training 1 is failed already (loss is nan); only a running training changes
-        >>> store.close()
-        """
-        self._change(training_id, "fail_training", None, status="failed", ended=_now(), error=str(error))
-
-    def training(self, training_id: int) -> dict:
-        """A training's status: ``{"training_id", "pipeline_id", "trigger_id", "status", "progress", "metrics",
-        "started", "ended", "error"}`` (times in seconds since the epoch; ended and error None while running)."""
-        training_id = whole(training_id, "training_id", "training", floats=False)
-        found = self._trainings("training_id", training_id)
-        if not found:
-            raise LookupError(f"training: no training {training_id} in {self.path}; trainings() lists them")
-        return found[0]
-
-    def trainings(self, pipeline_id: int | None = None) -> list[dict]:
-        """Every training (of one pipeline, when given), as ``training(id)`` gives it, in the order started."""
-        return self._trainings("pipeline_id", pipeline_id)
-
-    def _trainings(self, column: str, value: Any) -> list[dict]:
-        """The trainings whose ``column`` is ``value`` (all of them when it is None)."""
-        with self._using(write=False) as db:
-            if column == "pipeline_id" and value is not None:
-                value = self._known(db, value, "trainings")
-            rows = db.execute(f"SELECT {', '.join(_TRAINING)} FROM trainings WHERE ? IS NULL OR {column} = ? "
-                              "ORDER BY training_id", (value, value)).fetchall()
-        return [{**dict(zip(_TRAINING, row)), "progress": json.loads(row[4]), "metrics": json.loads(row[5])}
-                for row in rows]
-
-    def mark_abandoned(self, pipeline_id: int) -> list[int]:
-        """Turn the pipeline's "running" trainings into "failed" with the error "interrupted"; return their ids.
-
-        A restarted pipeline calls it before it trains again: whatever its
-        dead process left running will never finish. (A process still alive
-        that reports on one of them afterwards is refused.)
-
-        >>> import os, tempfile
-        >>> folder = tempfile.TemporaryDirectory()
-        >>> store = PipelineStore(os.path.join(folder.name, "pipelines.db"))
-        >>> p = store.register_pipeline({})
-        >>> store.add_trigger(p, 0, [1], position=1)
-        >>> t = store.start_training(p, 0)
-        >>> store.mark_abandoned(p), store.training(t)["status"], store.training(t)["error"]
-        ([1], 'failed', 'interrupted')
-        >>> store.close()
-        """
-        with self._using(write=True) as db:
-            pipeline_id = self._known(db, pipeline_id, "mark_abandoned")
-            ids = [i for i, in db.execute("SELECT training_id FROM trainings WHERE pipeline_id = ? AND status = "
-                                          "'running' ORDER BY training_id", (pipeline_id,))]
-            db.execute("UPDATE trainings SET status = 'failed', error = 'interrupted', ended = ? WHERE pipeline_id = ? "
-                       "AND status = 'running'", (_now(), pipeline_id))
-        return ids

@@ -105,10 +105,10 @@ class SplitMnist(IndexedReader):
 
     name = "split_mnist"
 
-    def __init__(self, mnist: Mnist, tasks: int, seed: int):
+    def __init__(self, mnist: Mnist, tasks: int, seed: int, per_task: int | None = None):
         super().__init__(mnist)
         # not ``self.seed``: that declares a seed ordering passes, and every pass here is the same
-        self.tasks, self.order_seed = tasks, seed
+        self.tasks, self.order_seed, self.per_task = tasks, seed, per_task
         self._order: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
 
     def by_key(self) -> Mnist:
@@ -135,7 +135,7 @@ class SplitMnist(IndexedReader):
             tasks = task_of(labels.astype(np.int64))
             rng = np.random.default_rng(self.order_seed)
             # one generator through the tasks in order, so fewer tasks keep the first ones' order
-            keys = [rng.permutation(np.flatnonzero(tasks == k)) for k in range(self.tasks)]
+            keys = [rng.permutation(np.flatnonzero(tasks == k))[:self.per_task] for k in range(self.tasks)]
             sizes = np.array([len(part) for part in keys], dtype=np.int64)
             times = [k * float(TASK_SECONDS) + np.arange(n) * float(TASK_SECONDS) / n if n else np.zeros(0)
                      for k, n in enumerate(sizes.tolist())]
@@ -172,22 +172,31 @@ class SplitMnist(IndexedReader):
         return state
 
     def _options(self) -> str:
-        return f"tasks={self.tasks}, seed={self.order_seed}"
+        return f"tasks={self.tasks}, seed={self.order_seed}" + (f", per_task={self.per_task}" if self.per_task else "")
 
 
 def _split(split: str, data_dir: str | os.PathLike | None, download: bool, tasks: int, seed: int,
-           progress: Callable[[DataFile, str], Progress | None] | None, where: str) -> SplitMnist:
+           per_task: int | None, progress: Callable[[DataFile, str], Progress | None] | None,
+           where: str) -> SplitMnist:
     tasks, seed = _checked_tasks(tasks, where), _checked_seed(seed, where)
-    return SplitMnist(Mnist(split, None if data_dir is None else os.fspath(data_dir), download, progress), tasks, seed)
+    if per_task is not None and (isinstance(per_task, (bool, np.bool_)) or not isinstance(per_task, (int, np.integer))
+                                 or per_task < 1):
+        raise ValueError(f"{where}: per_task must be an int >= 1 (entries kept of each task) or None for all, "
+                         f"got {per_task!r}")
+    mnist = Mnist(split, None if data_dir is None else os.fspath(data_dir), download, progress)
+    return SplitMnist(mnist, tasks, seed, None if per_task is None else int(per_task))
 
 
 def train(data_dir: str | os.PathLike | None = None, *, download: bool = True, tasks: int = 5, seed: int = 0,
-          progress: Callable[[DataFile, str], Progress | None] | None = None) -> SplitMnist:
+          per_task: int | None = None, progress: Callable[[DataFile, str], Progress | None] | None = None,
+          ) -> SplitMnist:
     """MNIST's training images of classes 0..2*tasks-1 as Split-MNIST: (image, label, key, time), task by task.
 
     The files are found (or downloaded) as ``readers.mnist.train`` finds
     them; nothing is read until the reader is used. ``seed`` orders the
-    entries within each task; ``tasks`` (1..5) keeps the first tasks only.
+    entries within each task; ``tasks`` (1..5) keeps the first tasks only;
+    ``per_task`` keeps the first ``per_task`` entries of each task (a seeded
+    random sample of its classes, for quick runs), their times still filling its day.
 
     >>> import tempfile
     >>> from readers.idx import write_idx
@@ -198,6 +207,8 @@ def train(data_dir: str | os.PathLike | None = None, *, download: bool = True, t
     >>> r = train(d, tasks=2)
     >>> [(label, key, time) for image, label, key, time in r()]
     [(0, 4, 0.0), (0, 1, 28800.0), (1, 3, 57600.0), (2, 2, 86400.0), (3, 0, 129600.0)]
+    >>> [(label, key, time) for image, label, key, time in train(d, tasks=2, per_task=2)()]
+    [(0, 4, 0.0), (0, 1, 43200.0), (2, 2, 86400.0), (3, 0, 129600.0)]
     >>> image, label, key, time = r[3]
     >>> image.shape, round(float(image[0]) * 255) == key, r.sample_ids(np.arange(5)).tolist()
     ((784,), True, [4, 1, 3, 2, 0])
@@ -209,18 +220,19 @@ def train(data_dir: str | os.PathLike | None = None, *, download: bool = True, t
     ...
     ValueError: split_mnist.train: tasks must be an int in 1..5 (task k holds classes 2k and 2k+1, ...), got 6
     """
-    return _split("train", data_dir, download, tasks, seed, progress, "split_mnist.train")
+    return _split("train", data_dir, download, tasks, seed, per_task, progress, "split_mnist.train")
 
 
 def test(data_dir: str | os.PathLike | None = None, *, download: bool = True, tasks: int = 5, seed: int = 0,
-         progress: Callable[[DataFile, str], Progress | None] | None = None) -> SplitMnist:
+         per_task: int | None = None, progress: Callable[[DataFile, str], Progress | None] | None = None,
+         ) -> SplitMnist:
     """MNIST's test images as Split-MNIST, like ``train``: evaluate on the tasks seen so far by their labels.
 
     >>> r = test("/nonexistent", download=False, tasks=3)
     >>> r.parents[0].split, r.tasks, [classes_of(k) for k in range(r.tasks)]
     ('test', 3, [(0, 1), (2, 3), (4, 5)])
     """
-    return _split("test", data_dir, download, tasks, seed, progress, "split_mnist.test")
+    return _split("test", data_dir, download, tasks, seed, per_task, progress, "split_mnist.test")
 
 
 test.__test__ = False  # not a pytest test function

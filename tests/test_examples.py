@@ -1,4 +1,5 @@
 """Every script in examples/ runs as a user would run it, and prints what it promises."""
+import json
 import os
 import pathlib
 import re
@@ -99,3 +100,16 @@ def test_language_model_trains_on_the_standard_librarys_source_below_its_unigram
     assert re.search(r"^corpus: \d+ standard-library modules, [\d,]+ byte-level tokens$", output, flags=re.M), output
     assert loss < 0.8 * entropy, output
     assert (tmp_path / "tokens" / "data.toml").exists() and (tmp_path / "state.toml").exists()
+
+
+@pytest.mark.skipif(not MNIST.is_dir(), reason=f"the MNIST files are not in {MNIST}")
+def test_continual_split_mnist_new_data_forgets_all_data_remembers_and_gdumb_is_between(tmp_path):
+    # the reduced form of the README's table: 600 samples a task (of about 12,000), the default steps
+    output = run_example("continual_mnist.py", "--data-dir", MNIST, "--db", tmp_path / "runs.db", "--per-task", 600,
+                         "--json", tmp_path / "figures.json").stdout
+    figures = json.loads((tmp_path / "figures.json").read_text())
+    new, every, gdumb = (figures[s]["average_accuracy"] for s in ("new", "all", "gdumb:500"))
+    assert 0.15 < new < 0.3, output  # only the last task is known: about a fifth
+    assert every > 0.85 and 0.7 < gdumb < every, output
+    assert figures["new"]["accuracies"][-1] > 0.9 and max(figures["new"]["accuracies"][:-1]) < 0.1, output
+    assert re.search(r"^gdumb:500: final average accuracy \d+\.\d\d%", output, re.M), output

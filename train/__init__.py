@@ -9,7 +9,8 @@
 For continual pipelines (Modyn's training supervisor): triggers that fire on a
 timestamped stream (``EveryN``, ``EveryT``, ``Drift``; ``parse_trigger``) and
 strategies that choose each trigger's training set (``NewData``, ``AllData``,
-``GDumb``; ``parse_strategy``).
+``GDumb``; ``parse_strategy``), and ``run_pipeline``, the supervisor that trains
+on each trigger's set and evaluates every task seen so far.
 
 >>> import numpy as np, readers
 >>> x = np.random.default_rng(0).normal(size=(64, 3)).astype(np.float32)
@@ -33,6 +34,7 @@ from train.language import NextTokenMLP, TokenRangeError, unigram_entropy
 from train.models import MLP, SoftmaxRegression
 from train.steps import train_steps
 from train.strategies import AllData, GDumb, NewData, Strategy, parse_strategy
+from train.supervisor import PipelineConfigError, PipelineReplayError, run_pipeline
 from train.triggers import Drift, EveryN, EveryT, Trigger, parse_trigger
 
 __all__ = [
@@ -50,6 +52,8 @@ __all__ = [
     "MLP",
     "NewData",
     "NextTokenMLP",
+    "PipelineConfigError",
+    "PipelineReplayError",
     "SoftmaxRegression",
     "Strategy",
     "TestResult",
@@ -61,6 +65,7 @@ __all__ = [
     "load_checkpoint",
     "parse_strategy",
     "parse_trigger",
+    "run_pipeline",
     "save_checkpoint",
     "train",
     "train_steps",

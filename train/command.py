@@ -32,7 +32,7 @@ from train.folders import FILE
 from train.models import LabelRangeError
 from train.resume import claim
 
-__all__ = ["check_entry", "first_entry", "resume_command", "splits", "train_command"]
+__all__ = ["check_entry", "first_entry", "resume_command", "scan_sizes", "sigterm_stops", "splits", "train_command"]
 
 
 class Terminated(KeyboardInterrupt):
@@ -97,8 +97,13 @@ def check_entry(name: str, reader: Any) -> Any:
 
 
 @contextlib.contextmanager
-def _stops() -> Iterator[None]:
-    """SIGTERM raises ``Terminated`` in the main thread while the run lasts, so it stops as Ctrl-C does."""
+def sigterm_stops() -> Iterator[None]:
+    """SIGTERM raises ``Terminated`` in the main thread while the run lasts, so it stops as Ctrl-C does.
+
+    >>> with sigterm_stops():
+    ...     signal.getsignal(signal.SIGTERM).__name__
+    'terminated'
+    """
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -132,7 +137,7 @@ def train_command(params: dict[str, Any]) -> None:
     info = readers.worker_info()
     directory, started = params["checkpoint_dir"], time.time()
     try:
-        with _stops():
+        with sigterm_stops():
             for flag in ("resume", "overwrite"):
                 if params[flag] and directory is None:
                     raise click.UsageError(f"--{flag} needs --checkpoint-dir, the folder to {flag}")
@@ -161,9 +166,15 @@ def train_command(params: dict[str, Any]) -> None:
         _interrupted(directory, info, params, started, stop)
 
 
-def _scan(train_reader: Any, test_reader: Any, params: dict[str, Any]) -> tuple[int, int, str]:
+def scan_sizes(train_reader: Any, test_reader: Any, given: int | None) -> tuple[int, int, str]:
     """(inputs, classes, the line that says so) from both splits: a test split that cannot fit the model
-    built for the training split, or a --classes below the labels read, is an error now, not after a pass."""
+    built for the training split, or a --classes (``given``) below the labels read, is an error now, not after
+    a pass.
+
+    >>> x = readers.from_sequence([([0.0, 1.0], 3), ([1.0, 0.0], 0)])
+    >>> scan_sizes(x, None, None)[:2], scan_sizes(x, None, 6)[:2]
+    ((2, 4), (2, 6))
+    """
     n_inputs, classes, shown = infer_sizes(train_reader, {"image": 0, "label": 1})
     which = "the training split"
     if test_reader is not None:
@@ -174,7 +185,6 @@ def _scan(train_reader: Any, test_reader: Any, params: dict[str, Any]) -> tuple[
         if test_classes > classes:
             shown = f"{shown.rsplit(':', 1)[0]}, up to {test_classes - 1} in the test split: {test_classes} classes"
             classes, which = test_classes, "the test split"
-    given = params["classes"]
     if given is None:
         return n_inputs, classes, shown
     if given < classes:
@@ -190,7 +200,7 @@ def _train(factory: Callable, info: Any, found: Any, params: dict[str, Any]) -> 
     check_entry(reader_name, train_reader)
     if test_reader is not None:
         check_entry(f"{reader_name} (test split)", test_reader)  # a missing test file fails now, not after a pass
-    n_inputs, classes, shown = _scan(train_reader, test_reader, params)
+    n_inputs, classes, shown = scan_sizes(train_reader, test_reader, params["classes"])
     model = factory(n_inputs, n_classes=classes, lr=lr, seed=params["seed"])
     try:
         provider = readers.shuffle(train_reader, seed=params["seed"])
@@ -252,8 +262,9 @@ def _label_advice(exc: LabelRangeError, at: dict[str, int], reader: Any, directo
     return "; ".join(advice)
 
 
-def resume_command(params: dict[str, Any]) -> str:
-    """The command line of this run with --resume (and without --overwrite), to print when it is stopped.
+def resume_command(params: dict[str, Any], resume: tuple[str, ...] = ("--resume",)) -> str:
+    """The command line of this run with ``resume`` (--resume) and without --resume or --overwrite, to print when
+    it is stopped.
 
     The data folder it found through ``READERKIT_DATA`` is set on the line,
     so the command finds the same data from any shell.
@@ -267,7 +278,7 @@ def resume_command(params: dict[str, Any]) -> str:
     ctx = click.get_current_context()
     root = ctx.find_root().info_name or "readerkit"
     prog = ["python", sys.argv[0]] if root.endswith(".py") and os.path.basename(sys.argv[0]) == root else [root]
-    args = [ctx.info_name or "train"]
+    args = ctx.command_path.split()[1:] or ["train"]  # "train", or a group's "pipeline run"
     for param in ctx.command.params:
         value = params.get(param.name)
         if not isinstance(param, click.Option) or param.name in ("resume", "overwrite") or value == param.default:
@@ -279,7 +290,7 @@ def resume_command(params: dict[str, Any]) -> str:
     env = []
     if params.get("data_dir") is None and os.environ.get("READERKIT_DATA"):
         env = [f"READERKIT_DATA={shlex.quote(os.environ['READERKIT_DATA'])}"]
-    return " ".join([*env, shlex.join([*prog, *args, "--resume"])])
+    return " ".join([*env, shlex.join([*prog, *args, *resume])])
 
 
 def _interrupted(directory: str | None, info: Any, params: dict[str, Any], started: float,

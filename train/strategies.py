@@ -39,6 +39,8 @@ from typing import Any
 
 import numpy as np
 
+from train.trigger_specs import read_value
+
 __all__ = ["AllData", "GDumb", "NewData", "Strategy", "parse_strategy"]
 
 FORMS = "new, new:KEEP (0 <= KEEP <= 1), all, gdumb:K (K >= 1)"
@@ -158,7 +160,13 @@ class NewData(Strategy):
     name = "new"
 
     def __init__(self, keep: float = 0.0, *, seed: int = 0) -> None:
-        keep = float(keep)
+        try:
+            if isinstance(keep, (bool, np.bool_)):
+                raise TypeError
+            keep = float(keep)
+        except (TypeError, ValueError):
+            raise TypeError(f"NewData: keep must be a number, the fraction in [0, 1] of the older samples kept, got "
+                            f"{keep!r}") from None
         if not 0 <= keep <= 1:
             raise ValueError(f"NewData: keep must be a fraction in [0, 1], got {keep!r}")
         self.keep, self.seed = keep, _natural(seed, "NewData: seed", 0)
@@ -237,7 +245,7 @@ class GDumb(Strategy):
     from_scratch = True
 
     def __init__(self, k: int, *, seed: int = 0) -> None:
-        self.k, self.seed = _natural(k, "GDumb: k", 1), _natural(seed, "GDumb: seed", 0)
+        self.k, self.seed = _natural(k, "GDumb: k (the memory's size, in samples)", 1), _natural(seed, "GDumb: seed", 0)
         self._rng = np.random.default_rng(seed)
         self._members: dict[int, list[int]] = {}  # label -> its keys in memory; at most k in all
         self._size = 0
@@ -296,17 +304,22 @@ def parse_strategy(spec: str, *, seed: int = 0) -> Strategy:
     Traceback (most recent call last):
     ...
     ValueError: unknown strategy spec 'gdumb'; accepted forms: new, new:KEEP (0 <= KEEP <= 1), all, gdumb:K (K >= 1)
+    >>> parse_strategy("gdumb:2.5")
+    Traceback (most recent call last):
+    ...
+    ValueError: bad strategy spec 'gdumb:2.5': gdumb:K needs a whole number K >= 1, got '2.5'; accepted forms: ...
     """
     if not isinstance(spec, str):
         raise TypeError(f"a strategy spec must be a str, got {spec!r}; accepted forms: {FORMS}")
     kind, sep, argument = spec.strip().partition(":")
     try:
         if kind == "new":
-            return NewData(float(argument) if sep else 0.0, seed=seed)
+            keep = read_value(argument, float, "new:KEEP needs a number KEEP, 0 <= KEEP <= 1") if sep else 0.0
+            return NewData(keep, seed=seed)
         if kind == "all" and not sep:
             return AllData()
         if kind == "gdumb" and sep:
-            return GDumb(int(argument), seed=seed)
+            return GDumb(read_value(argument, int, "gdumb:K needs a whole number K >= 1"), seed=seed)
     except (TypeError, ValueError) as error:
         raise ValueError(f"bad strategy spec {spec!r}: {error}; accepted forms: {FORMS}") from None
     raise ValueError(f"unknown strategy spec {spec!r}; accepted forms: {FORMS}")

@@ -12,7 +12,8 @@ Each trigger has a ``spec`` that ``parse_trigger`` reads back (the CLI's form):
 - ``every:N``: ``EveryN(n)``, every n entries;
 - ``time:SECONDS``: ``EveryT(seconds)``, when the data time enters a new window;
 - ``drift:window=W,threshold=X[,on=label|feature][,bins=B][,bounds=LO:HI]``:
-  ``Drift``, when a window's distribution moves away from the reference's.
+  ``Drift``, when a window's distribution moves away from the reference's
+  (bins and bounds with ``on=feature`` only).
 
 >>> import numpy as np
 >>> trigger = parse_trigger("every:3")
@@ -24,7 +25,9 @@ Each trigger has a ``spec`` that ``parse_trigger`` reads back (the CLI's form):
 A new trigger subclasses ``Trigger``, sets its options before calling
 ``super().__init__()``, resets its own state in ``reset()`` and implements
 ``_points(times, labels, features, start)``: the global points in a chunk that
-starts at stream position ``start`` (the chunk is already checked).
+starts at stream position ``start`` (the chunk is already checked); one that
+reads ``features`` says so with ``uses_features``. How specs are written and
+read is ``train.trigger_specs``'s.
 """
 from __future__ import annotations
 
@@ -34,15 +37,19 @@ from typing import Any
 
 import numpy as np
 
+from train.trigger_specs import FORMS, drift_options, read_value, spec_number
+
 __all__ = ["Drift", "EveryN", "EveryT", "Trigger", "parse_trigger"]
 
-FORMS = ("every:N (N >= 1), time:SECONDS (SECONDS > 0), "
-         "drift:window=W,threshold=X[,on=label|feature][,bins=B][,bounds=LO:HI] (W >= 1, 0 <= X < 1)")
 
-
-def _num(x: float) -> str:
-    """A number as a spec writes it: 86400 rather than 86400.0, and exactly (repr) otherwise."""
-    return str(int(x)) if float(x).is_integer() else repr(float(x))
+def _real(value: Any, what: str) -> float:
+    """``value`` as a float; when it is no number, a TypeError: ``what`` (it "must be ...") and the value."""
+    try:
+        if isinstance(value, (bool, np.bool_)):
+            raise TypeError
+        return float(value)
+    except (TypeError, ValueError):
+        raise TypeError(f"{what}, got {value!r}") from None
 
 
 def _count(value: Any, what: str) -> int:
@@ -98,6 +105,15 @@ class Trigger:
         'time:3600'
         """
         raise NotImplementedError(f"{type(self).__name__} must define spec")
+
+    @property
+    def uses_features(self) -> bool:
+        """Whether ``feed`` reads its ``features``: when False, a caller need not work them out.
+
+        >>> EveryN(2).uses_features, Drift(window=9, threshold=0.2, on="feature").uses_features
+        (False, True)
+        """
+        return False
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.spec!r})"
@@ -203,10 +219,7 @@ class EveryT(Trigger):
     """
 
     def __init__(self, seconds: float) -> None:
-        try:
-            seconds = float(seconds)
-        except (TypeError, ValueError):
-            raise TypeError(f"EveryT: seconds must be a number > 0, got {seconds!r}") from None
+        seconds = _real(seconds, "EveryT: seconds must be a number > 0")
         if not (math.isfinite(seconds) and seconds > 0):
             raise ValueError(f"EveryT: seconds must be a finite number > 0, got {seconds!r}")
         self.seconds = seconds
@@ -218,7 +231,7 @@ class EveryT(Trigger):
 
     @property
     def spec(self) -> str:
-        return f"time:{_num(self.seconds)}"
+        return f"time:{spec_number(self.seconds)}"
 
     def _points(self, times: np.ndarray, labels: np.ndarray, features: np.ndarray | None,
                 start: int) -> list[int]:
@@ -261,9 +274,10 @@ class Drift(Trigger):
     ``threshold=0.3`` ignores that but fires when classes {0, 1} give way to {2, 3} (TV 1).
 
     ``on="label"``: the histogram of the labels. ``on="feature"``: of one scalar per
-    entry, the mean of its features row, in ``bins`` equal bins over ``bounds`` (LO,
-    HI), or when None over [min, max] of the first window's means ([min, min + 1] if
-    they are equal); a mean outside the range counts in the nearest edge bin.
+    entry, the mean of its features row, in ``bins`` equal bins (None: 10) over
+    ``bounds`` (LO, HI), or when None over [min, max] of the first window's means
+    ([min, min + 1] if they are equal); a mean outside the range counts in the nearest
+    edge bin. Bins and bounds are for ``on="feature"`` only (so a spec says all).
 
     >>> trigger = Drift(window=4, threshold=0.3)
     >>> trigger.feed(np.arange(12.0), [0, 1, 0, 1, 1, 0, 1, 1, 2, 3, 3, 2])
@@ -272,24 +286,37 @@ class Drift(Trigger):
     'drift:window=4,threshold=0.3'
     """
 
-    def __init__(self, *, window: int, threshold: float, on: str = "label", bins: int = 10,
+    def __init__(self, *, window: int, threshold: float, on: str = "label", bins: int | None = None,
                  bounds: tuple[float, float] | None = None) -> None:
         self.window = _count(window, "Drift: window")
-        self.bins = _count(bins, "Drift: bins")
-        threshold = float(threshold)
+        threshold = _real(threshold, "Drift: threshold must be a number in [0, 1) (a total variation distance)")
         if not 0 <= threshold < 1:
             raise ValueError(f"Drift: threshold must be in [0, 1) (a total variation distance), got {threshold!r}")
         if on not in ("label", "feature"):
             raise ValueError(f"Drift: on must be 'label' or 'feature', got {on!r}")
+        for name, value in (("bins", bins), ("bounds", bounds)):
+            if value is not None and on != "feature":
+                raise ValueError(f"Drift: {name} are for on='feature' only; drop them or set on='feature'")
+        self.bins = None if on != "feature" else 10 if bins is None else _count(bins, "Drift: bins")
         if bounds is not None:
-            if on != "feature":
-                raise ValueError("Drift: bounds are for on='feature' only; drop them or set on='feature'")
-            low, high = map(float, bounds)
+            try:
+                low, high = (float(b) for b in bounds)
+            except (TypeError, ValueError):
+                raise TypeError(f"Drift: bounds must be two numbers (LO, HI), got {bounds!r}") from None
             if not (math.isfinite(low) and math.isfinite(high) and low < high):
                 raise ValueError(f"Drift: bounds must be finite with LO < HI, got {bounds!r}")
             bounds = (low, high)
         self.threshold, self.on, self.bounds = threshold, on, bounds
         super().__init__()
+
+    @property
+    def uses_features(self) -> bool:
+        """True with ``on="feature"``: ``feed`` then needs ``features``, one row per entry.
+
+        >>> Drift(window=9, threshold=0.2).uses_features, Drift(window=9, threshold=0.2, on="feature").uses_features
+        (False, True)
+        """
+        return self.on == "feature"
 
     def reset(self) -> None:
         super().reset()
@@ -299,11 +326,11 @@ class Drift(Trigger):
 
     @property
     def spec(self) -> str:
-        spec = f"drift:window={self.window},threshold={_num(self.threshold)}"
+        spec = f"drift:window={self.window},threshold={spec_number(self.threshold)}"
         if self.on == "feature":
             spec += f",on=feature,bins={self.bins}"
             if self.bounds is not None:
-                spec += f",bounds={_num(self.bounds[0])}:{_num(self.bounds[1])}"
+                spec += f",bounds={spec_number(self.bounds[0])}:{spec_number(self.bounds[1])}"
         return spec
 
     def _values(self, window: np.ndarray) -> np.ndarray:
@@ -339,46 +366,22 @@ class Drift(Trigger):
         return points
 
 
-def _bounds(text: str) -> tuple[float, float]:
-    low, sep, high = text[1:].partition(":")  # from 1: a negative LO's sign is no separator
-    if not sep:
-        raise ValueError(f"bounds must be LO:HI, got {text!r}")
-    return float(text[0] + low), float(high)
-
-
-def _drift_options(text: str) -> dict[str, Any]:
-    options: dict[str, Any] = {}
-    parse = {"window": int, "threshold": float, "on": str, "bins": int,
-             "bounds": _bounds}
-    for part in text.split(","):
-        key, sep, value = part.partition("=")
-        key = key.strip()
-        if not sep or key not in parse:
-            raise ValueError(f"{part!r} is not one of window=, threshold=, on=, bins=, bounds=")
-        if key in options:
-            raise ValueError(f"{key}= is given twice")
-        options[key] = parse[key](value.strip())
-    missing = [k for k in ("window", "threshold") if k not in options]
-    if missing:
-        raise ValueError(f"drift needs {' and '.join(k + '=' for k in missing)}")
-    return options
-
-
 def parse_trigger(spec: str) -> Trigger:
     """A trigger from its spec: ``every:N``, ``time:SECONDS`` or ``drift:window=W,threshold=X[,...]``.
 
     >>> parse_trigger("time:86400"), parse_trigger("drift:window=500,threshold=0.3,on=feature")
     (EveryT('time:86400'), Drift('drift:window=500,threshold=0.3,on=feature,bins=10'))
-    >>> parse_trigger("every:0")
+    >>> parse_trigger("every:2.5")
     Traceback (most recent call last):
     ...
-    ValueError: bad trigger spec 'every:0': EveryN: n must be an integer >= 1, got 0; accepted forms: every:N (N >= 1), ...
+    ValueError: bad trigger spec 'every:2.5': every:N needs a whole number N >= 1, got '2.5'; accepted forms: every:N (N >= 1), ...
     """
     if not isinstance(spec, str):
         raise TypeError(f"a trigger spec must be a str, got {spec!r}; accepted forms: {FORMS}")
     kind, sep, argument = spec.strip().partition(":")
-    builders = {"every": lambda a: EveryN(int(a)), "time": lambda a: EveryT(float(a)),
-                "drift": lambda a: Drift(**_drift_options(a))}
+    builders = {"every": lambda a: EveryN(read_value(a, int, "every:N needs a whole number N >= 1")),
+                "time": lambda a: EveryT(read_value(a, float, "time:SECONDS needs a number of seconds > 0")),
+                "drift": lambda a: Drift(**drift_options(a))}
     if not sep or kind not in builders:
         raise ValueError(f"unknown trigger spec {spec!r}; accepted forms: {FORMS}")
     try:

@@ -1,10 +1,12 @@
 """readers.pipeline_db: the pipeline store's file (opened, marked, refused) and how a set is laid out in it."""
 import sqlite3
 import threading
+import zlib
 
 import numpy as np
 import pytest
 
+from readers.cache_codec import encode
 from readers.cache_db import open_database
 from readers.pipeline_db import (
     APPLICATION_ID,
@@ -12,7 +14,9 @@ from readers.pipeline_db import (
     NotAPipelineStore,
     as_json,
     decode_set,
+    decode_state,
     encode_set,
+    encode_state,
     listed,
     open_store,
 )
@@ -25,7 +29,10 @@ def test_open_store_makes_a_marked_wal_file_and_opens_it_again(tmp_path):
                for p in ("journal_mode", "synchronous", "user_version", "application_id", "busy_timeout")]
     assert pragmas == ["wal", 1, SCHEMA, APPLICATION_ID, 60000]
     tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-    assert tables == {"pipelines", "triggers", "trainings", "sqlite_sequence"}
+    assert tables == {"pipelines", "triggers", "trainings", "models", "sqlite_sequence"}
+    columns = {t: [r[1] for r in db.execute(f"PRAGMA table_info({t})")] for t in ("pipelines", "models")}
+    assert columns == {"pipelines": ["pipeline_id", "config", "created", "owner", "heartbeat"],
+                       "models": ["training_id", "state", "crc"]}
     db.execute("INSERT INTO pipelines (config, created) VALUES ('{}', 0)")
     db.close()
     again = open_store(str(path), create=False)
@@ -82,8 +89,33 @@ def test_another_schema_of_the_store_is_named(tmp_path):
     open_store(path).close()
     with sqlite3.connect(path) as db:
         db.execute("PRAGMA user_version = 9")
-    with pytest.raises(NotAPipelineStore, match=r"another version of readerkit: schema 9, and this one reads 1"):
+    with pytest.raises(NotAPipelineStore, match=rf"another version of readerkit: schema 9, and this one reads {SCHEMA}"):
         open_store(path)
+
+
+SCHEMA_1 = """
+CREATE TABLE pipelines (pipeline_id INTEGER PRIMARY KEY AUTOINCREMENT, config TEXT NOT NULL, created REAL NOT NULL);
+CREATE TABLE triggers (pipeline_id INTEGER NOT NULL REFERENCES pipelines, trigger_id INTEGER NOT NULL,
+    size INTEGER NOT NULL, keys BLOB NOT NULL, weights BLOB, crc INTEGER NOT NULL, position INTEGER NOT NULL,
+    time REAL, info TEXT NOT NULL, created REAL NOT NULL, PRIMARY KEY (pipeline_id, trigger_id));
+CREATE TABLE trainings (training_id INTEGER PRIMARY KEY AUTOINCREMENT, pipeline_id INTEGER NOT NULL,
+    trigger_id INTEGER NOT NULL, status TEXT NOT NULL, progress TEXT NOT NULL, metrics TEXT NOT NULL,
+    started REAL NOT NULL, ended REAL, error TEXT);
+INSERT INTO pipelines (config, created) VALUES ('{}', 0);
+"""
+
+
+def test_a_schema_1_store_is_refused_as_another_versions_and_left_as_it_was(tmp_path):
+    path = tmp_path / "old.db"
+    db = sqlite3.connect(path)
+    db.executescript(f"{SCHEMA_1} PRAGMA user_version = 1; PRAGMA application_id = {APPLICATION_ID};")
+    db.close()
+    before = path.read_bytes()
+    assert SCHEMA == 2
+    with pytest.raises(NotAPipelineStore, match=r"old.db is not a readerkit pipeline store \(made by another version "
+                                                r"of readerkit: schema 1, and this one reads 2\): give another file"):
+        open_store(str(path))
+    assert path.read_bytes() == before
 
 
 def test_open_store_without_create_makes_nothing(tmp_path):
@@ -147,3 +179,50 @@ def test_as_json_takes_numpy_numbers_and_refuses_what_json_would_change():
 @pytest.mark.parametrize("ids, shown", [([], "none"), ([3], "3"), ([0, 1, 2, 4, 6, 7], "0-2, 4, 6-7")])
 def test_listed_shows_ids_as_runs(ids, shown):
     assert listed(ids) == shown
+
+
+# -- model states ---------------------------------------------------------------------------------
+
+
+def test_a_model_state_round_trips_with_writable_arrays_of_its_dtypes():
+    state = {"W0": np.arange(6, dtype=np.float32).reshape(2, 3), "b0": np.zeros(0, np.float64),
+             "mask": np.array([True, False]), "ids": np.arange(3, dtype=np.uint16), "step": 12, "lr": 0.5,
+             "scale": np.float32(2.0), "big": 2 ** 62, "done": True}
+    back = decode_state(*encode_state(state), "the model of training 1")
+    assert list(back) == list(state)
+    for name, value in state.items():
+        if isinstance(value, np.ndarray):
+            assert back[name].dtype == value.dtype and back[name].shape == value.shape
+            assert back[name].tolist() == value.tolist() and back[name].flags.writeable
+        else:
+            assert back[name] == value and type(back[name]) is type(value)
+    back["W0"][0, 0] = 9.0  # writable, and its own: the blob is not changed under another reader
+    assert decode_state(*encode_state(state), "x")["W0"][0, 0] == 0.0
+    assert decode_state(*encode_state({}), "x") == {}
+
+
+@pytest.mark.parametrize("state, match", [
+    ([1, 2], r"model_state must be a dict of str names .* got list"),
+    ({1: np.zeros(2)}, r"model_state has the name 1, which is not a str: use str names"),
+    ({"w": [1.0]}, r"model_state\['w'\] is a list; a model state maps str names to numeric numpy arrays"),
+    ({"w": np.array(["a"])}, r"model_state\['w'\] is an array of <U1"),
+    ({"w": np.array([object()])}, r"model_state\['w'\] is an array of object"),
+    ({"opt": {"lr": 0.1}}, r"model_state\['opt'\] is a dict; .* convert it"),
+    ({"name": "mlp"}, r"model_state\['name'\] is a str"),
+])
+def test_a_model_state_that_is_not_names_to_arrays_and_numbers_is_refused(state, match):
+    with pytest.raises(TypeError, match=r"^finish_training: " + match):
+        encode_state(state)
+
+
+def test_a_damaged_model_state_is_refused_naming_it():
+    blob, crc = encode_state({"w": np.ones(4)})
+    damaged = blob[:-1] + bytes([blob[-1] ^ 1])
+    with pytest.raises(ValueError, match=r"^the model of training 3 in runs.db is damaged \(its CRC-32 does not "
+                                         r"match\): the file was changed outside readerkit; train again"):
+        decode_state(damaged, crc, "the model of training 3 in runs.db")
+    with pytest.raises(ValueError, match=r"is damaged \(it does not decode\)"):
+        decode_state(blob[:-8], zlib.crc32(blob[:-8]), "the model of training 3")
+    listed_ = encode([np.ones(2)])
+    with pytest.raises(ValueError, match=r"is damaged \(it holds a list\)"):
+        decode_state(listed_, zlib.crc32(listed_), "the model of training 3")

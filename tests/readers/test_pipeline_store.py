@@ -1,5 +1,7 @@
-"""readers.pipeline_store: pipelines, trigger sets and trainings; crashes mid-trigger; other processes reading."""
-import json
+"""readers.pipeline_store: pipelines and trigger sets; crashes mid-trigger; other processes reading.
+
+(Trainings and their models: test_pipeline_trainings.py; claims and heartbeats: test_pipeline_owners.py.)
+"""
 import multiprocessing
 import os
 import pickle
@@ -10,7 +12,8 @@ import time
 import numpy as np
 import pytest
 
-from readers.pipeline_store import PipelineStore
+import readers
+from readers.pipeline_store import PipelineBusy, PipelineStore, StoredSet
 from readers.sources import from_arrays
 from readers.trigger_sets import trigger_set
 
@@ -46,8 +49,10 @@ def die_mid_trigger(path: str, pipeline_id: int) -> None:
 
 
 def write_until_killed(path: str, pipeline_id: int, started: "multiprocessing.synchronize.Event") -> None:
-    """Trigger after trigger of 60,000 keys, a training on each; stops by itself after WAIT (it is killed first)."""
+    """Claim the pipeline, then trigger after trigger of 60,000 keys, a training on each; stops by itself after
+    WAIT (it is killed first)."""
     store, deadline = PipelineStore(path), time.monotonic() + WAIT
+    store.claim_pipeline(pipeline_id)
     for t in range(10 ** 6):
         store.add_trigger(pipeline_id, t, set_of(t, 60_000), np.full(60_000, t + 1.0), position=1000 * t)
         store.update_training(store.start_training(pipeline_id, t), progress=0.5)
@@ -94,6 +99,7 @@ def test_pipelines_are_registered_with_their_config(store):
     got = store.pipeline(a)
     assert got["config"] == {"model": "mlp", "lr": 0.1, "classes": [0, 1]} and abs(got["created"] - time.time()) < 60
     assert [p["config"]["model"] for p in store.pipelines()] == ["mlp", "cnn"]
+    assert (got["owner"], got["heartbeat"]) == (None, None)  # no process holds it until claim_pipeline
     with pytest.raises(LookupError, match=r"pipeline: no pipeline 9 in .*pipelines.db \(its pipelines: 1-2\)"):
         store.pipeline(9)
 
@@ -111,6 +117,7 @@ def test_a_trigger_round_trips_its_keys_weights_position_and_info(store):
     assert w.dtype == np.float32 and w.tolist() == [1.0] * 2000
     assert (position, info) == (500, {"classes": {"0": 3}, "note": "x"})
     second = store.trigger(p, 1)
+    assert isinstance(second, StoredSet) and second.position == 900
     assert second.keys.tolist() == set_of(1).tolist() and second.weights.tolist() == weights.astype(np.float32).tolist()
     meta = store.trigger_meta(p, 0)
     assert {k: meta[k] for k in ("size", "weighted", "position", "time")} == {
@@ -136,16 +143,31 @@ def test_an_empty_set_is_a_trigger_too(store):
     (1, 30, r"next trigger_id is 2, not 1 \(it is stored already"),
     (3, 30, r"next trigger_id is 2, not 3 \(trigger ids go up by one from 0, with no gaps\)"),
     (2, 19, r"position 19 is before trigger 1's \(20\)"),
+    (2, 20, r"position 20 is trigger 1's already; a trigger covers new samples, so give the stream's samples seen "
+            r"at this trigger, more than 20"),
 ])
-def test_trigger_ids_are_consecutive_and_positions_never_go_back(store, trigger_id, position, match):
+def test_trigger_ids_are_consecutive_and_positions_strictly_increase(store, trigger_id, position, match):
     p = store.register_pipeline({})
     store.add_trigger(p, 0, [1], position=10)
     store.add_trigger(p, 1, [2], position=20)
     with pytest.raises(ValueError, match=match):
         store.add_trigger(p, trigger_id, [9, 9], position=position)
     assert store.triggers(p) == [0, 1] and store.trigger(p, 1).keys.tolist() == [2]
-    store.add_trigger(p, 2, [3], position=20)  # the refusal left no transaction open
-    assert store.last_trigger(p) == (2, 20)
+    store.add_trigger(p, 2, [3], position=21)  # the refusal left no transaction open
+    assert store.last_trigger(p) == (2, 21)
+
+
+def test_a_triggers_time_never_goes_back_when_both_are_given(store):
+    p = store.register_pipeline({})
+    store.add_trigger(p, 0, [1], position=10, time=100.0)
+    with pytest.raises(ValueError, match=r"add_trigger: time 99.5 is before trigger 0's \(100.0\); the stream's time "
+                                         r"never goes back: give the time of the stream at this trigger"):
+        store.add_trigger(p, 1, [2], position=20, time=99.5)
+    assert store.triggers(p) == [0]
+    store.add_trigger(p, 1, [2], position=20, time=100.0)  # the same time: a burst of samples at one moment
+    store.add_trigger(p, 2, [3], position=30)  # no time: nothing to compare
+    store.add_trigger(p, 3, [4], position=40, time=5.0)  # the last trigger has none: nothing to compare either
+    assert [store.trigger_meta(p, t)["time"] for t in range(4)] == [100.0, 100.0, None, 5.0]
 
 
 def test_each_pipeline_counts_its_own_triggers_from_zero(store):
@@ -234,9 +256,10 @@ def test_a_writer_killed_in_a_loop_leaves_whole_triggers_and_running_trainings(s
         assert keys.tolist() == set_of(t, 60_000).tolist() and set(weights.tolist()) == {t + 1.0}
     running = [t["training_id"] for t in store.trainings(p) if t["status"] == "running"]
     assert running and running == [t["training_id"] for t in store.trainings(p)][-len(running):]
+    store.claim_pipeline(p)  # the killed writer's pid is dead: the claim is taken over
     assert store.mark_abandoned(p) == running and store.mark_abandoned(p) == []
     assert {(t["status"], t["error"]) for t in store.trainings(p)} == {("failed", "interrupted")}
-    store.add_trigger(p, ids[-1] + 1, [1], position=1000 * ids[-1])
+    store.add_trigger(p, ids[-1] + 1, [1], position=1000 * ids[-1] + 1)
 
 
 # -- other processes and threads ------------------------------------------------------------------
@@ -310,66 +333,6 @@ def test_a_store_pickles_as_its_path_and_closes_once(store):
         copy.triggers(p)
 
 
-# -- trainings --------------------------------------------------------------------------------------
-
-
-def test_a_training_runs_then_finishes_or_fails_and_then_no_longer_changes(store):
-    p = store.register_pipeline({})
-    store.add_trigger(p, 0, [1, 2], position=2)
-    a = store.start_training(p, 0)
-    got = store.training(a)
-    assert {k: got[k] for k in ("training_id", "pipeline_id", "trigger_id", "status", "progress", "metrics",
-                                "ended", "error")} == {"training_id": a, "pipeline_id": p, "trigger_id": 0,
-                                                       "status": "running", "progress": 0.0, "metrics": {},
-                                                       "ended": None, "error": None}
-    store.update_training(a, progress={"step": 3, "steps": 10}, metrics={"loss": np.float32(0.5), "lr": 0.1})
-    store.update_training(a, metrics={"loss": 0.25})
-    store.finish_training(a, {"accuracy": 0.75})
-    got = store.training(a)
-    assert (got["status"], got["progress"], got["metrics"]) == (
-        "finished", {"step": 3, "steps": 10}, {"loss": 0.25, "lr": 0.1, "accuracy": 0.75})
-    assert got["ended"] >= got["started"]
-    with pytest.raises(ValueError, match=f"update_training: training {a} is finished already; only a running"):
-        store.update_training(a, progress=1.0)
-    b = store.start_training(p, 0)
-    store.fail_training(b, "CUDA out of memory")
-    assert (store.training(b)["status"], store.training(b)["error"]) == ("failed", "CUDA out of memory")
-    assert [t["training_id"] for t in store.trainings(p)] == [a, b] == [t["training_id"] for t in store.trainings()]
-
-
-@pytest.mark.parametrize("progress", [1.5, -0.1, True, "half"])
-def test_progress_is_a_fraction_or_a_dict(store, progress):
-    p = store.register_pipeline({})
-    store.add_trigger(p, 0, [1], position=1)
-    t = store.start_training(p, 0)
-    with pytest.raises(ValueError, match="progress must be a float from 0 to 1 or a dict"):
-        store.update_training(t, progress=progress)
-    assert store.training(t)["progress"] == 0.0
-
-
-def test_a_training_needs_a_stored_trigger_and_an_unknown_training_is_named(store):
-    p = store.register_pipeline({})
-    with pytest.raises(LookupError, match=r"start_training: pipeline 1 has no trigger 0 .*\(its triggers: none\)"):
-        store.start_training(p, 0)
-    with pytest.raises(LookupError, match="update_training: no training 3 in .*; trainings"):
-        store.update_training(3, progress=0.1)
-    with pytest.raises(LookupError, match="training: no training 3"):
-        store.training(3)
-
-
-def test_mark_abandoned_fails_only_the_pipelines_running_trainings(store):
-    a, b = store.register_pipeline({}), store.register_pipeline({})
-    for p in (a, b):
-        store.add_trigger(p, 0, [1], position=1)
-    done, left, other = store.start_training(a, 0), store.start_training(a, 0), store.start_training(b, 0)
-    store.finish_training(done)
-    assert store.mark_abandoned(a) == [left]
-    assert [store.training(t)["status"] for t in (done, left, other)] == ["finished", "failed", "running"]
-    with pytest.raises(ValueError, match=rf"training {left} is failed already \(interrupted\)"):
-        store.finish_training(left)  # the old process, still alive after all, is refused
-    assert json.dumps(store.trainings())  # every status is plain data
-
-
 def test_a_pickled_store_opens_the_same_file_from_another_folder(tmp_path, monkeypatch):
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
@@ -381,3 +344,8 @@ def test_a_pickled_store_opens_the_same_file_from_another_folder(tmp_path, monke
     with pickle.loads(copy) as again:
         assert [p["pipeline_id"] for p in again.pipelines()] == [pid]
     assert not (tmp_path / "b" / "runs.db").exists()
+
+
+def test_the_store_module_and_readers_export_pipeline_busy():
+    assert readers.PipelineBusy is PipelineBusy and issubclass(PipelineBusy, ValueError)
+    assert "PipelineBusy" in readers.__all__

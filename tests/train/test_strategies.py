@@ -159,15 +159,38 @@ def test_parse_strategy_builds_the_strategy_and_its_spec_parses_back(spec, expec
     ("newest", "unknown strategy spec 'newest'"),
     ("all:3", "unknown strategy spec 'all:3'"),
     ("gdumb", "unknown strategy spec 'gdumb'"),
-    ("gdumb:0", "bad strategy spec 'gdumb:0': GDumb: k must be an integer >= 1, got 0"),
-    ("gdumb:1.5", "bad strategy spec 'gdumb:1.5'"),
+    ("gdumb:0", "bad strategy spec 'gdumb:0': gdumb:K needs a whole number K >= 1, got '0'"),
+    ("gdumb:2.5", "bad strategy spec 'gdumb:2.5': gdumb:K needs a whole number K >= 1, got '2.5'"),
+    ("gdumb:", "bad strategy spec 'gdumb:': gdumb:K needs a whole number K >= 1, got ''"),
     ("new:1.5", "bad strategy spec 'new:1.5': NewData: keep must be a fraction in \\[0, 1\\]"),
-    ("new:lots", "bad strategy spec 'new:lots'"),
+    ("new:x", "bad strategy spec 'new:x': new:KEEP needs a number KEEP, 0 <= KEEP <= 1, got 'x'"),
+    ("new:lots", "bad strategy spec 'new:lots': new:KEEP needs a number KEEP"),
 ])
 def test_a_bad_strategy_spec_says_what_is_wrong_and_lists_the_forms(spec, message):
     with pytest.raises(ValueError, match=message) as error:
         parse_strategy(spec)
-    assert str(error.value).endswith("accepted forms: new, new:KEEP (0 <= KEEP <= 1), all, gdumb:K (K >= 1)")
+    text = str(error.value)
+    assert text.endswith("accepted forms: new, new:KEEP (0 <= KEEP <= 1), all, gdumb:K (K >= 1)")
+    assert "int()" not in text and "float" not in text and "could not convert" not in text
+
+
+@pytest.mark.parametrize("make, error, message", [
+    (lambda: NewData(keep="x"), TypeError,
+     r"NewData: keep must be a number, the fraction in \[0, 1\] of the older samples kept, got 'x'"),
+    (lambda: NewData(keep=None), TypeError, r"NewData: keep must be a number.* got None"),
+    (lambda: NewData(keep=True), TypeError, r"NewData: keep must be a number.* got True"),
+    (lambda: NewData(keep=-0.5), ValueError, r"NewData: keep must be a fraction in \[0, 1\], got -0.5"),
+    (lambda: GDumb(k=2.5), TypeError, r"GDumb: k \(the memory's size, in samples\) must be an integer >= 1, got 2.5"),
+    (lambda: GDumb(k="x"), TypeError, r"GDumb: k \(the memory's size, in samples\) must be an integer >= 1, got 'x'"),
+    (lambda: GDumb(k=0), ValueError, r"GDumb: k .* must be an integer >= 1, got 0"),
+])
+def test_a_strategys_bad_option_is_refused_naming_the_strategy_and_option(make, error, message):
+    with pytest.raises(error, match=f"^{message}$"):
+        make()
+
+
+def test_new_data_takes_keep_as_any_real_number():
+    assert NewData(keep=np.float32(0.5)).keep == 0.5 and NewData(keep=1).spec == "new:1.0"
 
 
 def test_inform_refuses_keys_that_are_not_integers():

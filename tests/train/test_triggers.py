@@ -153,23 +153,84 @@ def test_specs_are_written_canonically():
 @pytest.mark.parametrize("spec, message", [
     ("every", "unknown trigger spec 'every'"),
     ("hourly:3", "unknown trigger spec 'hourly:3'"),
-    ("every:0", "bad trigger spec 'every:0': EveryN: n must be an integer >= 1, got 0"),
-    ("every:2.5", "bad trigger spec 'every:2.5'"),
-    ("time:-1", "bad trigger spec 'time:-1': EveryT: seconds must be a finite number > 0"),
-    ("time:inf", "bad trigger spec 'time:inf'"),
+    ("every:0", "every:N needs a whole number N >= 1, got '0'"),
+    ("every:2.5", "every:N needs a whole number N >= 1, got '2.5'"),
+    ("every:", "every:N needs a whole number N >= 1, got ''"),
+    ("time:-1", "EveryT: seconds must be a finite number > 0, got -1.0"),
+    ("time:inf", "EveryT: seconds must be a finite number > 0, got inf"),
+    ("time:daily", "time:SECONDS needs a number of seconds > 0, got 'daily'"),
     ("drift:window=5", "drift needs threshold="),
-    ("drift:window=5,threshold=1.5", "threshold must be in \\[0, 1\\)"),
-    ("drift:window=5,threshold=0.1,on=pixels", "on must be 'label' or 'feature'"),
+    ("drift:threshold=0.5", "drift needs window="),
+    ("drift:window=2.5,threshold=0.1", "window=W needs a whole number W >= 1, got '2.5'"),
+    ("drift:window=0,threshold=0.1", "window=W needs a whole number W >= 1, got '0'"),
+    ("drift:window=5,threshold=x", "threshold=X needs a number X, 0 <= X < 1, got 'x'"),
+    ("drift:window=5,threshold=1.5", "Drift: threshold must be in \\[0, 1\\) \\(a total variation distance\\), got 1.5"),
+    ("drift:window=5,threshold=0.1,on=pixels", "on= needs label or feature, got 'pixels'"),
     ("drift:window=5,threshold=0.1,color=red", "'color=red' is not one of window=, threshold="),
     ("drift:window=5,threshold=0.1,window=6", "window= is given twice"),
-    ("drift:window=5,threshold=0.1,bounds=0:1", "bounds are for on='feature' only"),
-    ("drift:window=5,threshold=0.1,on=feature,bounds=3", "bounds must be LO:HI"),
-    ("drift:window=5,threshold=0.1,on=feature,bounds=3:1", "bounds must be finite with LO < HI"),
+    ("drift:window=5,threshold=0.1,bounds=0:1", "Drift: bounds are for on='feature' only; drop them or set on="),
+    ("drift:window=5,threshold=0.1,bins=4", "Drift: bins are for on='feature' only; drop them or set on="),
+    ("drift:window=5,threshold=0.1,on=label,bins=4", "Drift: bins are for on='feature' only"),
+    ("drift:window=5,threshold=0.1,on=feature,bins=2.5", "bins=B needs a whole number B >= 1, got '2.5'"),
+    ("drift:window=5,threshold=0.1,on=feature,bounds=3", "bounds=LO:HI needs two numbers, LO < HI, got '3'"),
+    ("drift:window=5,threshold=0.1,on=feature,bounds=0:x", "bounds=LO:HI needs two numbers, LO < HI, got '0:x'"),
+    ("drift:window=5,threshold=0.1,on=feature,bounds=3:1", "Drift: bounds must be finite with LO < HI"),
 ])
 def test_a_bad_spec_says_what_is_wrong_and_lists_the_forms(spec, message):
     with pytest.raises(ValueError, match=message) as error:
         parse_trigger(spec)
-    assert "accepted forms: every:N (N >= 1), time:SECONDS (SECONDS > 0), drift:window=W,threshold=X" in str(error.value)
+    text = str(error.value)
+    assert text.startswith(f"{'bad' if ':' in spec and 'hourly' not in spec else 'unknown'} trigger spec {spec!r}")
+    assert "accepted forms: every:N (N >= 1), time:SECONDS (SECONDS > 0), drift:window=W,threshold=X" in text
+    assert "int()" not in text and "float()" not in text and "could not convert" not in text
+
+
+@pytest.mark.parametrize("kwargs, error, message", [
+    ({"window": "x", "threshold": 0.1}, TypeError, r"Drift: window must be an integer >= 1, got 'x'"),
+    ({"window": 2.5, "threshold": 0.1}, TypeError, r"Drift: window must be an integer >= 1, got 2.5"),
+    ({"window": 5, "threshold": "x"}, TypeError,
+     r"Drift: threshold must be a number in \[0, 1\) \(a total variation distance\), got 'x'"),
+    ({"window": 5, "threshold": None}, TypeError, r"Drift: threshold must be a number .* got None"),
+    ({"window": 5, "threshold": True}, TypeError, r"Drift: threshold must be a number .* got True"),
+    ({"window": 5, "threshold": 0.1, "bins": 4}, ValueError, r"Drift: bins are for on='feature' only"),
+    ({"window": 5, "threshold": 0.1, "on": "feature", "bins": "4"}, TypeError,
+     r"Drift: bins must be an integer >= 1, got '4'"),
+    ({"window": 5, "threshold": 0.1, "on": "feature", "bounds": 3}, TypeError,
+     r"Drift: bounds must be two numbers \(LO, HI\), got 3"),
+    ({"window": 5, "threshold": 0.1, "on": "feature", "bounds": (0, 1, 2)}, TypeError,
+     r"Drift: bounds must be two numbers \(LO, HI\), got \(0, 1, 2\)"),
+    ({"window": 5, "threshold": 0.1, "on": "feature", "bounds": ("a", 1)}, TypeError, r"Drift: bounds must be two numbers"),
+])
+def test_drift_options_of_the_wrong_type_are_refused_by_name(kwargs, error, message):
+    with pytest.raises(error, match=f"^{message}"):
+        Drift(**kwargs)
+
+
+def test_drift_bins_default_to_10_on_features_and_are_none_on_labels():
+    assert Drift(window=5, threshold=0.1, on="feature").bins == 10
+    assert Drift(window=5, threshold=0.1, on="feature", bins=3).bins == 3
+    assert Drift(window=5, threshold=0.1).bins is None
+    # the spec says every option, so it parses back to the same trigger
+    for trigger in (Drift(window=5, threshold=0.1, on="feature"), Drift(window=5, threshold=0.1, on="label")):
+        assert parse_trigger(trigger.spec).spec == trigger.spec and parse_trigger(trigger.spec).bins == trigger.bins
+
+
+@pytest.mark.parametrize("trigger, uses", [
+    (EveryN(3), False), (EveryT(10), False), (Drift(window=5, threshold=0.1), False),
+    (Drift(window=5, threshold=0.1, on="feature"), True),
+    (parse_trigger("drift:window=5,threshold=0.1,on=feature,bins=4"), True),
+])
+def test_uses_features_says_whether_feed_reads_features(trigger, uses):
+    assert trigger.uses_features is uses
+    with pytest.raises(AttributeError):
+        trigger.uses_features = not uses  # read-only
+
+
+def test_a_trigger_that_does_not_use_features_gives_the_same_points_without_them():
+    times, labels, features = split_mnist_like(tasks=2, per_task=400)
+    for spec in ("every:150", "time:86400", "drift:window=200,threshold=0.3"):
+        assert not parse_trigger(spec).uses_features
+        assert run(parse_trigger(spec), times, labels) == run(parse_trigger(spec), times, labels, features)
 
 
 def test_feeding_after_finish_is_refused_until_reset():
@@ -204,6 +265,7 @@ def test_a_user_defined_trigger_gets_the_checks_and_finish():
     assert trigger.finish() == 4 and repr(trigger) == "OnLabel('on-label:9')"
     with pytest.raises(ValueError, match="one length"):
         OnLabel().feed([0.0], [1, 2])
+    assert OnLabel().uses_features is False  # the base's: a trigger reads no features unless it says so
 
 
 def test_a_chunk_refused_can_be_fed_again_once_mended():
