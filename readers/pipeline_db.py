@@ -256,6 +256,27 @@ def _wal(db: sqlite3.Connection, path: str) -> None:
             time.sleep(0.01)
 
 
+#: Seconds an empty file is watched, when opened to read, for the process that is making it to write its tables.
+EMPTY_WAIT = 2.0
+
+
+def _marks(db: sqlite3.Connection, create: bool) -> tuple[int, int, set[str]]:
+    """The file's application_id, user_version and tables, read in one moment (another process may be making
+    it). Opened only to read, an empty file is watched for up to EMPTY_WAIT s: a pipeline that has just made it
+    has its tables written within milliseconds."""
+    deadline = time.monotonic() + EMPTY_WAIT
+    while True:
+        db.execute("BEGIN")
+        try:
+            app, version = (db.execute(f"PRAGMA {p}").fetchone()[0] for p in ("application_id", "user_version"))
+            tables = {name for name, in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        finally:
+            db.execute("COMMIT")
+        if create or app or version or tables or time.monotonic() > deadline:
+            return app, version, tables
+        time.sleep(0.02)
+
+
 def open_store(path: str, create: bool = True) -> sqlite3.Connection:
     """A connection to the pipeline store at ``path`` (made, with its folder, when ``create``), in WAL mode.
 
@@ -283,10 +304,7 @@ def open_store(path: str, create: bool = True) -> sqlite3.Connection:
     try:
         db = sqlite3.connect(path, timeout=60, isolation_level=None, check_same_thread=False)
         db.execute("PRAGMA busy_timeout = 60000")
-        db.execute("BEGIN")  # the marks and the tables of one moment: another process may be making the file
-        app, version = (db.execute(f"PRAGMA {p}").fetchone()[0] for p in ("application_id", "user_version"))
-        tables = {name for name, in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-        db.execute("COMMIT")
+        app, version, tables = _marks(db, create)
         if app == APPLICATION_ID and version != SCHEMA:
             raise NotAPipelineStore(path, f"made by another version of readerkit: schema {version}, and this one "
                                           f"reads {SCHEMA}")

@@ -130,10 +130,11 @@ class OwnersMixin:
         held = f"claim_pipeline: pipeline {pipeline_id} in {self.path} is held by process {pid} on host {host!r}, " \
                + (f"last seen {seen:.1f} s ago" if heartbeat is not None else "with no heartbeat")
         if host == socket.gethostname():
-            todo = f"; that process is alive: stop it (kill {pid}) and claim the pipeline again"
+            todo = "; that process is alive and runs the pipeline: wait for it to end, or stop it first " \
+                   f"(kill {pid})"
         else:
-            todo = f": stop that process; if it is dead, wait until it is {stale_after:g} s unseen " \
-                   f"({max(0.0, stale_after - seen):.0f} s more) and claim the pipeline again"
+            todo = f": wait for it to end, or stop it; if it is dead, it counts as gone once {stale_after:g} s " \
+                   f"unseen ({max(0.0, stale_after - seen):.0f} s more)"
         raise PipelineBusy(held + todo, pipeline_id=pipeline_id, host=host, pid=pid, seen=seen)
 
     def release_pipeline(self, pipeline_id: int) -> bool:
@@ -154,6 +155,48 @@ class OwnersMixin:
             pipeline_id = self._known(db, pipeline_id, "release_pipeline")
             return db.execute("UPDATE pipelines SET owner = NULL, heartbeat = NULL WHERE pipeline_id = ? AND "
                               "owner = ?", (pipeline_id, _me())).rowcount == 1
+
+    def heartbeat(self, pipeline_id: int) -> bool:
+        """Refresh the pipeline's heartbeat if this process holds it (True), else change nothing (False): a
+        pipeline busy with no writes for a while (replaying its stream) keeps its claim from other hosts.
+
+        >>> import os, tempfile
+        >>> from readers.pipeline_store import PipelineStore
+        >>> folder = tempfile.TemporaryDirectory()
+        >>> store = PipelineStore(os.path.join(folder.name, "pipelines.db"))
+        >>> p = store.register_pipeline({})
+        >>> store.heartbeat(p), (store.claim_pipeline(p), store.heartbeat(p))[1]
+        (False, True)
+        >>> store.close()
+        """
+        with self._using(write=True) as db:
+            pipeline_id = self._known(db, pipeline_id, "heartbeat")
+            return db.execute("UPDATE pipelines SET heartbeat = ? WHERE pipeline_id = ? AND owner = ?",
+                              (_now(), pipeline_id, _me())).rowcount == 1
+
+    def owner_alive(self, pipeline_id: int, *, stale_after: float = 120.0) -> bool | None:
+        """Whether the process that holds the pipeline is alive (this process is), as ``claim_pipeline`` judges
+        it; None when no process holds it. A "running" training of a pipeline whose owner is gone never ends.
+
+        >>> import os, tempfile
+        >>> from readers.pipeline_store import PipelineStore
+        >>> folder = tempfile.TemporaryDirectory()
+        >>> store = PipelineStore(os.path.join(folder.name, "pipelines.db"))
+        >>> p = store.register_pipeline({})
+        >>> store.owner_alive(p), (store.claim_pipeline(p), store.owner_alive(p))[1]
+        (None, True)
+        >>> store.close()
+        """
+        with self._using(write=False) as db:
+            pipeline_id = self._known(db, pipeline_id, "owner_alive")
+            owner, heartbeat = db.execute("SELECT owner, heartbeat FROM pipelines WHERE pipeline_id = ?",
+                                          (pipeline_id,)).fetchone()
+        if owner is None:
+            return None
+        if owner == _me():
+            return True
+        host, pid = _split(owner)
+        return _alive(host, pid, heartbeat, stale_after)
 
     def _beat(self, db: sqlite3.Connection, pipeline_id: int) -> None:
         """Refresh the pipeline's heartbeat, inside the caller's transaction, if this process holds it."""

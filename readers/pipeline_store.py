@@ -127,14 +127,14 @@ class PipelineStore(OwnersMixin, TrainingsMixin):
             if self._db is None:
                 raise ValueError(f"the pipeline store {self.path} is closed: open it again with PipelineStore(path)")
             db = self._db
-            db.execute("BEGIN IMMEDIATE" if write else "BEGIN")
-            try:
+            try:  # BEGIN and COMMIT inside: a signal between them and the body still leaves no transaction open
+                db.execute("BEGIN IMMEDIATE" if write else "BEGIN")
                 yield db
+                db.execute("COMMIT")
             except BaseException:
                 if db.in_transaction:  # (sqlite has rolled back by itself after some errors: a full disk)
                     db.execute("ROLLBACK")
                 raise
-            db.execute("COMMIT")
 
     # -- pipelines ------------------------------------------------------------------------
     def register_pipeline(self, config: dict) -> int:
@@ -155,8 +155,7 @@ class PipelineStore(OwnersMixin, TrainingsMixin):
         pipeline_id = whole(pipeline_id, "pipeline_id", where, floats=False)
         if db.execute("SELECT 1 FROM pipelines WHERE pipeline_id = ?", (pipeline_id,)).fetchone() is None:
             ids = [i for i, in db.execute("SELECT pipeline_id FROM pipelines ORDER BY pipeline_id")]
-            raise LookupError(f"{where}: no pipeline {pipeline_id} in {self.path} (its pipelines: {listed(ids)}); "
-                              "register_pipeline(config) gives a new one")
+            raise LookupError(f"{where}: no pipeline {pipeline_id} in {self.path} (its pipelines: {listed(ids)})")
         return pipeline_id
 
     def pipeline(self, pipeline_id: int) -> dict:

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from readers.checks import whole
-from readers.pipeline_db import as_json, decode_state, encode_state
+from readers.pipeline_db import as_json, decode_state, encode_state, listed
 
 __all__ = ["TrainingsMixin"]
 
@@ -33,6 +33,13 @@ def _progress(progress: Any) -> str:
         return json.dumps(float(progress))
     raise ValueError(f"update_training: progress must be a float from 0 to 1 or a dict (e.g. {{'step': 10, "
                      f"'steps': 100}}), got {progress!r}")
+
+
+def _drop_models(db: Any, pipeline_id: int, keep: int) -> int:
+    """Delete the pipeline's models but the ``keep`` latest, inside the caller's transaction; the number deleted."""
+    return db.execute("DELETE FROM models WHERE training_id IN (SELECT m.training_id FROM models m JOIN trainings t "
+                      "ON t.training_id = m.training_id WHERE t.pipeline_id = ? ORDER BY t.trigger_id DESC, "
+                      "t.training_id DESC LIMIT -1 OFFSET ?)", (pipeline_id, keep)).rowcount
 
 
 class TrainingsMixin:
@@ -77,16 +84,17 @@ class TrainingsMixin:
             return training_id
 
     def _change(self, training_id: Any, where: str, metrics: dict | None, model: tuple[bytes, int] | None = None,
-                **fields: Any) -> None:
+                keep_models: int | None = None, **fields: Any) -> None:
         """Change a running training: ``metrics`` merged into its own, ``fields`` set, ``model`` (blob, CRC)
-        stored, all in one transaction."""
+        stored and the pipeline's models cut to the ``keep_models`` latest, all in one transaction."""
         training_id = whole(training_id, "training_id", where, floats=False)
         added = None if metrics is None else json.loads(as_json(metrics, "metrics", where))
         with self._using(write=True) as db:
             row = db.execute("SELECT status, metrics, error, pipeline_id FROM trainings WHERE training_id = ?",
                              (training_id,)).fetchone()
             if row is None:
-                raise LookupError(f"{where}: no training {training_id} in {self.path}; trainings() lists them")
+                ids = [i for i, in db.execute("SELECT training_id FROM trainings ORDER BY training_id")]
+                raise LookupError(f"{where}: no training {training_id} in {self.path} (its trainings: {listed(ids)})")
             if row[0] != "running":
                 raise ValueError(f"{where}: training {training_id} is {row[0]} already"
                                  f"{f' ({row[2]})' if row[2] else ''}; only a running training changes")
@@ -97,6 +105,8 @@ class TrainingsMixin:
                 db.execute(f"UPDATE trainings SET {sets} WHERE training_id = ?", (*fields.values(), training_id))
             if model is not None:
                 self._insert_model(db, training_id, *model)
+            if keep_models is not None:
+                _drop_models(db, row[3], keep_models)
             self._beat(db, row[3])
 
     def _insert_model(self, db: Any, training_id: int, blob: bytes, crc: int) -> None:
@@ -125,7 +135,7 @@ class TrainingsMixin:
         self._change(training_id, "update_training", metrics, **fields)
 
     def finish_training(self, training_id: int, metrics: dict | None = None, *,
-                        model_state: dict | None = None) -> None:
+                        model_state: dict | None = None, keep_models: int | None = None) -> None:
         """Mark a running training "finished", its final ``metrics`` merged into its own, and store its model.
 
         ``model_state``, when given, is a dict of str names to numpy arrays
@@ -133,7 +143,10 @@ class TrainingsMixin:
         that marks the training finished: a finished training given a model
         always has it, and a training whose model could not be stored is
         still running. It is kept in the file (whole, as one sqlite BLOB of
-        at most 1 GB); ``model_state(training_id)`` reads it back.
+        at most 1 GB); ``model_state(training_id)`` reads it back. With
+        ``keep_models=k`` only the pipeline's k latest models (by trigger,
+        then training) stay: the older ones are deleted in the same
+        transaction (``drop_models``); None keeps them all.
 
         >>> import os, tempfile
         >>> from readers.pipeline_store import PipelineStore
@@ -148,7 +161,30 @@ class TrainingsMixin:
         >>> store.close()
         """
         model = None if model_state is None else encode_state(model_state, "finish_training")
-        self._change(training_id, "finish_training", metrics, model, status="finished", ended=time.time())
+        if keep_models is not None:
+            keep_models = whole(keep_models, "keep_models", "finish_training", 1, floats=False)
+        self._change(training_id, "finish_training", metrics, model, keep_models, status="finished",
+                     ended=time.time())
+
+    def drop_models(self, pipeline_id: int, keep: int = 1) -> int:
+        """Delete the pipeline's stored models but the ``keep`` latest (by trigger, then training); return how
+        many went. (The file keeps its size; the freed pages are reused by later writes.)
+
+        >>> import os, tempfile
+        >>> from readers.pipeline_store import PipelineStore
+        >>> folder = tempfile.TemporaryDirectory()
+        >>> store = PipelineStore(os.path.join(folder.name, "pipelines.db"))
+        >>> p = store.register_pipeline({})
+        >>> for trigger in range(3):
+        ...     store.add_trigger(p, trigger, [trigger], position=trigger + 1)
+        ...     store.finish_training(store.start_training(p, trigger), model_state={"w": np.zeros(2)})
+        >>> store.drop_models(p), [store.model_state(t) is None for t in (1, 2, 3)]
+        (2, [True, True, False])
+        >>> store.close()
+        """
+        keep = whole(keep, "keep", "drop_models", 0, floats=False)
+        with self._using(write=True) as db:
+            return _drop_models(db, self._known(db, pipeline_id, "drop_models"), keep)
 
     def fail_training(self, training_id: int, error: str) -> None:
         """Mark a running training "failed", with ``error`` saying why.
@@ -186,14 +222,15 @@ class TrainingsMixin:
         >>> store.training(1)
         Traceback (most recent call last):
         ...
-        LookupError: training: no training 1 in .../pipelines.db; trainings() lists them
+        LookupError: training: no training 1 in .../pipelines.db (its trainings: none)
         >>> store.close()
         """
         training_id = whole(training_id, "training_id", "training", floats=False)
         with self._using(write=False) as db:
             found = self._rows(db, "training_id = ?", (training_id,))
+            ids = [] if found else [i for i, in db.execute("SELECT training_id FROM trainings ORDER BY training_id")]
         if not found:
-            raise LookupError(f"training: no training {training_id} in {self.path}; trainings() lists them")
+            raise LookupError(f"training: no training {training_id} in {self.path} (its trainings: {listed(ids)})")
         return found[0]
 
     def trainings(self, pipeline_id: int | None = None) -> list[dict]:
@@ -253,13 +290,15 @@ class TrainingsMixin:
         >>> store.model_state(3)
         Traceback (most recent call last):
         ...
-        LookupError: model_state: no training 3 in .../pipelines.db; trainings() lists them
+        LookupError: model_state: no training 3 in .../pipelines.db (its trainings: 1-2)
         >>> store.close()
         """
         training_id = whole(training_id, "training_id", "model_state", floats=False)
         with self._using(write=False) as db:
             if db.execute("SELECT 1 FROM trainings WHERE training_id = ?", (training_id,)).fetchone() is None:
-                raise LookupError(f"model_state: no training {training_id} in {self.path}; trainings() lists them")
+                ids = [i for i, in db.execute("SELECT training_id FROM trainings ORDER BY training_id")]
+                raise LookupError(f"model_state: no training {training_id} in {self.path} (its trainings: "
+                                  f"{listed(ids)})")
             # (CAST: a state changed into text outside readerkit still comes back as bytes, and fails its CRC)
             row = db.execute("SELECT CAST(state AS BLOB), crc FROM models WHERE training_id = ?",
                              (training_id,)).fetchone()

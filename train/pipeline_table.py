@@ -5,7 +5,7 @@ import json
 import time
 from typing import Any
 
-__all__ = ["HEADER", "row_of", "status_lines"]
+__all__ = ["HEADER", "finished_records", "row_of", "status_lines"]
 
 HEADER = f"{'trigger':>7} {'set':>6} {'seconds':>7} {'average':>7}  {'accuracy per task (%)':<30}  classes (label:count)"
 
@@ -51,11 +51,17 @@ def status_lines(store: Any, pipeline_id: int | None = None, training_id: int | 
         training = store.training(training_id)
         lines = [f"training {training_id} of pipeline {training['pipeline_id']}, trigger {training['trigger_id']}: "
                  f"{training['status']}"]
-        for key in ("progress", "metrics", "started", "ended", "error"):
-            value = training[key]
-            if key in ("started", "ended") and value is not None:
-                value = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(value))
-            lines.append(f"  {key}: {json.dumps(value) if isinstance(value, (dict, list)) else value}")
+        loss = training["progress"].get("loss") if isinstance(training["progress"], dict) else None
+        lines.append(f"  progress: {_progress(training)}" + ("" if loss is None else f", loss {loss:.4f}"))
+        for key in ("started", "ended"):
+            if training[key] is not None:
+                lines.append(f"  {key}: {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(training[key]))}")
+        if training["error"]:
+            lines.append(f"  error: {training['error']}")
+        for key, value in training["metrics"].items():
+            shown = " ".join(f"{v:.4g}" if isinstance(v, float) else str(v) for v in value) if isinstance(
+                value, list) else f"{value:.4g}" if isinstance(value, float) else json.dumps(value)
+            lines.append(f"  {key}: {shown}")
         return lines
     pipelines = [store.pipeline(pipeline_id)] if pipeline_id is not None else store.pipelines()
     lines = [f"{store.path}: {len(pipelines)} pipeline{'s' * (len(pipelines) != 1)}"]
@@ -65,11 +71,44 @@ def status_lines(store: Any, pipeline_id: int | None = None, training_id: int | 
                      f"strategy {config.get('strategy', '?')}; {count} trigger{'s' * (count != 1)}")
     lines.append(f"{'training':>8}  {'pipeline':>8}  {'trigger':>7}  {'status':<9}  {'progress':<18}  {'average':>7}  "
                  f"{'seconds':>7}  error")
-    now = time.time()
+    now, gone = time.time(), {p["pipeline_id"] for p in pipelines if store.owner_alive(p["pipeline_id"]) is False}
     for t in store.trainings(pipeline_id):
         average = t["metrics"].get("average_accuracy")
         seconds = (t["ended"] or now) - t["started"]
+        error = t["error"] or ""
+        if t["status"] == "running" and t["pipeline_id"] in gone:  # killed: it will never finish
+            error = f"its process is gone; resume pipeline {t['pipeline_id']} to go on"
         lines.append(f"{t['training_id']:>8}  {t['pipeline_id']:>8}  {t['trigger_id']:>7}  {t['status']:<9}  "
                      f"{_progress(t):<18}  {'n/a' if average is None else f'{100 * average:.1f}%':>7}  "
-                     f"{seconds:>7.1f}  {t['error'] or ''}".rstrip())
+                     f"{seconds:>7.1f}  {error}".rstrip())
     return lines
+
+
+def finished_records(store: Any, pipeline_id: int) -> list[dict[str, Any]]:
+    """The records ``run_pipeline`` made for the pipeline's finished trainings, rebuilt from the store, in
+    trigger order (the latest finished training of each trigger).
+
+    >>> import tempfile
+    >>> from readers import PipelineStore
+    >>> folder = tempfile.TemporaryDirectory()
+    >>> with PipelineStore(f"{folder.name}/runs.db") as store:
+    ...     p = store.register_pipeline({})
+    ...     store.add_trigger(p, 0, [1, 2], position=2, info={"classes": {"0": 2}})
+    ...     t = store.start_training(p, 0)
+    ...     store.finish_training(t, {"set_size": 2, "accuracies": [0.5], "average_accuracy": 0.5})
+    ...     [(r["trigger_id"], r["training_id"], r["classes"], r["accuracies"]) for r in finished_records(store, p)]
+    [(0, 1, {'0': 2}, [0.5])]
+    """
+    latest: dict[int, dict[str, Any]] = {}
+    for training in store.trainings(pipeline_id):
+        if training["status"] == "finished":
+            latest[training["trigger_id"]] = training
+    records = []
+    for trigger_id, training in sorted(latest.items()):
+        info = store.trigger_meta(pipeline_id, trigger_id)["info"]
+        metrics = training["metrics"]
+        records.append({**{k: metrics.get(k) for k in ("set_size", "steps", "passes", "train_loss", "seconds",
+                                                      "tasks", "accuracies", "average_accuracy")},
+                        "pipeline_id": pipeline_id, "trigger_id": trigger_id, "training_id": training["training_id"],
+                        "classes": info.get("classes", {})})
+    return records

@@ -89,6 +89,16 @@ class Strategy:
     got everything up to the trigger point, and returns ``(keys int64, weights
     float32)``; ``from_scratch`` says whether to train a new model on that set.
 
+    To write one (the module shows an example): subclass it, set ``name`` (what
+    ``pipeline status`` shows) and, when it has options, ``spec`` (a string naming
+    them, compared when a pipeline is resumed); override ``_inform(keys, labels)``
+    (called by ``inform`` with checked int64 arrays) and ``select()``. There is no
+    ``__init__`` to call. A strategy that draws at random takes a seed in its own
+    ``__init__`` and must draw the same on every run, since a resumed pipeline
+    replays the stream through it and checks each set against the stored one.
+    ``train.run_pipeline`` takes an instance (``Newest(2)``, not ``Newest``) that
+    has not been informed yet, and informs a copy of it.
+
     >>> AllData().inform([1, 2], [0])
     Traceback (most recent call last):
     ...
@@ -126,6 +136,17 @@ class Strategy:
             if values.size and values.dtype.kind not in "iu":
                 raise TypeError(f"{what} must be integers, got {values.dtype}")
         self._inform(keys.astype(np.int64, copy=False), labels.astype(np.int64, copy=False))
+        self._informed = self.informed + len(keys)
+
+    @property
+    def informed(self) -> int:
+        """How many samples ``inform`` has taken: a pipeline starts from a strategy that has taken none.
+
+        >>> strategy = AllData()
+        >>> strategy.informed, (strategy.inform([4, 5], [0, 1]), strategy.informed)[1]
+        (0, 2)
+        """
+        return getattr(self, "_informed", 0)  # (a subclass need not call Strategy.__init__)
 
     def _inform(self, keys: np.ndarray, labels: np.ndarray) -> None:
         raise NotImplementedError(f"{type(self).__name__} must implement _inform")

@@ -34,6 +34,7 @@ import numpy as np
 import readers
 from readers.pipeline_store import PipelineStore
 from train.driver import evaluate, train
+from train.events import EndIteration
 from train.pipeline_checks import PipelineConfigError, Plan, check_pipeline
 from train.stream_columns import seen_tasks, stream_chunks
 
@@ -43,7 +44,11 @@ __all__ = ["PipelineConfigError", "PipelineReplayError", "run_pipeline"]
 PROGRESS_EVERY = 1.0
 
 
-class PipelineReplayError(RuntimeError):
+#: Seconds between two heartbeats of the pipeline's claim while it replays its stream on resume.
+HEARTBEAT_EVERY = 30.0
+
+
+class PipelineReplayError(ValueError):
     """A resumed pipeline's stream, trigger or strategy gave another set than the one stored at a trigger."""
 
 
@@ -53,26 +58,26 @@ def _derived_seed(seed: int, trigger_id: int) -> int:
 
 
 class _Labels:
-    """The label of every key the stream has given, for a set's class counts."""
+    """The label of every key the stream has given (keys index the source), for a set's class counts."""
 
-    def __init__(self) -> None:
-        self._keys: list[np.ndarray] = []
-        self._labels: list[np.ndarray] = []
+    def __init__(self, size: int):
+        self._of = np.full(size, -1, np.int64)  # -1: not given yet
 
-    def add(self, keys: np.ndarray, labels: np.ndarray) -> None:
-        self._keys.append(keys)
-        self._labels.append(labels)
+    def add(self, keys: np.ndarray, labels: np.ndarray, position: int) -> None:
+        if len(keys) and (keys.min() < 0 or keys.max() >= len(self._of)):
+            i = int(np.flatnonzero((keys < 0) | (keys >= len(self._of)))[0])
+            raise ValueError(f"the stream's entry at position {position + i} has key {int(keys[i])}, but keys index "
+                             f"the source, which has {len(self._of)} entries: give keys 0..{len(self._of) - 1}")
+        self._of[keys] = labels
 
     def counts(self, keys: np.ndarray) -> dict[str, int]:
-        """``{str(label): count}`` over ``keys`` (a key given twice by the stream counts with its last label)."""
-        if not len(keys):
-            return {}
-        known, labels = np.concatenate(self._keys), np.concatenate(self._labels)
-        order = np.argsort(known, kind="stable")
-        known, labels = known[order], labels[order]
-        last = np.searchsorted(known, keys, side="right") - 1
-        values, counts = np.unique(labels[last], return_counts=True)
-        return {str(v): int(c) for v, c in zip(values.tolist(), counts.tolist())}
+        """``{str(label): count}`` over ``keys``, each with the label the stream gave it last."""
+        labels = self._of[keys]
+        if (labels < 0).any():
+            raise ValueError(f"the strategy selected key {int(keys[labels < 0][0])}, which the stream has not given "
+                             "yet: a strategy selects among the keys it was informed of")
+        counts = np.bincount(labels)
+        return {str(v): int(counts[v]) for v in np.flatnonzero(counts).tolist()}
 
 
 class _Reporter:
@@ -83,16 +88,20 @@ class _Reporter:
         self.done, self.reported, self.loss = 0, 0.0, math.nan
 
     def __call__(self, event: Any) -> None:
-        if type(event).__name__ == "EndIteration":
+        if isinstance(event, EndIteration):
             self.done += 1
             self.loss = float(event.metrics.get("loss", math.nan))
             now = time.monotonic()
             if now - self.reported >= PROGRESS_EVERY or self.done == self.steps:
+                self.report()
                 self.reported = now
-                self.store.update_training(self.training_id, progress={"step": self.done, "steps": self.steps,
-                                                                      "loss": self.loss})
         if self.handler is not None:
             self.handler(event)
+
+    def report(self) -> None:
+        """Write the progress so far to the store (also when the training stops: its last step, not a stale one)."""
+        self.store.update_training(self.training_id, progress={"step": self.done, "steps": self.steps,
+                                                              "loss": self.loss})
 
 
 class _Run:
@@ -115,7 +124,8 @@ class _Run:
                                           f"its model in {store.path}, so the next trigger has nothing to go on from; "
                                           "start a new pipeline")
             self.model.load_state_dict(state)
-        self.labels, self.trigger_id, self.records = _Labels(), 0, []
+        self.labels, self.trigger_id, self.records = _Labels(len(plan.source)), 0, []
+        self.beat = time.monotonic()
 
     def at_trigger(self, position: int, when: float) -> None:
         plan, store, p, t = self.plan, self.store, self.pipeline_id, self.trigger_id
@@ -125,6 +135,9 @@ class _Run:
         info = {"classes": self.labels.counts(keys), "strategy": plan.strategy.spec, "trigger": plan.trigger.spec}
         if t <= self.stored:
             self._check_replay(t, keys, weights, position)
+            if time.monotonic() - self.beat > HEARTBEAT_EVERY:  # a long replay keeps its claim
+                store.heartbeat(p)
+                self.beat = time.monotonic()
         else:
             store.add_trigger(p, t, keys, None if (weights == 1).all() else weights, position=position, time=when,
                               info=info)
@@ -151,6 +164,7 @@ class _Run:
         passes = max(plan.passes, -(-plan.min_steps // steps_per_pass)) if size else 0
         training_id = store.start_training(self.pipeline_id, t)
         started = time.perf_counter()
+        reporter = _Reporter(store, training_id, passes * steps_per_pass, self.event_handler)
         try:
             if plan.strategy.from_scratch or self.model is None:
                 self.model = plan.model(seed)
@@ -158,7 +172,6 @@ class _Run:
             if size:
                 data = readers.trigger_set(store, self.pipeline_id, t, source=plan.source, weights=weighted)
                 mapping = {**plan.mapping, "weight": len(plan.first_entry)} if weighted else plan.mapping
-                reporter = _Reporter(store, training_id, passes * steps_per_pass, self.event_handler)
                 history = train(readers.shuffle(data, seed=seed), mapping, plan.batch_size, passes, model=self.model,
                                 event_handler=reporter, seed=seed, shard=False)
             tasks = seen_tasks(plan.test_tasks, when, plan.task_seconds)
@@ -173,10 +186,12 @@ class _Run:
             }
             store.finish_training(training_id, {k: record[k] for k in (
                 "set_size", "steps", "passes", "train_loss", "seconds", "tasks", "accuracies", "average_accuracy")},
-                model_state=self.model.state_dict())
+                model_state=self.model.state_dict(), keep_models=plan.keep_models)
         except BaseException as exc:
             why = "interrupted" if isinstance(exc, KeyboardInterrupt) else f"{type(exc).__name__}: {exc}"
             with contextlib.suppress(Exception):  # the store's own failure is not the one to report
+                if reporter.done:
+                    reporter.report()
                 store.fail_training(training_id, why)
             raise
         self.records.append(record)
@@ -186,18 +201,18 @@ class _Run:
     def run(self) -> list[dict]:
         plan = self.plan
         plan.trigger.reset()
-        when = 0.0
+        when = 0.0  # the time of the last entry before the chunk: a point at a chunk's start covers up to it
         for chunk in stream_chunks(plan.stream, plan.chunk, plan.label_column, plan.feature_column):
             start = plan.trigger.seen
             points = plan.trigger.feed(chunk.times, chunk.labels, chunk.features)
-            self.labels.add(chunk.keys, chunk.labels)
+            cuts = [point - start for point in points]
             done = 0
-            for point in points:
-                cut = point - start
+            for cut in cuts if cuts and cuts[-1] == len(chunk.keys) else [*cuts, len(chunk.keys)]:
+                self.labels.add(chunk.keys[done:cut], chunk.labels[done:cut], start + done)
                 plan.strategy.inform(chunk.keys[done:cut], chunk.labels[done:cut])
+                if start + cut in points:
+                    self.at_trigger(start + cut, float(chunk.times[cut - 1]) if cut else when)
                 done = cut
-                self.at_trigger(point, float(chunk.times[cut - 1]))
-            plan.strategy.inform(chunk.keys[done:], chunk.labels[done:])
             if len(chunk.times):
                 when = float(chunk.times[-1])
         point = plan.trigger.finish()
@@ -213,7 +228,7 @@ def run_pipeline(stream: Any, trigger: Any, strategy: Any, model: Callable[[int]
                  chunk: int = 4096, resume: int | None = None, on_start: Callable[[int], None] | None = None,
                  on_trigger: Callable[[dict], None] | None = None,
                  event_handler: Callable[[Any], None] | None = None, config: Mapping[str, Any] | None = None,
-                 ) -> list[dict]:
+                 keep_models: int | None = 1) -> list[dict]:
     """Run a continual-learning pipeline over ``stream``; return one record per trigger it trained.
 
     ``stream``: a timestamped reader, entries ending in ``(key, time)`` (see
@@ -231,10 +246,14 @@ def run_pipeline(stream: Any, trigger: Any, strategy: Any, model: Callable[[int]
     ``stream.by_key()`` by default. Each training shuffles its set (seeded by
     ``seed`` and the trigger), runs ``passes`` passes of ``batch_size``, or
     more to reach ``min_steps`` steps. ``config``: the caller's own settings,
-    stored with the pipeline's and compared on resume.
+    stored with the pipeline's and compared on resume. ``keep_models``: how many
+    of the latest trainings' models the store keeps (the last is what a resume
+    goes on from; None keeps every one, about 2.4 MB each for the default MLP).
 
     Everything is checked before anything starts; all that is wrong is
-    raised as one ``PipelineConfigError``. A record holds ``pipeline_id``,
+    raised as one ``PipelineConfigError``. An exception that stops a
+    registered pipeline (Ctrl-C's ``KeyboardInterrupt`` too) carries its
+    ``pipeline_id``, for ``resume=``. A record holds ``pipeline_id``,
     ``trigger_id``, ``training_id``, ``set_size``, ``classes`` (the set's class
     counts), ``steps``, ``passes``, ``train_loss``, ``seconds``, ``tasks``,
     ``accuracies`` (one per task, in ``tasks``' order) and
@@ -258,18 +277,12 @@ def run_pipeline(stream: Any, trigger: Any, strategy: Any, model: Callable[[int]
     >>> records[-1]["average_accuracy"] > 0.9
     True
     """
-    if isinstance(db, PipelineStore):
-        store, owned = db, False
-    elif isinstance(db, (str, os.PathLike)):
-        store, owned = None, True
-    else:
-        raise PipelineConfigError([f"db must be a pipeline store's path or a readers.PipelineStore, got "
-                                   f"{type(db).__name__} {db!r:.60}"])
-    plan = check_pipeline(stream, trigger, strategy, model, test=test, source=source, mapping=mapping,
+    plan = check_pipeline(stream, trigger, strategy, model, db=db, test=test, source=source, mapping=mapping,
                           batch_size=batch_size, passes=passes, min_steps=min_steps, seed=seed,
-                          task_seconds=task_seconds, chunk=chunk, resume=resume, config=config)
-    if store is None:
-        store = PipelineStore(db)
+                          task_seconds=task_seconds, chunk=chunk, resume=resume, config=config,
+                          keep_models=keep_models)
+    owned = not isinstance(db, PipelineStore)
+    store = PipelineStore(db) if owned else db
     try:
         if resume is None:
             pipeline_id = store.register_pipeline(plan.config)
@@ -281,6 +294,9 @@ def run_pipeline(stream: Any, trigger: Any, strategy: Any, model: Callable[[int]
             if on_start is not None:
                 on_start(pipeline_id)
             return _Run(plan, store, pipeline_id, on_trigger, event_handler).run()
+        except BaseException as exc:  # a notebook's Ctrl-C still says which pipeline to resume
+            exc.pipeline_id = pipeline_id
+            raise
         finally:
             with contextlib.suppress(Exception):
                 store.release_pipeline(pipeline_id)

@@ -226,3 +226,16 @@ def test_a_damaged_model_state_is_refused_naming_it():
     listed_ = encode([np.ones(2)])
     with pytest.raises(ValueError, match=r"is damaged \(it holds a list\)"):
         decode_state(listed_, zlib.crc32(listed_), "the model of training 3")
+
+
+def test_a_store_being_made_by_another_process_is_waited_for_when_opened_to_read(tmp_path):
+    path = str(tmp_path / "pipelines.db")
+    sqlite3.connect(path).close()  # the file exists, empty, as just after the maker's connect
+    maker = threading.Timer(0.3, lambda: open_store(path).close())
+    maker.start()
+    try:
+        db = open_store(path, create=False)  # waits for the tables rather than calling the file "empty"
+        assert db.execute("PRAGMA application_id").fetchone()[0] == APPLICATION_ID
+        db.close()
+    finally:
+        maker.join()

@@ -97,7 +97,8 @@ def test_a_live_process_holding_the_pipeline_is_not_taken_over(store):
         assert claimed.wait(WAIT), "the child never claimed the pipeline"
         with pytest.raises(PipelineBusy, match=rf"^claim_pipeline: pipeline {p} in .*pipelines.db is held by process "
                                                rf"{child.pid} on host '{HERE}', last seen \d+\.\d s ago; that process "
-                                               rf"is alive: stop it \(kill {child.pid}\) and claim the pipeline again"
+                                               rf"is alive and runs the pipeline: wait for it to end, or stop it "
+                                               rf"first \(kill {child.pid}\)"
                            ) as refused:
             store.claim_pipeline(p, stale_after=1e-6)  # however stale: a process of this host is asked, not timed
         assert (refused.value.pipeline_id, refused.value.host, refused.value.pid) == (p, HERE, child.pid)
@@ -131,13 +132,13 @@ def test_another_hosts_claim_holds_until_its_heartbeat_is_stale(store, monkeypat
     far_away(monkeypatch, store, p)
     assert store.pipeline(p)["owner"] == f"far-away:{os.getpid()}"  # the same pid on another host is another
     with pytest.raises(PipelineBusy, match=rf"^claim_pipeline: pipeline {p} in .* is held by process {os.getpid()} "
-                                           r"on host 'far-away', last seen \d+\.\d s ago: stop that process; if it is "
-                                           r"dead, wait until it is 120 s unseen \(\d+ s more\) and claim the "
-                                           r"pipeline again") as refused:
+                                           r"on host 'far-away', last seen \d+\.\d s ago: wait for it to end, or stop "
+                                           r"it; if it is dead, it counts as gone once 120 s unseen \(\d+ s more\)$"
+                           ) as refused:
         store.claim_pipeline(p)
     assert refused.value.host == "far-away" and 0 <= refused.value.seen < 120
     set_row(store.path, p, heartbeat=time.time() - 50)  # its last write, 50 s ago
-    with pytest.raises(PipelineBusy, match=r"last seen 5\d\.\d s ago: .* wait until it is 120 s unseen \(\d+ s more"):
+    with pytest.raises(PipelineBusy, match=r"last seen 5\d\.\d s ago: .* gone once 120 s unseen \(\d+ s more"):
         store.claim_pipeline(p)
     store.claim_pipeline(p, stale_after=30)  # 50 s unseen is dead enough for this caller
     assert store.pipeline(p)["owner"] == f"{HERE}:{os.getpid()}"
@@ -275,5 +276,28 @@ def test_a_live_owner_of_this_host_without_a_heartbeat_is_still_alive(store):
     p = store.register_pipeline({})
     set_row(store.path, p, owner=f"{HERE}:{os.getppid()}", heartbeat=None)  # our parent: alive, and not us
     with pytest.raises(PipelineBusy, match=rf"held by process {os.getppid()} on host '{HERE}', with no heartbeat; "
-                                           rf"that process is alive: stop it"):
+                                           rf"that process is alive and runs the pipeline: wait for it to end"):
         store.claim_pipeline(p)
+
+
+def test_heartbeat_refreshes_only_the_owners_claim(store):
+    p = store.register_pipeline({})
+    assert store.heartbeat(p) is False and store.pipeline(p)["heartbeat"] is None
+    store.claim_pipeline(p)
+    set_row(store.path, p, heartbeat=time.time() - 100)
+    assert store.heartbeat(p) is True and time.time() - store.pipeline(p)["heartbeat"] < 5
+    set_row(store.path, p, owner="far-away:123", heartbeat=time.time() - 100)
+    assert store.heartbeat(p) is False and time.time() - store.pipeline(p)["heartbeat"] > 99
+
+
+def test_owner_alive_says_whether_a_running_training_can_still_end(store):
+    p = store.register_pipeline({})
+    assert store.owner_alive(p) is None
+    store.claim_pipeline(p)
+    assert store.owner_alive(p) is True
+    set_row(store.path, p, owner=f"{HERE}:{2 ** 22 + 12345}")  # a pid no process has
+    assert store.owner_alive(p) is False
+    set_row(store.path, p, owner="far-away:123", heartbeat=time.time())
+    assert store.owner_alive(p) is True
+    set_row(store.path, p, heartbeat=time.time() - 500)
+    assert store.owner_alive(p) is False and store.owner_alive(p, stale_after=1000) is True

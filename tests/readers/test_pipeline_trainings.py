@@ -98,7 +98,7 @@ def test_a_training_needs_a_stored_trigger_and_an_unknown_training_is_named(stor
     p = store.register_pipeline({})
     with pytest.raises(LookupError, match=r"start_training: pipeline 1 has no trigger 0 .*\(its triggers: none\)"):
         store.start_training(p, 0)
-    with pytest.raises(LookupError, match="update_training: no training 3 in .*; trainings"):
+    with pytest.raises(LookupError, match=r"update_training: no training 3 in .* \(its trainings: none\)$"):
         store.update_training(3, progress=0.1)
     with pytest.raises(LookupError, match="training: no training 3"):
         store.training(3)
@@ -124,7 +124,7 @@ def test_model_state_is_none_without_one_and_refused_for_an_unknown_training(sto
     store.finish_training(plain, {"accuracy": 0.5})
     store.fail_training(failed, "loss is nan")
     assert [store.model_state(t) for t in (running, plain, failed)] == [None, None, None]
-    with pytest.raises(LookupError, match=r"model_state: no training 9 in .*pipelines.db; trainings\(\) lists them"):
+    with pytest.raises(LookupError, match=r"model_state: no training 9 in .*pipelines.db \(its trainings: 1-3\)$"):
         store.model_state(9)
 
 
@@ -223,3 +223,47 @@ def test_last_finished_takes_the_last_training_on_a_tie_and_names_an_unknown_pip
     assert store.last_finished(p)["training_id"] == second
     with pytest.raises(LookupError, match=r"last_finished: no pipeline 7 in .* \(its pipelines: 1\)"):
         store.last_finished(7)
+
+
+def test_keep_models_keeps_the_latest_in_the_finishing_transaction(store):
+    p, q = trained(store, 4), trained(store, 1)
+    other = store.start_training(q, 0)
+    store.finish_training(other, model_state=model(9))
+    ids = []
+    for t in range(4):
+        ids.append(store.start_training(p, t))
+        store.finish_training(ids[-1], model_state=model(t), keep_models=2)
+    assert [store.model_state(i) is None for i in ids] == [True, True, False, False]
+    assert same(store.model_state(ids[-1]), model(3)) and same(store.model_state(other), model(9))  # q's untouched
+    assert store.drop_models(p, keep=1) == 1 and store.model_state(ids[2]) is None
+    assert store.drop_models(p, keep=1) == 0 and store.drop_models(p, keep=0) == 1
+    with pytest.raises(ValueError, match="keep_models must be an int >= 1"):
+        store.finish_training(store.start_training(p, 3), model_state=model(), keep_models=0)
+
+
+class CommitInterrupted:
+    """A connection whose next COMMIT is interrupted (as by Ctrl-C arriving there)."""
+
+    def __init__(self, db):
+        self.db, self.armed = db, False
+
+    def execute(self, sql, *args):
+        if sql == "COMMIT" and self.armed:
+            self.armed = False
+            raise KeyboardInterrupt
+        return self.db.execute(sql, *args)
+
+    def __getattr__(self, name):
+        return getattr(self.db, name)
+
+
+def test_an_interrupt_at_commit_leaves_no_transaction_open(store):
+    p = trained(store)
+    t = store.start_training(p, 0)
+    store._db = connection = CommitInterrupted(store._db)
+    connection.armed = True
+    with pytest.raises(KeyboardInterrupt):
+        store.update_training(t, progress=0.5)
+    assert not connection.in_transaction
+    store.fail_training(t, "interrupted")  # the next call works: the interrupted one was rolled back
+    assert store.training(t)["status"] == "failed" and store.training(t)["progress"] == 0.0

@@ -8,7 +8,7 @@ from train.pipeline_checks import PipelineConfigError, check_pipeline
 
 from .continual_data import blobs, softmax
 
-DEFAULTS = {"test": None, "source": None, "mapping": ["image", "label"], "batch_size": 32, "passes": 1,
+DEFAULTS = {"db": "runs.db", "keep_models": 1, "test": None, "source": None, "mapping": ["image", "label"], "batch_size": 32, "passes": 1,
             "min_steps": 10, "seed": 0, "task_seconds": 86400.0, "chunk": 64, "resume": None, "config": None}
 
 
@@ -50,7 +50,8 @@ def test_a_feature_drift_trigger_reads_the_image_column():
     ({"config": [1]}, "config must be a dict"),
     ({"config": {"f": object()}}, "config must be JSON data"),
     ({"trigger": "hourly"}, "trigger: unknown trigger spec 'hourly'"),
-    ({"trigger": 5}, "trigger: a trigger spec must be a str"),
+    ({"trigger": 5}, "trigger must be a train.Trigger (subclass it to make your own) or its spec, got int 5"),
+    ({"strategy": train.GDumb}, "strategy must be an instance of GDumb, e.g. GDumb(...), not the class"),
     ({"strategy": "gdumb:0"}, "strategy: bad strategy spec 'gdumb:0'"),
     ({"mapping": ["image"]}, "mapping must name the label column 'label'"),
     ({"mapping": {"image": "x", "label": 1}}, "name entry columns by number"),
@@ -109,7 +110,6 @@ def test_resume_compares_the_stored_settings(tmp_path):
         other = check(strategy="new", batch_size=8)
         with pytest.raises(PipelineConfigError) as caught:
             other.check_resumable(store, p)
-        assert [s.split("(")[1].split(")")[0] for s in caught.value.problems] == [
-            "its strategy was 'all', now 'new'", "its batch_size was 32, now 8"]
-        with pytest.raises(LookupError, match="no pipeline 7"):
+        assert caught.value.problems == ["strategy was 'all', now 'new'", "batch_size was 32, now 8"]
+        with pytest.raises(PipelineConfigError, match=r"resume=7: .*no pipeline 7 in .*\(its pipelines: 1\)"):
             plan.check_resumable(store, 7)

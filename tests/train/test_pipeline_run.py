@@ -62,7 +62,14 @@ def test_bad_options_are_all_refused_before_anything_runs(tmp_path, data):
     assert "has 2 problems" in result.output and "every:2.5" in result.output and "'gdumb'" in result.output
     assert not (tmp_path / "runs.db").exists()
     plain = invoke("--reader", "mnist", "--data-dir", data, "--no-download", "--db", tmp_path / "runs.db")
-    assert plain.exit_code == 1 and "must end in the columns (key, time)" in plain.output
+    assert plain.exit_code == 1 and "reader 'mnist' is not a timestamped stream" in plain.output
+    assert "split-mnist is one" in plain.output
+    for flag, path, why in (("--db", tmp_path / "typo" / "runs.db", "which does not exist"),
+                            ("--log-json", tmp_path / "none" / "log.jsonl", "which does not exist")):
+        args = ["--data-dir", data, "--no-download", "--db", tmp_path / "runs.db", flag, path]
+        refused = invoke(*args)
+        assert refused.exit_code == 1 and f"{flag} {path} " in refused.output and why in refused.output
+    assert not (tmp_path / "runs.db").exists() and not (tmp_path / "typo").exists()
 
 
 def test_status_shows_the_trainings_of_a_run(tmp_path, data):
@@ -71,7 +78,7 @@ def test_status_shows_the_trainings_of_a_run(tmp_path, data):
     assert status.exit_code == 0, status.output
     assert len(re.findall(r"^\s+\d+\s+1\s+\d\s+finished\s+\d+/\d+ steps", status.output, re.M)) == 5
     one = CliRunner().invoke(cli.main, ["pipeline", "status", "--db", str(tmp_path / "runs.db"), "--training-id", "5"])
-    assert one.output.startswith("training 5 of pipeline 1, trigger 4: finished") and '"average_accuracy"' in one.output
+    assert one.output.startswith("training 5 of pipeline 1, trigger 4: finished") and '\n  average_accuracy: ' in one.output
 
 
 def test_ctrl_c_stops_with_130_and_the_printed_command_resumes(tmp_path, data):
@@ -96,7 +103,7 @@ def test_ctrl_c_stops_with_130_and_the_printed_command_resumes(tmp_path, data):
     # resumed with fewer steps the settings differ: refused, naming min_steps
     refused = invoke("--data-dir", data, "--no-download", "--db", db, "--min-steps", 10, "--model", "softmax",
                      "--resume", 1)
-    assert refused.exit_code == 1 and "its min_steps was 3000, now 10" in refused.output
+    assert refused.exit_code == 1 and "--min-steps was 3000, now 10" in refused.output
 
 
 def test_sigterm_stops_with_143(tmp_path, data):
@@ -130,8 +137,11 @@ def test_resume_finishes_the_pipeline_and_appends_to_the_log(tmp_path, data, mon
     stopped = invoke(*options)
     assert stopped.exit_code == 130 and "--resume 1" in stopped.output
     monkeypatch.setattr(supervisor, "evaluate", original)
+    fresh = invoke("--data-dir", data, "--no-download", "--db", db, "--min-steps", 5, "--strategy", "all")
+    assert "note: pipeline 1 in" in fresh.output and "--resume 1 goes on with that one" in fresh.output
     resumed = invoke(*options, "--resume", 1)
     assert resumed.exit_code == 0, resumed.output
+    assert "resuming pipeline 1 after trigger 1 (training 2, its last finished)" in resumed.output
     assert [int(r[0]) for r in ROW.findall(resumed.output)] == [2, 3, 4]
     assert [json.loads(line)["trigger_id"] for line in log.read_text().splitlines()] == [0, 1, 2, 3, 4]
     again = invoke(*options, "--resume", 1)

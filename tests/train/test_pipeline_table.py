@@ -42,5 +42,30 @@ def test_status_lists_pipelines_and_trainings_and_one_training_in_full(tmp_path)
         assert re.match(r"\s+2\s+1\s+1\s+failed\s+25%\s+n/a\s+\d+\.\d\s+interrupted$", lines[4])
         full = status_lines(store, training_id=failed)
         assert full[0] == "training 2 of pipeline 1, trigger 1: failed"
-        assert "  error: interrupted" in full and "  progress: 0.25" in full
+        assert "  error: interrupted" in full and "  progress: 25%" in full
         assert status_lines(store, pipeline_id=p)[0].endswith("1 pipeline")
+
+
+def test_a_running_training_whose_process_is_gone_says_so(tmp_path):
+    import multiprocessing
+
+    with PipelineStore(tmp_path / "r.db") as store:
+        p = store.register_pipeline({})
+        store.add_trigger(p, 0, np.arange(3), position=3)
+    child = multiprocessing.get_context("spawn").Process(target=_claim_and_start, args=(str(tmp_path / "r.db"),))
+    child.start()
+    child.join(60)
+    assert child.exitcode == 0
+    with PipelineStore(tmp_path / "r.db", create=False) as store:
+        line = status_lines(store)[-1]
+        assert "running" in line and line.endswith("its process is gone; resume pipeline 1 to go on")
+
+
+def _claim_and_start(path):
+    """In a child: claim pipeline 1 and start a training, then exit without a word (as a kill would)."""
+    import os
+
+    store = PipelineStore(path, create=False)
+    store.claim_pipeline(1)
+    store.start_training(1, 0)
+    os._exit(0)

@@ -69,8 +69,8 @@ def test_sets_and_trainings_are_in_the_store_with_their_models(tmp_path):
             assert training["status"] == "finished" and training["trigger_id"] == record["trigger_id"]
             assert training["metrics"]["accuracies"] == record["accuracies"]
             assert training["progress"]["step"] == training["progress"]["steps"] == record["steps"]
-            model = train.SoftmaxRegression(6, 6)
-            model.load_state_dict(store.model_state(record["training_id"]))
+        model = train.SoftmaxRegression(6, 6)
+        model.load_state_dict(store.model_state(records[-1]["training_id"]))
         # the last model, as stored, gives the last record's accuracies
         _, test, _ = blobs()
         x = np.stack([e[0] for e in test()])
@@ -167,7 +167,9 @@ def test_resume_with_other_settings_is_refused_naming_each(tmp_path):
     with pytest.raises(PipelineConfigError) as caught:
         run(tmp_path, "gdumb:30", resume=1, batch_size=16)
     message = str(caught.value)
-    assert "its strategy was 'all', now 'gdumb:30'" in message and "its batch_size was 32, now 16" in message
+    assert "  - strategy was 'all', now 'gdumb:30'\n  - batch_size was 32, now 16\n" in message
+    assert message.endswith("ran with other settings: resume it with the ones it started with, or start a new "
+                            "pipeline")
 
 
 def test_a_stream_that_replays_differently_is_refused(tmp_path):
@@ -248,11 +250,13 @@ class Halves(Strategy):
 
 
 def test_a_users_strategy_with_weights_trains_through_the_weight_column(tmp_path):
-    records = run(tmp_path, Halves())
+    records = run(tmp_path / "w", Halves())
     assert [r["set_size"] for r in records] == [160, 320, 480]
-    with PipelineStore(tmp_path / "runs.db", create=False) as store:
+    with PipelineStore(tmp_path / "w" / "runs.db", create=False) as store:
         assert store.trigger_meta(1, 1)["weighted"] and store.trigger(1, 1).weights[0] == 0.5
     assert records[-1]["average_accuracy"] > 0.9
+    unweighted = run(tmp_path / "u", "all")  # the same keys, all of weight 1: another training
+    assert [r["train_loss"] for r in records] != [r["train_loss"] for r in unweighted]
 
 
 def test_the_end_of_the_stream_is_a_last_trigger_and_a_test_split_is_optional(tmp_path):
@@ -263,9 +267,16 @@ def test_the_end_of_the_stream_is_a_last_trigger_and_a_test_split_is_optional(tm
     assert all(r["accuracies"] == [] and r["average_accuracy"] is None for r in records)
 
 
-def test_a_drift_trigger_on_features_fires_at_task_changes(tmp_path):
-    records = run(tmp_path, "new", trigger="drift:window=40,threshold=0.5,on=feature,bounds=-6:6")
-    assert len(records) >= 2 and records[0]["set_size"] % 40 == 0
+def test_a_drift_trigger_fires_at_task_changes(tmp_path):
+    records = run(tmp_path / "labels", "new", trigger="drift:window=40,threshold=0.5")
+    with PipelineStore(tmp_path / "labels" / "runs.db", create=False) as store:
+        positions = [store.trigger_meta(1, t)["position"] for t in store.triggers(1)]
+    assert positions == [200, 360, 480], positions  # the first window after each task's start (160, 320), the end
+    assert [r["set_size"] for r in records] == [200, 160, 120]
+    run(tmp_path / "features", "new", trigger="drift:window=40,threshold=0.5,on=feature,bounds=-6:6")
+    with PipelineStore(tmp_path / "features" / "runs.db", create=False) as store:
+        positions = [store.trigger_meta(1, t)["position"] for t in store.triggers(1)]
+    assert len(positions) >= 2 and positions[0] > 160 and positions[-1] == 480, positions
 
 
 def test_split_mnist_runs_as_the_default_stream(tmp_path):
@@ -278,3 +289,69 @@ def test_split_mnist_runs_as_the_default_stream(tmp_path):
                            db=str(tmp_path / "r.db"), test=test, min_steps=30)
     assert [r["classes"] for r in records] == [{"0": 30, "1": 30}, {"0": 15, "1": 15, "2": 15, "3": 15}]
     assert records[-1]["tasks"] == [0, 1] and records[-1]["average_accuracy"] > 0.6
+
+
+def test_records_do_not_depend_on_the_chunk_size(tmp_path):
+    results = []
+    for chunk in (1, 7, 160, 4096):
+        records = run(tmp_path / str(chunk), "new:0.25", chunk=chunk, min_steps=5)
+        with PipelineStore(tmp_path / str(chunk) / "runs.db", create=False) as store:
+            times = [store.trigger_meta(1, t)["time"] for t in store.triggers(1)]
+        results.append(([{k: r[k] for k in ("set_size", "classes", "tasks", "accuracies")} for r in records], times))
+    assert all(result == results[0] for result in results[1:])
+    assert [r["tasks"] for r in results[0][0]] == [[0], [0, 1], [0, 1, 2]]
+    assert results[0][1] == [86400 - 86400 / 160, 2 * 86400 - 86400 / 160, 3 * 86400 - 86400 / 160]
+
+
+def test_a_strategy_object_is_copied_and_one_already_informed_is_refused(tmp_path):
+    strategy = train.GDumb(30, seed=1)
+    first = run(tmp_path / "a", strategy)
+    assert strategy.informed == 0  # the pipeline informed its own copy
+    assert [r["classes"] for r in run(tmp_path / "b", strategy)] == [r["classes"] for r in first]
+    strategy.inform([0], [0])
+    with pytest.raises(PipelineConfigError, match=r"was informed of 1 samples already"):
+        run(tmp_path / "c", strategy)
+
+
+def test_a_model_without_a_class_for_a_later_label_is_refused_before_anything_runs(tmp_path):
+    stream, test, source = blobs()
+    with pytest.raises(PipelineConfigError, match="model: LabelRangeError") as caught:
+        run_pipeline(stream, "time:86400", "all", softmax(classes=4), db=str(tmp_path / "r.db"), test=test,
+                     source=source)
+    assert "5" in str(caught.value)
+    assert not (tmp_path / "r.db").exists()
+
+
+def test_a_stream_whose_keys_or_times_are_wrong_is_refused_with_the_position(tmp_path):
+    stream, test, source = blobs()
+    entries = list(stream())
+    x, label, key, time = entries[200]
+    late = entries[:200] + [(x, label, 10_000, time)] + entries[201:]
+    with pytest.raises(PipelineConfigError, match="position 200 has key 10000, but the source"):
+        run_pipeline(readers.from_sequence(late), "time:86400", "all", softmax(), db=str(tmp_path / "r.db"),
+                     source=source)
+    back = entries[:300] + [(x, label, key, 5.0)] + entries[301:]
+    with pytest.raises(PipelineConfigError, match=r"position 300 has time 5\.0 after"):
+        run_pipeline(readers.from_sequence(back), "time:86400", "all", softmax(), db=str(tmp_path / "r.db"),
+                     source=source)
+
+
+def test_the_store_keeps_the_last_model_unless_told_otherwise(tmp_path):
+    last = run(tmp_path / "a", "all")
+    every = run(tmp_path / "b", "all", keep_models=None)
+    with PipelineStore(tmp_path / "a" / "runs.db", create=False) as a, \
+            PipelineStore(tmp_path / "b" / "runs.db", create=False) as b:
+        assert [a.model_state(r["training_id"]) is None for r in last] == [True, True, False]
+        assert all(b.model_state(r["training_id"]) is not None for r in every)
+
+
+def test_an_interrupt_carries_the_pipeline_id_and_the_last_progress(tmp_path):
+    def stop(event):
+        if type(event).__name__ == "EndIteration" and event.pass_id == 1 and event.batch_id == 2:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt) as caught:
+        run(tmp_path, "all", event_handler=stop)
+    assert caught.value.pipeline_id == 1
+    with PipelineStore(tmp_path / "runs.db", create=False) as store:
+        assert store.training(1)["progress"]["step"] == 8 and store.training(1)["status"] == "failed"
