@@ -70,6 +70,13 @@ def _alive(host: str, pid: int, heartbeat: float | None, stale_after: float) -> 
     return True
 
 
+def _check_stale_after(stale_after: object, where: str) -> None:
+    if isinstance(stale_after, bool) or not isinstance(stale_after, (int, float, np.integer, np.floating)) or \
+            not (math.isfinite(stale_after) and stale_after > 0):
+        raise ValueError(f"{where}: stale_after must be a finite number of seconds > 0 (how long another host's "
+                         f"owner may go without writing before it counts as dead), got {stale_after!r}")
+
+
 class OwnersMixin:
     """``PipelineStore``'s owner methods (see the module); they use the store's ``path``, ``_using(write)`` (one
     transaction) and ``_known`` (a pipeline's check).
@@ -110,10 +117,7 @@ class OwnersMixin:
         >>> store.close()
         """
         where = "claim_pipeline"
-        if isinstance(stale_after, bool) or not isinstance(stale_after, (int, float, np.integer, np.floating)) or \
-                not (math.isfinite(stale_after) and stale_after > 0):
-            raise ValueError(f"{where}: stale_after must be a finite number of seconds > 0 (how long another host's "
-                             f"owner may go without writing before it counts as dead), got {stale_after!r}")
+        _check_stale_after(stale_after, where)
         with self._using(write=True) as db:
             pipeline_id = self._known(db, pipeline_id, where)
             owner, heartbeat = db.execute("SELECT owner, heartbeat FROM pipelines WHERE pipeline_id = ?",
@@ -187,6 +191,7 @@ class OwnersMixin:
         (None, True)
         >>> store.close()
         """
+        _check_stale_after(stale_after, "owner_alive")
         with self._using(write=False) as db:
             pipeline_id = self._known(db, pipeline_id, "owner_alive")
             owner, heartbeat = db.execute("SELECT owner, heartbeat FROM pipelines WHERE pipeline_id = ?",

@@ -146,7 +146,8 @@ class TrainingsMixin:
         at most 1 GB); ``model_state(training_id)`` reads it back. With
         ``keep_models=k`` only the pipeline's k latest models (by trigger,
         then training) stay: the older ones are deleted in the same
-        transaction (``drop_models``); None keeps them all.
+        transaction (``drop_models``; the file keeps its size, and later
+        writes reuse the freed pages); None keeps them all.
 
         >>> import os, tempfile
         >>> from readers.pipeline_store import PipelineStore

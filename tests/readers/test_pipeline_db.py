@@ -1,11 +1,15 @@
 """readers.pipeline_db: the pipeline store's file (opened, marked, refused) and how a set is laid out in it."""
+import multiprocessing
+import os
 import sqlite3
 import threading
+import time
 import zlib
 
 import numpy as np
 import pytest
 
+from readers import pipeline_db
 from readers.cache_codec import encode
 from readers.cache_db import open_database
 from readers.pipeline_db import (
@@ -118,7 +122,8 @@ def test_a_schema_1_store_is_refused_as_another_versions_and_left_as_it_was(tmp_
     assert path.read_bytes() == before
 
 
-def test_open_store_without_create_makes_nothing(tmp_path):
+def test_open_store_without_create_makes_nothing(tmp_path, monkeypatch):
+    monkeypatch.setattr(pipeline_db, "EMPTY_WAIT", 0.1)  # an empty file is watched that long before it is refused
     with pytest.raises(FileNotFoundError, match=r"no pipeline store at '.*missing.db'.*PipelineStore\(path\)"):
         open_store(str(tmp_path / "missing.db"), create=False)
     assert list(tmp_path.iterdir()) == []
@@ -238,4 +243,37 @@ def test_a_store_being_made_by_another_process_is_waited_for_when_opened_to_read
         assert db.execute("PRAGMA application_id").fetchone()[0] == APPLICATION_ID
         db.close()
     finally:
+        maker.join()
+
+
+def make_stores(paths, go):
+    """Make each store in turn, once the test is watching for it (in a child process)."""
+    for path in paths:
+        if not go.wait(60):
+            return
+        go.clear()
+        open_store(path).close()
+
+
+def test_opening_to_read_a_store_another_process_is_making_never_finds_it_empty(tmp_path):
+    # Regression: `pipeline status` run as `pipeline run` started was refused, "(it is empty)", in the moment
+    # between the maker's connect, which makes the file, and its tables' commit. Without the wait most rounds fail.
+    paths = [str(tmp_path / f"{i}.db") for i in range(10)]
+    go = multiprocessing.get_context("spawn").Event()
+    maker = multiprocessing.get_context("spawn").Process(target=make_stores, args=(paths, go))
+    maker.start()
+    try:
+        for path in paths:
+            go.set()
+            while not os.path.exists(path):  # opened the moment it appears, as early as a reader can
+                assert maker.is_alive(), f"the maker died with exit code {maker.exitcode}"
+                time.sleep(0.0005)
+            db = open_store(path, create=False)
+            assert db.execute("PRAGMA application_id").fetchone()[0] == APPLICATION_ID
+            db.close()
+        maker.join(60)
+        assert maker.exitcode == 0
+    finally:
+        if maker.is_alive():  # (a failed round leaves it waiting for its go)
+            maker.kill()
         maker.join()

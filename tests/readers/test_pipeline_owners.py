@@ -159,10 +159,13 @@ def test_stale_after_is_a_number_of_seconds(store, stale_after):
                                          rf"got {stale_after!r}"):
         store.claim_pipeline(p, stale_after=stale_after)
     assert store.pipeline(p)["owner"] is None
+    with pytest.raises(ValueError, match=rf"owner_alive: stale_after must be a finite number .* got {stale_after!r}"):
+        store.owner_alive(p, stale_after=stale_after)
 
 
 def test_claims_name_an_unknown_pipeline(store):
-    for call in (store.claim_pipeline, store.release_pipeline, store.mark_abandoned):
+    for call in (store.claim_pipeline, store.release_pipeline, store.mark_abandoned, store.heartbeat,
+                 store.owner_alive):
         with pytest.raises(LookupError, match=rf"{call.__name__}: no pipeline 3 in .*\(its pipelines: none\)"):
             call(3)
 

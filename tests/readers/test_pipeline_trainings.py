@@ -239,6 +239,10 @@ def test_keep_models_keeps_the_latest_in_the_finishing_transaction(store):
     assert store.drop_models(p, keep=1) == 0 and store.drop_models(p, keep=0) == 1
     with pytest.raises(ValueError, match="keep_models must be an int >= 1"):
         store.finish_training(store.start_training(p, 3), model_state=model(), keep_models=0)
+    with pytest.raises(ValueError, match="drop_models: keep must be an int >= 0"):
+        store.drop_models(p, keep=-1)
+    with pytest.raises(LookupError, match=r"drop_models: no pipeline 7 in .* \(its pipelines: 1-2\)$"):
+        store.drop_models(7)
 
 
 class CommitInterrupted:
