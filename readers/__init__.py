@@ -74,6 +74,7 @@ from readers.schedule import BatchSchedule
 from readers.sources import from_arrays, from_sequence, np_array, text_file
 from readers.stage import IndexedReader, Reader, Stage
 from readers.tokens import tokens
+from readers.torch_loading import torch_loader
 from readers.trigger_sets import trigger_set
 from readers.wire import NotAuthorised, RemoteError, UnsupportedVersion
 
@@ -127,6 +128,7 @@ __all__ = [
     "text_file",
     "tokens",
     "torch_dataset",
+    "torch_loader",
     "trigger_set",
     "tune_allocator",
     "with_index",
