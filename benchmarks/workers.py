@@ -8,7 +8,9 @@
    stream (a plain generator function), and
    ``xmap_readers(f, src, 2, 256, order=True, mode="process")``. Goal: >= 1.7x.
    Row 1d is the ceiling: the same work split over two bare processes, which
-   shows how much parallelism the (shared) machine gave during the run.
+   shows how much parallelism the (shared) machine gave during the run. Row 1e
+   is one process worker against serial: what the hand-off costs per entry
+   (issue 17's goal: >= 0.95x).
 2. Trivial map (x + 1) over 2,000,000 ints: prefetch with 2 processes (goal
    >= 0.8x serial) and 2 threads (for information). Beside it, torch's
    DataLoader on the same data and work (a map-style dataset whose item i is
@@ -268,9 +270,10 @@ def cpu_rows(n: int, repeats: int, start_method: str | None) -> list[Row]:
     work = functools.partial(busy, rounds=rounds)
     indexed, stream = readers.from_sequence(range(n)), functools.partial(ints, n)
     process = {"mode": "process", "start_method": start_method}
-    serial, serial_stream, parallel, parallel_stream, xmap, bare = interleaved([
+    serial, serial_stream, single, parallel, parallel_stream, xmap, bare = interleaved([
         trial(readers.map_readers(work, indexed), count),
         trial(readers.map_readers(work, stream), count),
+        trial(readers.prefetch(readers.map_readers(work, indexed), 1, **process), count),
         trial(readers.prefetch(readers.map_readers(work, indexed), 2, **process), count),
         trial(readers.prefetch(readers.map_readers(work, stream), 2, **process), count),
         trial(readers.xmap_readers(work, indexed, 2, XMAP_BUFFER, order=True, **process), count),
@@ -286,6 +289,8 @@ def cpu_rows(n: int, repeats: int, start_method: str | None) -> list[Row]:
                 "entries/s", 1.7, bare),
         speedup(f"1c {us:.0f} us map: xmap_readers 2 proc / serial", xmap, serial, "entries/s", 1.7, bare),
         speedup("1d ceiling: the same work in 2 bare processes / serial", bare, serial, "entries/s", None),
+        speedup(f"1e {us:.0f} us map, indexed: prefetch 1 proc / serial (the per-entry cost)", single, serial,
+                "entries/s", 0.95),
     ]
 
 
