@@ -361,8 +361,10 @@ def test_torch_loader_cuda_protocol_with_a_recorded_stream_api(monkeypatch, pref
         waits = [i for i, e in enumerate(log[:end]) if e[0] == "wait"]
         event = log[waits[-1]][1]
         assert log[waits[-1]][2] == "default"
-        assert log[waits[-1] + 1:waits[-1] + 4] == [("keep", "on-device", "default")] * 3
+        assert [e for e in log[waits[-1] + 1:end] if e[0] != "copy" and e[0] != "record"] == [
+            ("keep", "on-device", "default")] * 3
         recorded = next(i for i, e in enumerate(log) if e[:2] == ("record", event))
         assert recorded < waits[-1] and log[recorded][2].name.startswith("side")
-        assert log[recorded - 3:recorded] == [("copy", True, True, log[recorded][2])] * 3
+        # (the consumer's keeps may come in between: the copies run in the loader's thread)
+        assert [e for e in log[:recorded] if e[0] == "copy"][-3:] == [("copy", True, True, log[recorded][2])] * 3
     assert sum(e[0] == "wait" for e in log) == 5
