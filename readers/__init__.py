@@ -40,6 +40,7 @@ from readers import (
     caching,
     combine,
     maps,
+    paddle_parallel,
     parallel,
     replay,
     rounds,
@@ -148,7 +149,7 @@ filter_entries = Curried(selection.filter_entries)
 firstn = Curried(selection.firstn)
 map_readers = Curried(maps.map_readers, reader_at=1)
 mix = Curried(_mix)
-multiprocess_reader = Curried(parallel.multiprocess_reader)
+multiprocess_reader = Curried(paddle_parallel.multiprocess_reader)
 node_shuffle = Curried(_node_shuffle)
 prefetch = Curried(parallel.prefetch)
 repeat = Curried(replay.repeat)
@@ -157,4 +158,4 @@ shard = Curried(sharding.shard)
 shuffle = Curried(shuffling.shuffle)
 skip = Curried(selection.skip)
 with_index = maps.with_index
-xmap_readers = Curried(parallel.xmap_readers, reader_at=1)
+xmap_readers = Curried(paddle_parallel.xmap_readers, reader_at=1)

@@ -1,6 +1,7 @@
-"""Prefetch and parallel workers: prefetch, buffered, xmap_readers, multiprocess_reader.
+"""Prefetch and parallel workers: prefetch and buffered (Paddle's xmap_readers and multiprocess_reader,
+on the same pool, are in ``readers.paddle_parallel``).
 
-All four stand on one worker pool (``readers.pool_consumer`` starts and merges
+All stand on one worker pool (``readers.pool_consumer`` starts and merges
 the workers, ``readers.pool_worker`` runs inside each): each pass starts its own
 threads or processes and stops and joins them however it ends (exhausted,
 failed, abandoned by break, ``close()`` or garbage collection, or Ctrl-C). A
@@ -11,27 +12,35 @@ through shared memory (``readers.shm``).
 """
 from __future__ import annotations
 
-import math
 import multiprocessing
 import operator
-from collections.abc import Callable, Iterator, Sequence
+import weakref
+from collections.abc import Iterator
 from typing import Any
 
 from readers.checks import check_reader
-from readers.identity import function_identity
 from readers.launch import local_worker
-from readers.maps import Mapped
 from readers.pipeline import describe
 from readers.pool_consumer import Pool, WorkerDiedError
+from readers.pool_keeper import Keeper
 from readers.sharding import Shard, follows_workers
 from readers.stage import Reader, Stage
 
-__all__ = ["Prefetch", "WorkerDiedError", "buffered", "multiprocess_reader", "prefetch", "xmap_readers"]
+__all__ = ["Prefetch", "WorkerDiedError", "buffered", "check_options", "count_option", "prefetch"]
 
 MODES = ("thread", "process")
 
 
-def _count(value: Any, name: str, minimum: int | None = None, hint: str = "") -> int:
+def count_option(value: Any, name: str, minimum: int | None = None, hint: str = "") -> int:
+    """``value`` as an int option named ``name``, at least ``minimum``; ``hint`` says what it is.
+
+    >>> count_option(4, "prefetch workers", 1)
+    4
+    >>> count_option(0, "prefetch workers", 1, "it is the number of workers")
+    Traceback (most recent call last):
+    ...
+    ValueError: prefetch workers must be at least 1, got 0; it is the number of workers
+    """
     try:
         n = operator.index(value)
     except TypeError:
@@ -41,13 +50,22 @@ def _count(value: Any, name: str, minimum: int | None = None, hint: str = "") ->
     return n
 
 
-def _check_options(where: str, mode: str, start_method: str | None, restarts: Any) -> int:
+def check_options(where: str, mode: str, start_method: str | None, restarts: Any) -> int:
+    """Check the worker options every parallel decorator takes; the number of restarts allowed.
+
+    >>> check_options("prefetch", "process", None, 2)
+    2
+    >>> check_options("prefetch", "thread", None, 1)
+    Traceback (most recent call last):
+    ...
+    ValueError: prefetch restarts=1 needs mode='process': threads cannot be killed alone
+    """
     if mode not in MODES:
         raise ValueError(f"{where} mode must be 'thread' or 'process', got {mode!r}")
     methods = multiprocessing.get_all_start_methods()
     if start_method is not None and start_method not in methods:
         raise ValueError(f"{where} start_method must be one of {methods} or None, got {start_method!r}")
-    restarts = _count(restarts, f"{where} restarts", 0, "it is how often a dead worker process may restart")
+    restarts = count_option(restarts, f"{where} restarts", 0, "it is how often a dead worker process may restart")
     if restarts and mode != "process":
         raise ValueError(f"{where} restarts={restarts} needs mode='process': threads cannot be killed alone")
     return restarts
@@ -68,15 +86,57 @@ class Prefetch(Stage):
     per_entry = "same"  # its entries are the reader's, unchanged: a shard above may split below it
 
     def __init__(self, reader: Reader, workers: int, mode: str, buffer_size: int | None, ordered: bool,
-                 start_method: str | None, restarts: int):
+                 start_method: str | None, restarts: int, persistent: bool = False):
         super().__init__(reader)
         self.workers, self.mode, self.buffer_size = workers, mode, buffer_size
         self.ordered, self.start_method, self.restarts = ordered, start_method, restarts
+        self.persistent = persistent
         self._last: list = []  # the latest pass's PassStats, shared with copies (see with_parents)
         self._warned: set = set()  # warnings its pools gave (a stuck thread's: once per stage)
+        self._keeper: Keeper | None = None  # its kept workers (persistent process workers), its own
 
     def __getstate__(self) -> dict:
-        return {**self.__dict__, "_last": []}
+        return {**self.__dict__, "_last": [], "_keeper": None}
+
+    def with_parents(self, *parents: Any) -> Prefetch:
+        """A copy that reads ``parents`` instead; it keeps workers of its own (they run other jobs).
+
+        >>> from readers import from_sequence
+        >>> list(prefetch(from_sequence("ab"), 2).with_parents(from_sequence("cd"))())
+        ['c', 'd']
+        """
+        new = super().with_parents(*parents)
+        new._keeper = None
+        return new  # type: ignore[return-value]
+
+    def close(self) -> None:
+        """Stop the worker processes ``persistent=True`` keeps (a pass running now: as it ends).
+
+        A later pass starts new ones; closing a reader that keeps none does nothing.
+        Also ``with prefetch(...) as r:`` closes ``r`` at the end of the block.
+
+        >>> from readers import from_sequence
+        >>> with prefetch(from_sequence(range(3)), 2, persistent=True) as r:
+        ...     list(r()), list(r())
+        ([0, 1, 2], [0, 1, 2])
+        """
+        if self._keeper is not None:
+            self._keeper.close()
+
+    def __enter__(self) -> Prefetch:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def _kept(self) -> Keeper | None:
+        """This stage's keeper of process workers, made at its first pass; None unless persistent processes."""
+        if not (self.persistent and self.mode == "process"):
+            return None
+        if self._keeper is None:
+            self._keeper = Keeper()
+            weakref.finalize(self, self._keeper.close)  # garbage-collected, or the interpreter exits
+        return self._keeper
 
     @property
     def reader(self) -> Reader:
@@ -121,7 +181,7 @@ class Prefetch(Stage):
         jobs, labels = self._jobs()
         pool = Pool(self.name, jobs, _contexts(len(jobs)), processes=self.mode == "process", ordered=self.ordered,
                     limit=self.buffer_size, labels=labels, start_method=self.start_method, restarts=self.restarts,
-                    warned=self._warned)
+                    warned=self._warned, keeper=self._kept())
         self._last[:] = [pool.stats]
         return pool.run(pass_id, [cursor] * len(jobs))
 
@@ -159,11 +219,13 @@ class Prefetch(Stage):
         opts += f", buffer_size={self.buffer_size}" if self.buffer_size is not None else ""
         opts += "" if self.ordered else ", ordered=False"
         opts += "" if self.start_method is None else f", start_method={self.start_method!r}"
-        return opts + (f", restarts={self.restarts}" if self.restarts else "")
+        opts += f", restarts={self.restarts}" if self.restarts else ""
+        return opts + (", persistent" if self.persistent else "")
 
 
 def prefetch(reader: Reader, workers: int = 1, *, mode: str = "thread", buffer_size: int | None = None,
-             ordered: bool = True, start_method: str | None = None, restarts: int = 0) -> Prefetch:
+             ordered: bool = True, start_method: str | None = None, restarts: int = 0,
+             persistent: bool = False) -> Prefetch:
     """Run ``reader`` ahead of the consumer in ``workers`` threads or processes, each with a share of the pass.
 
     Worker w of n runs ``reader`` inside its worker context (``worker_info()``
@@ -192,6 +254,18 @@ def prefetch(reader: Reader, workers: int = 1, *, mode: str = "thread", buffer_s
     starting it again from its last delivered entry (nothing lost or doubled).
     ``stats()`` reports the latest pass's throughput and waits.
 
+    ``persistent=True`` keeps process workers alive between passes (as
+    torch's ``persistent_workers``): the next pass is a message to each, not a
+    process start (which costs about 0.2-0.5 s under spawn, the start method in
+    notebooks and after torch). Every pass still gets its own pass id and
+    seeds, so its entries and order are those of a fresh start, and
+    ``set_state`` resumes as usual; a pass abandoned midway is cancelled before
+    the next begins. The workers keep the reader as it was at the first pass.
+    They stop on ``close()`` (or the end of a ``with`` block), when the reader
+    is garbage-collected or the interpreter exits, and by themselves when this
+    process dies, even if killed. Threads start in microseconds: with
+    ``mode="thread"`` it changes nothing.
+
     >>> from readers import from_sequence, map_readers
     >>> r = prefetch(map_readers(lambda x: x * x, from_sequence(range(8))), 2)
     >>> list(r())
@@ -207,12 +281,12 @@ def prefetch(reader: Reader, workers: int = 1, *, mode: str = "thread", buffer_s
         buffered, xmap_readers, multiprocess_reader, shard
     """
     check_reader(reader)
-    workers = _count(workers, "prefetch workers", 1, "it is the number of worker threads or processes")
+    workers = count_option(workers, "prefetch workers", 1, "it is the number of worker threads or processes")
     if buffer_size is not None:
-        buffer_size = _count(buffer_size, "prefetch buffer_size", 1,
+        buffer_size = count_option(buffer_size, "prefetch buffer_size", 1,
                              "it bounds the entries each worker makes ahead; None for an automatic bound")
-    restarts = _check_options("prefetch", mode, start_method, restarts)
-    return Prefetch(reader, workers, mode, buffer_size, bool(ordered), start_method, restarts)
+    restarts = check_options("prefetch", mode, start_method, restarts)
+    return Prefetch(reader, workers, mode, buffer_size, bool(ordered), start_method, restarts, bool(persistent))
 
 
 class Buffered(Prefetch):
@@ -257,136 +331,4 @@ def buffered(reader: Reader, size: int) -> Buffered:
         prefetch, xmap_readers, multiprocess_reader
     """
     check_reader(reader)
-    return Buffered(reader, _count(size, "buffered size"))
-
-
-class XmapReaders(Prefetch):
-    name = "xmap_readers"
-    per_entry = "map"  # each entry is the mapper's of the reader's alone
-
-    def __init__(self, mapper: Callable, reader: Reader, process_num: int, buffer_size: int, order: bool,
-                 mode: str, start_method: str | None, restarts: int):
-        super().__init__(reader, process_num, mode, math.ceil(buffer_size / process_num), order,
-                         start_method, restarts)
-        self.mapper, self.process_num, self.total_buffer = mapper, process_num, buffer_size
-
-    def _job(self) -> Reader:
-        return Mapped(self.mapper, self.reader)
-
-    @property
-    def unresumable(self) -> str | None:
-        if not self.ordered:
-            return "xmap_readers(order=False) yields entries as they finish, in no fixed order; give order=True"
-        return super().unresumable
-
-    def identity(self) -> str:
-        # the mapper's code is what the data is; in order, the workers change only how fast it comes
-        mapper = function_identity(self.mapper)
-        return f"{self.name}({mapper})" if self.ordered else f"{self.name}({self._options(mapper)})"
-
-    def _options(self, mapper: str | None = None) -> str:
-        opts = (f"{mapper or describe(self.mapper)}, process_num={self.process_num}, "
-                f"buffer_size={self.total_buffer}, order={self.ordered}")
-        opts += "" if self.mode == "thread" else f", mode={self.mode!r}"
-        opts += "" if self.start_method is None else f", start_method={self.start_method!r}"
-        return opts + (f", restarts={self.restarts}" if self.restarts else "")
-
-
-def xmap_readers(mapper: Callable, reader: Reader, process_num: int, buffer_size: int,
-                 order: bool = False, *, mode: str = "thread", start_method: str | None = None,
-                 restarts: int = 0) -> XmapReaders:
-    """Apply ``mapper`` to ``reader``'s entries in ``process_num`` workers (threads unless ``mode="process"``).
-
-    Threads by default, despite Paddle's name, so lambdas work; they pay off
-    for mappers that release the GIL (I/O, decoding, numpy). ``mode="process"``
-    runs pure-Python mappers in parallel (see ``prefetch`` for start methods,
-    shared-memory arrays and restarts). Worker w maps entries w, w + n, ... of
-    the pass; a stream is read by every worker. At most about ``buffer_size``
-    entries are ready ahead of the consumer. ``order=True`` yields results in
-    input order, otherwise as they are ready. An exception in the mapper or
-    the source ends the pass with that exception.
-
-    >>> from readers import from_sequence
-    >>> r = xmap_readers(lambda x: x * 10, from_sequence(range(5)), 2, 4, order=True)
-    >>> list(r())
-    [0, 10, 20, 30, 40]
-    >>> sorted(xmap_readers(abs, from_sequence([-2, 1, -3]), 3, 2)())
-    [1, 2, 3]
-    >>> xmap_readers(abs, from_sequence([1]), 2, 0)
-    Traceback (most recent call last):
-    ...
-    ValueError: xmap_readers buffer_size must be at least 1, got 0; it bounds the entries in flight, e.g. give 2 * process_num
-
-    See Also:
-        prefetch, buffered, multiprocess_reader
-    """
-    if not callable(mapper):
-        raise TypeError(f"xmap_readers mapper must be callable, got {type(mapper).__name__} {mapper!r}")
-    check_reader(reader)
-    process_num = _count(process_num, "xmap_readers process_num", 1, "it is the number of workers")
-    buffer_size = _count(buffer_size, "xmap_readers buffer_size", 1,
-                         "it bounds the entries in flight, e.g. give 2 * process_num")
-    restarts = _check_options("xmap_readers", mode, start_method, restarts)
-    return XmapReaders(mapper, reader, process_num, buffer_size, bool(order), mode, start_method, restarts)
-
-
-class MultiprocessReader(Prefetch):
-    name = "multiprocess_reader"
-
-    def __init__(self, readers: tuple, use_pipe: bool, queue_size: int, start_method: str | None,
-                 restarts: int):
-        limit = max(1, math.ceil(queue_size / len(readers))) if queue_size > 0 else 0  # 0: unbounded
-        super().__init__(readers[0], len(readers), "process", limit, False, start_method, restarts)
-        self.parents, self.use_pipe, self.queue_size = readers, use_pipe, queue_size
-
-    def _jobs(self) -> tuple[list, list[str]]:
-        return list(self.parents), [describe(r) for r in self.parents]
-
-    unresumable = "multiprocess_reader merges its readers in whatever order their entries arrive"
-
-    def __len__(self) -> int:
-        raise TypeError("multiprocess_reader has no length")
-
-    def _options(self) -> str:
-        n = len(self.parents)
-        opts = f"{n} reader{'' if n == 1 else 's'}, use_pipe={self.use_pipe}"
-        opts += "" if self.use_pipe else f", queue_size={self.queue_size}"
-        opts += "" if self.start_method is None else f", start_method={self.start_method!r}"
-        return opts + (f", restarts={self.restarts}" if self.restarts else "")
-
-
-def multiprocess_reader(readers: Sequence[Reader], use_pipe: bool = True, queue_size: int = 1000,
-                        *, start_method: str | None = None, restarts: int = 0) -> MultiprocessReader:
-    """Run each reader in its own process and merge their entries as they arrive.
-
-    Each reader's order is kept; the order across readers is not. Reader i
-    runs as local worker i of n (``readers.worker_info``), so a ``shard()`` in
-    it takes that worker's share. Workers send entries through pipes, arrays
-    through shared memory; ``queue_size`` bounds the entries made ahead
-    (``<= 0``: no bound); ``use_pipe`` is accepted for Paddle's signature (every
-    worker has its own pipe). ``start_method`` picks the multiprocessing start
-    method (None: fork when safe, else spawn; unless forked, the workers get
-    pickled readers, so build them from module-level functions). A worker's
-    exception is re-raised with its type and message, chained from the
-    worker's traceback; a worker that dies first raises ``WorkerDiedError``,
-    or is started again from its last delivered entry, up to ``restarts`` times.
-
-    >>> from readers import from_sequence
-    >>> r = multiprocess_reader([from_sequence([1, 2]), from_sequence([3, None])])
-    >>> sorted(r(), key=str)
-    [1, 2, 3, None]
-
-    See Also:
-        prefetch, buffered, xmap_readers
-    """
-    if not isinstance(readers, (list, tuple)):
-        raise TypeError(f"multiprocess_reader needs a list of readers, got {type(readers).__name__} "
-                        f"{describe(readers)!r}; wrap a single reader in a list")
-    if not readers:
-        raise ValueError("multiprocess_reader needs at least one reader, got an empty list")
-    for i, r in enumerate(readers):
-        check_reader(r, f"multiprocess_reader readers[{i}]")
-    restarts = _check_options("multiprocess_reader", "process", start_method, restarts)
-    # Paddle's own test passes (readers, 100, use_pipe): any truthy use_pipe means pipes.
-    return MultiprocessReader(tuple(readers), bool(use_pipe),
-                              _count(queue_size, "multiprocess_reader queue_size"), start_method, restarts)
+    return Buffered(reader, count_option(size, "buffered size"))

@@ -23,15 +23,31 @@ import sys
 import threading
 import time
 import warnings
+import weakref
 from multiprocessing.connection import wait
 from typing import Any
 
-from readers import pool_worker, shm
+from readers import pool_process, pool_worker, shm
 from readers.pipeline import describe
 
 __all__ = ["GRACE", "Died", "Processes", "Threads", "pick_start_method"]
 
 GRACE = 1.0  # seconds a stopped worker gets to exit before it is terminated
+
+
+_KEPT: weakref.WeakSet = weakref.WeakSet()  # this process's kept workers (persistent), for _forget_kept
+
+
+def _forget_kept() -> None:
+    """In a forked child, close its copies of the kept workers' pipes: a copy left open would keep a kept
+    worker from seeing the consumer close its end."""
+    for backend in list(_KEPT):
+        backend.forget()
+    _KEPT.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_kept)
 
 
 class Died(Exception):
@@ -107,10 +123,11 @@ class Threads:
 
 
 class Processes:
-    """A pass's process workers, as the consumer sees them."""
+    """A pass's process workers, as the consumer sees them; with ``persistent``, kept for later passes
+    (``begin`` starts the next, ``end`` leaves them idle, ``stop`` ends them)."""
 
-    def __init__(self, pool: Any, pass_id: int, cursors: list[int]):
-        self.pool, self.pass_id = pool, pass_id
+    def __init__(self, pool: Any, pass_id: int, cursors: list[int], persistent: bool = False):
+        self.pool, self.pass_id, self.persistent = pool, pass_id, persistent
         self.method = pick_start_method(pool.start_method)
         # the threads that make spawn the choice, named if a job will not pickle (this one, if not main, last)
         others = [t for t in threading.enumerate() if t is not threading.main_thread()]
@@ -121,7 +138,10 @@ class Processes:
         self.procs: list[Any] = [None] * n
         self.conns: list[Any] = [None] * n
         self.rings: list[shm.RingReader | None] = [None] * n
+        self.done = [False] * n  # whether worker w said its last word of this pass
         self.watches: dict = {}  # of recv (see _watch); cleared whenever a pipe opens or closes
+        if persistent:
+            _KEPT.add(self)
         self.jobs = pool.jobs if self.method == "fork" else [self._pickled(w, j) for w, j in enumerate(pool.jobs)]
         try:
             for w in range(n):
@@ -158,14 +178,16 @@ class Processes:
         self.watches.clear()
         inherited = [c for c in self.conns if c is not None] if self.method == "fork" else []
         p = self.ctx.Process(
-            target=pool_worker.process_main, name=f"readerkit-{self.pool.name}-{w}", daemon=True,
-            args=(w, self.jobs[w] if self.method == "fork" else None, self.pass_id, cursor,
-                  self.pool.contexts[w], theirs, self.pool.limit, spec, os.getpid(), inherited, self.pool.where(w)))
+            target=pool_process.process_main, name=f"readerkit-{self.pool.name}-{w}", daemon=True,
+            args=(w, self.jobs[w] if self.method == "fork" else None, (self.pass_id, cursor), self.pool.contexts[w],
+                  theirs, self.pool.limit, spec, os.getpid(), inherited, self.pool.where(w), self.persistent,
+                  # a kept worker outlives a pass, and so maybe the thread that ran the pass
+                  not self.persistent or threading.current_thread() is threading.main_thread()))
         try:
             p.start()
         finally:
             theirs.close()  # now only the worker holds its end: its death reads as end of file
-        self.procs[w] = p
+        self.procs[w], self.done[w] = p, False
         if self.method != "fork":
             # On the pipe, not in the process arguments: multiprocessing writes those to a
             # pipe the child may never read (a script without a main guard dies first), and
@@ -178,7 +200,7 @@ class Processes:
     def _watch(self, w: int | None) -> tuple[pool_worker.Watch, dict]:
         """A watch on worker ``w``'s pipe and sentinel (None: every live worker's), and whose each is."""
         if w not in self.watches:
-            live = [w] if w is not None else [i for i, c in enumerate(self.conns) if c is not None]
+            live = [w] if w is not None else [i for i, c in enumerate(self.conns) if c is not None and not self.done[i]]
             owner = {self.conns[i]: i for i in live} | {self.procs[i].sentinel: i for i in live}
             self.watches[w] = (pool_worker.Watch(list(owner)), owner)
         return self.watches[w]
@@ -204,10 +226,77 @@ class Processes:
                 raise Died(i, self._how(i))  # exited, and nothing it sent is left unread
 
     def _retire(self, w: int) -> None:
-        """A worker that has said its last word: stop waiting on it."""
-        self.conns[w].close()
-        self.conns[w] = None
+        """A worker that has said its last word of the pass: stop waiting on it (a kept one waits for the next)."""
+        self.done[w] = True
         self.watches.clear()
+        if not self.persistent:
+            self.conns[w].close()
+            self.conns[w] = None
+
+    # -- kept workers (persistent) ----------------------------------------------
+    def begin(self, pool: Any, pass_id: int, cursors: list[int]) -> None:
+        """Start the next pass on the kept workers: a message each; one that has gone is started again."""
+        self.pool, self.pass_id = pool, pass_id
+        self.watches.clear()
+        for w, cursor in enumerate(cursors):
+            self.done[w] = False
+            p, conn = self.procs[w], self.conns[w]
+            if p is not None and conn is not None and p.is_alive():
+                try:
+                    conn.send_bytes(pool_worker.pass_message(pass_id, cursor))
+                    continue
+                except OSError:
+                    pass  # it is going: start another
+            self._bury(w)
+            self.start(w, cursor)
+
+    def end(self) -> None:
+        """Leave the kept workers idle for the next pass: cancel what is still running and take what it
+        sends up to its last word (within ``GRACE``; a worker that is late or gone is stopped, and started
+        again by the next ``begin``)."""
+        deadline = time.monotonic() + GRACE
+        late = [w for w, conn in enumerate(self.conns) if conn is not None and not self.done[w]]
+        for w in late:
+            try:
+                self.conns[w].send_bytes(pool_worker.CANCEL)
+            except OSError:
+                pass  # gone: the drain below finds its end of file
+        for w in late:
+            conn = self.conns[w]
+            try:
+                while not self.done[w]:
+                    if not conn.poll(max(0.0, deadline - time.monotonic())):
+                        raise TimeoutError
+                    kind = shm.unpack(conn.recv_bytes(), self.rings[w])[0]  # (its arrays freed at once)
+                    self.done[w] = kind != pool_worker.ENTRIES
+            except (EOFError, OSError, TimeoutError):
+                self._bury(w)
+        for ring in self.rings:
+            if ring is not None:
+                ring.collect()
+        self.watches.clear()
+
+    def _bury(self, w: int) -> None:
+        """Stop worker ``w`` (if it still runs) and let go of it and its pipe."""
+        conn, p = self.conns[w], self.procs[w]
+        self.conns[w] = self.procs[w] = None
+        if conn is not None:
+            conn.close()
+        if p is not None:
+            p.join(0.1)
+            if p.exitcode is None:
+                p.kill()
+                p.join()
+            p.close()
+
+    def forget(self) -> None:
+        """In a forked child: close the copies of the consumer's pipe ends and let go of workers that are
+        not this process's."""
+        for conn in self.conns:
+            if conn is not None:
+                conn.close()
+        n = len(self.conns)
+        self.conns, self.procs, self.rings = [None] * n, [None] * n, [None] * n
 
     def _how(self, w: int) -> str:
         p = self.procs[w]
@@ -244,6 +333,7 @@ class Processes:
 
     def stop(self) -> None:
         """Close every pipe (a worker's next send or credit wait then ends it), then join; terminate late ones."""
+        _KEPT.discard(self)
         self.watches.clear()
         for i, c in enumerate(self.conns):
             if c is not None:

@@ -29,7 +29,7 @@ import toolz
 
 from readers import pool_worker
 from readers.pool_channels import Died, Processes, Threads
-from readers.pool_worker import unpack_error
+from readers.pool_errors import unpack_error
 from readers.position import advance, check_resumable
 
 __all__ = ["PassStats", "Pool", "WorkerDiedError"]
@@ -108,17 +108,19 @@ class Pool:
     ``limit`` bounds how many entries a worker may make ahead of the consumer
     (0: no bound; None: about ``pool_worker.AHEAD`` seconds of its output); ``restarts``
     is how many times a dead process worker may be started again, from its last
-    delivered entry, in one pass.
+    delivered entry, in one pass. With a ``keeper`` (``readers.pool_keeper``), process
+    workers are kept between passes.
     """
 
     def __init__(self, name: str, jobs: Sequence[Any], contexts: Sequence[tuple | None], *, processes: bool,
                  ordered: bool, limit: int | None, labels: Sequence[str], start_method: str | None = None,
-                 restarts: int = 0, warned: set | None = None):
+                 restarts: int = 0, warned: set | None = None, keeper: Any = None):
         self.name, self.jobs, self.contexts = name, list(jobs), list(contexts)
         self.warned = set() if warned is None else warned  # warnings given already (a stage's own: once per stage)
         self.processes, self.ordered, self.limit = processes, ordered, limit
         self.start_method, self.restarts = start_method, restarts
         self.labels = list(labels)
+        self.keeper = keeper if processes else None  # a pool_keeper.Keeper: its kept workers run the pass
         self.stats = PassStats(len(self.jobs), "process" if processes else "thread")
         self.received = [0] * len(self.jobs)
 
@@ -130,8 +132,13 @@ class Pool:
         """The merged entries in runs (lists, rounds); the workers stop however the pass ends."""
         self.cursors = cursors
         backend: Any = None
+        kept = False
         try:
-            backend = (Processes if self.processes else Threads)(self, pass_id, self.cursors)
+            if self.keeper is not None:
+                backend = self.keeper.open(self, pass_id, self.cursors)
+                kept = backend is not None
+            if backend is None:
+                backend = (Processes if self.processes else Threads)(self, pass_id, self.cursors)
             self.backend = backend
             yield from (self._ordered() if self.ordered else self._unordered())
         finally:
@@ -139,7 +146,9 @@ class Pool:
             # settle the count, and let go of the last run's unread rest (its arrays may view a ring)
             self.stats.entries -= operator.length_hint(self.stats.piece)
             collections.deque(self.stats.piece, maxlen=0)
-            if backend is not None:
+            if kept:
+                self.keeper.release(backend)
+            elif backend is not None:
                 backend.stop()
             self.backend = None
 

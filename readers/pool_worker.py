@@ -1,4 +1,4 @@
-"""The worker pool's worker side: what runs inside each worker (``readers.pool_consumer`` starts them): the pass, cut into messages, under flow control.
+"""The worker pool's worker side: what runs inside each worker (``readers.pool_consumer`` starts them): the pass, cut into messages, under flow control (a process worker's body is ``readers.pool_process``).
 
 Workers send entries in messages of as many entries as they make within about
 ``FLUSH`` seconds (one, for slow entries; up to ``CHUNK`` for fast ones), so
@@ -13,100 +13,32 @@ decides when they stop) and die with the process that started them.
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import importlib
 import itertools
 import math
-import multiprocessing
-import os
-import pickle
 import queue
 import select
-import signal
-import sys
+import struct
 import threading
 import time
-import traceback
 from collections.abc import Callable, Iterator
 from multiprocessing.connection import wait
 from typing import Any
 
-from readers import shm
 from readers.launch import worker_context
 from readers.parents import iterate
 from readers.passes import close_iterator, end_pass
 
-__all__ = ["Credits", "PipeCredits", "Watch", "cap", "in_context", "pack_error", "process_main", "pump", "thread_main",
-           "unpack_error"]
+__all__ = ["Credits", "PipeCredits", "Watch", "cap", "in_context", "pass_message", "pump", "thread_main"]
 
 CHUNK = 1 << 16  # entries per message at most
 AHEAD = 0.2  # seconds of a worker's output it may make ahead, when no buffer size is given
 MAX_AHEAD = 1 << 17  # entries, at most, in that case
 FLUSH = 0.01  # seconds a message waits for more entries, about (fewer messages: less work for the consumer)
-ENTRIES, DONE, FAILED = 0, 1, 2  # message kinds
-
-
-class _RemoteTraceback(Exception):
-    """The cause of a re-raised worker exception: the worker's traceback, as text."""
-
-
-class _Gone(Exception):
-    """The consumer closed its end: the pass is over, the worker just stops."""
-
-
-def pack_error(exc: BaseException) -> tuple:
-    """An exception as (its pickle or None, its traceback text, (module, qualname, message)) to cross a pipe;
-    the last part rebuilds the type of one that does not pickle (see ``unpack_error``)."""
-    try:
-        blob: bytes | None = pickle.dumps(exc)
-        pickle.loads(blob)  # some exceptions pickle but cannot be rebuilt
-    except Exception:
-        blob = None
-    kind = type(exc)
-    return blob, "".join(traceback.format_exception(exc)), (kind.__module__, kind.__qualname__, str(exc))
-
-
-def _rebuilt(module: str, qualname: str, message: str) -> BaseException | None:
-    """An exception of the type ``module.qualname`` made from ``message`` alone, when that gives the same text."""
-    try:
-        kind: Any = importlib.import_module(module)
-        for part in qualname.split("."):
-            kind = getattr(kind, part)
-        exc = kind(message) if isinstance(kind, type) and issubclass(kind, BaseException) else None
-        return exc if exc is not None and str(exc) == message else None
-    except Exception:  # not importable (a class local to a function), or its __init__ wants more: no rebuild
-        return None
-
-
-def unpack_error(payload: tuple, where: str) -> BaseException:
-    """The exception ``pack_error`` packed, chained from the worker's traceback text.
-
-    One that does not pickle comes back as its type made from its message, when
-    its type can be imported and made so; else as a RuntimeError naming its type.
-
-    >>> exc = unpack_error(pack_error(KeyError("row 7")), "worker 1")
-    >>> type(exc).__name__, str(exc), "Traceback in worker 1" in str(exc.__cause__)
-    ('KeyError', "'row 7'", True)
-    >>> class Local(Exception):
-    ...     def __init__(self, row, why):
-    ...         super().__init__(f"row {row}: {why}")
-    >>> unpack_error(pack_error(Local(7, "bad")), "worker 1")
-    RuntimeError('readers.pool_worker.Local: row 7: bad (raised in worker 1; the exception could not be pickled, so it comes as a RuntimeError: to get it as itself, let its __init__ take its message alone and give it only attributes that pickle)')
-    """
-    blob, text, (module, qualname, message) = payload
-    try:
-        exc = pickle.loads(blob) if blob is not None else None
-    except Exception:
-        exc = None
-    if not isinstance(exc, BaseException):
-        exc = _rebuilt(module, qualname, message)
-    if exc is None:
-        name = qualname if module == "builtins" else f"{module}.{qualname}"
-        exc = RuntimeError(f"{name}: {message} (raised in {where}; the exception could not be pickled, so it comes "
-                           "as a RuntimeError: to get it as itself, let its __init__ take its message alone and give "
-                           "it only attributes that pickle)")
-    exc.__cause__ = _RemoteTraceback(f'\n"""\nTraceback in {where}:\n{text}"""')
-    return exc
+ENTRIES, DONE, FAILED, STOPPED = 0, 1, 2, 3  # message kinds (STOPPED: a kept worker's pass, cancelled)
+# what the consumer sends a process worker, told apart by length: credit (4 bytes), and for a kept
+# worker (``persistent``), CANCEL (abandon this pass) and a pass to run (``pass_message``)
+CANCEL = b"C"
+PASS = struct.Struct("<qq")  # pass id, cursor
 
 
 def pump(it: Iterator, send: Callable[[list], None], credits: Any, stats: list,
@@ -271,126 +203,34 @@ class Watch:
         return [self.by_fd[fd] for fd, _ in self.poller.poll(ms)]
 
 
+def pass_message(pass_id: int, cursor: int) -> bytes:
+    """What tells a kept worker to run pass ``pass_id`` from ``cursor`` (see ``next_pass_of``).
+
+    >>> len(pass_message(3, 12)), PASS.unpack(pass_message(3, 12)[1:])
+    (17, (3, 12))
+    """
+    return b"P" + PASS.pack(pass_id, cursor)
+
+
 class PipeCredits(_Window):
-    """A process worker's window; the consumer reports what it received through the pipe."""
+    """A process worker's window; the consumer reports what it received through the pipe.
+
+    A cancel (a kept worker's pass abandoned by the consumer) stops the pass as
+    the consumer closing its end does, and sets ``cancelled``.
+    """
 
     def __init__(self, conn: Any, limit: int | None, stats: list):
         super().__init__(limit, stats)
-        self.conn, self.watch = conn, Watch([conn])
+        self.conn, self.watch, self.cancelled = conn, Watch([conn]), False
 
     def take(self, want: int) -> int:
         try:
             while self.watch.ready(0) or self.room() <= 0:
-                self.received += int.from_bytes(self.conn.recv_bytes(), "little")
+                data = self.conn.recv_bytes()
+                if len(data) != 4:
+                    self.cancelled = True
+                    return 0
+                self.received += int.from_bytes(data, "little")
         except (EOFError, OSError):
             return 0  # the consumer closed its end: stop
         return self.grant(want)
-
-
-def _die_with_parent() -> None:
-    """Ask Linux to kill this process when its parent goes, so no worker is ever orphaned."""
-    if sys.platform.startswith("linux"):
-        try:
-            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-        except (OSError, AttributeError):
-            pass
-
-
-def _load(job: Any, w: int) -> Any:
-    if not isinstance(job, bytes):  # forked: the reader itself
-        return job
-    try:
-        return pickle.loads(job)
-    except Exception as exc:
-        raise TypeError(
-            f"worker {w} could not load its reader ({exc!r}); a spawned worker imports it, so build it "
-            "from module-level functions of an importable module (not __main__ or a test file), "
-            "or use start_method='fork'") from exc
-
-
-def _unsendable(where: str, chunk: list, first: int, exc: Exception) -> tuple[int, Exception]:
-    """``exc``, raised pickling ``chunk`` (entries ``first``... of a worker), as an error naming the entry at
-    fault, and that entry's place in ``chunk`` (0, and ``exc`` itself, when no one entry is at fault)."""
-    for k, entry in enumerate(chunk):
-        if (what := shm.unpicklable(entry)) is not None:
-            return k, TypeError(
-                f"{where}: its entry {first + k} is {what}, which cannot be pickled ({exc}), so it cannot reach "
-                "the consumer's process; make entries numpy arrays or plain data (numbers, str, bytes, and tuples, "
-                "lists and dicts of them), e.g. with a map_readers in the worker's reader, or run the workers in "
-                "threads (mode=\"thread\")")
-    return 0, exc
-
-
-def process_main(w: int, job: Any, pass_id: int, cursor: int, context: tuple | None, conn: Any,
-                  limit: int | None, ring: tuple | None, parent: int, inherited: list, where: str) -> None:
-    """Process body: send pass ``pass_id`` of ``job`` from ``cursor`` as messages on ``conn``.
-
-    ``inherited``: the consumer's ends of the pipes, which a forked worker holds
-    copies of; closed first, so that the consumer closing its end reaches the worker.
-    ``where`` names the worker in errors.
-    """
-    for c in inherited:
-        c.close()
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a handler forked from the CLI is the consumer's, not ours
-    # multiprocessing forbids daemonic processes children, which would rule out a process-mode
-    # prefetch inside this one; this worker's lifetime is the pool's business (it dies with its
-    # parent), and the children it starts are daemonic, so they die with it.
-    multiprocessing.current_process()._config["daemon"] = False
-    if os.getppid() == parent:  # started by the consumer itself, not by a fork server
-        _die_with_parent()
-        if os.getppid() != parent:
-            return  # the consumer died before this process asked to die with it
-    writer = shm.RingWriter(*ring) if ring is not None else None
-    stats = [0, 0.0, 0.0, 0]
-    sent = [0]  # entries sent so far
-
-    def send(kind: int, payload: Any) -> None:
-        data = shm.pack((kind, tuple(stats), payload), writer)
-        try:
-            conn.send_bytes(data)
-        except OSError:
-            raise _Gone from None
-
-    def count(made: int) -> None:
-        if writer is not None:
-            writer.counters[1] = made
-
-    def send_chunk(chunk: list) -> None:
-        before = writer.head if writer is not None else 0
-        try:
-            send(ENTRIES, shm.fold(chunk) if writer is not None else chunk)
-        except _Gone:
-            raise
-        except Exception as exc:  # an entry that does not pickle: send those before it, then say which
-            k, error = _unsendable(where, chunk, sent[0], exc)
-            if k:
-                send_chunk(chunk[:k])
-            raise error from None
-        sent[0] += len(chunk)
-        if writer is not None:
-            stats[3] += writer.head - before
-
-    try:
-        with in_context(context):
-            job = _load(conn.recv_bytes() if job is None else job, w)
-            it = iterate(job, pass_id, cursor)
-            try:
-                done = pump(it, send_chunk, PipeCredits(conn, limit, stats), stats, count)
-            finally:
-                close_iterator(it)
-                end_pass(job)
-        if done:
-            send(DONE, None)
-    except _Gone:
-        pass
-    except BaseException as exc:
-        try:
-            send(FAILED, pack_error(exc))
-        except _Gone:
-            pass
-    finally:
-        conn.close()
-        if writer is not None:
-            with contextlib.suppress(BufferError):
-                writer.close()

@@ -246,10 +246,23 @@ class Shard(Stage):
     def __init__(self, reader: Any, index: int | None, count: int | None, equalize: str | None):
         super().__init__(reader)
         self.index, self.count, self.equalize = index, count, equalize
+        self._below: dict = {}  # (id(parent), k, count): (parent, its copy over its share), see _split_below
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_below": {}}
 
     @property
     def access(self) -> str:
         return "stream" if access_of(self.parents[0]) == "stream" else "plan"
+
+    def _split_below(self, parent: Node, k: int, count: int) -> Node:
+        """``parent`` reading shard k of ``count`` of its own parent: the same copy every pass, so a
+        stage in it that keeps something between passes (``prefetch(persistent=True)``'s workers) keeps it."""
+        key = (id(parent), k, count)
+        kept = self._below.get(key)
+        if kept is None or kept[0] is not parent:
+            kept = self._below[key] = (parent, parent.with_parents(Shard(parent.parents[0], k, count, self.equalize)))
+        return kept[1]
 
     @property
     def positions(self) -> int:
@@ -285,7 +298,7 @@ class Shard(Stage):
             # Split below a stage that takes entries one by one (a map, a prefetch), so that it
             # works only on this shard's entries. Not below a map when padding: the map would
             # see the weight column.
-            return iterate(parent.with_parents(Shard(parent.parents[0], k, count, self.equalize)), pass_id, cursor)
+            return iterate(self._split_below(parent, k, count), pass_id, cursor)
         entries = iterate(parent, pass_id, cursor)
         if self.equalize is None:
             return itertools.islice(entries, k, None, count)  # each entry as soon as it is read

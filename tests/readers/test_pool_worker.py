@@ -14,7 +14,7 @@ import pytest
 from readers import map_readers, multiprocess_reader, prefetch, xmap_readers
 from readers.parallel import buffered
 from readers.pipeline import describe
-from readers.pool_worker import MAX_AHEAD, Credits, cap, pack_error, pump, unpack_error
+from readers.pool_worker import MAX_AHEAD, Credits, cap, pump
 from tests.conftest import HANG, finishes
 from tests.readers import worker_jobs as jobs
 from tests.readers.pool_helpers import METHODS, count_to, endless, raises_after, source
@@ -114,70 +114,6 @@ def test_prefetch_worker_makes_at_most_buffer_size_entries_ahead(kind, no_leaks)
 
 
 # -- exceptions --------------------------------------------------------------------------------
-
-
-def test_unpack_error_rebuilds_the_exception_chained_from_the_workers_traceback():
-    try:
-        raise KeyError("row 7")
-    except KeyError as exc:
-        packed = pack_error(exc)
-    rebuilt = unpack_error(packed, "prefetch worker 1")
-    assert type(rebuilt) is KeyError and rebuilt.args == ("row 7",)
-    assert "Traceback in prefetch worker 1" in str(rebuilt.__cause__) and 'raise KeyError("row 7")' in str(
-        rebuilt.__cause__)
-
-
-def test_unpack_error_of_an_exception_that_cannot_be_rebuilt_is_a_runtime_error_naming_it():
-    rebuilt = unpack_error(pack_error(TwoArgError(1, 2)), "worker 0")
-    assert type(rebuilt) is RuntimeError
-    assert str(rebuilt).startswith(
-        "tests.readers.test_pool_worker.TwoArgError: 1-2 (raised in worker 0; the exception could not be pickled, ")
-    assert "let its __init__ take its message alone" in str(rebuilt)
-
-
-class LockedError(Exception):
-    """An exception holding what does not pickle; made from its message alone it is whole again."""
-
-    def __init__(self, message):
-        super().__init__(message)
-        self.lock = threading.Lock()
-
-
-class LoudError(Exception):
-    """Made from its message alone, its text differs: rebuilding it so would change the message."""
-
-    def __init__(self, message, *, code=0):
-        super().__init__(f"{message} (code {code})")
-        self.lock = threading.Lock()
-
-
-def _raise_locked():
-    try:
-        raise LockedError("disk 3 is gone")
-    except LockedError as exc:
-        return exc
-
-
-@pytest.mark.parametrize("exc, kind, text", [
-    # regression: these came back as RuntimeError, their type lost
-    (_raise_locked(), LockedError, "disk 3 is gone"),
-    (TwoArgError(1, 2), RuntimeError, "tests.readers.test_pool_worker.TwoArgError: 1-2 (raised in worker 2; "),
-    (LoudError("bad", code=3), RuntimeError, "tests.readers.test_pool_worker.LoudError: bad (code 3) (raised in "),
-    (type("Local", (Exception,), {"__reduce__": lambda self: (dict, 1)})("x"), RuntimeError,
-     "tests.readers.test_pool_worker.Local: x (raised in worker 2; "),
-])
-def test_unpack_error_rebuilds_an_unpicklable_exception_as_its_type_when_its_message_makes_it(exc, kind, text):
-    packed = pack_error(exc)
-    assert packed[0] is None  # it does not pickle whole
-    rebuilt = unpack_error(packed, "worker 2")
-    assert type(rebuilt) is kind and str(rebuilt).startswith(text)
-    assert "Traceback in worker 2" in str(rebuilt.__cause__) and f"{type(exc).__name__}: " in str(rebuilt.__cause__)
-
-
-def test_unpack_error_keeps_the_workers_traceback_of_a_rebuilt_exception():
-    rebuilt = unpack_error(pack_error(_raise_locked()), "prefetch worker 0")
-    remote = str(rebuilt.__cause__)
-    assert 'raise LockedError("disk 3 is gone")' in remote and "_raise_locked" in remote
 
 
 @pytest.mark.parametrize("exc", [ValueError("bad row 3"), KeyError("k"), RuntimeError("boom")])
