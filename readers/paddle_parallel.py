@@ -87,7 +87,7 @@ def xmap_readers(mapper: Callable, reader: Reader, process_num: int, buffer_size
     process_num = count_option(process_num, "xmap_readers process_num", 1, "it is the number of workers")
     buffer_size = count_option(buffer_size, "xmap_readers buffer_size", 1,
                          "it bounds the entries in flight, e.g. give 2 * process_num")
-    restarts = check_options("xmap_readers", mode, start_method, restarts)
+    restarts = check_options("xmap_readers", mode, start_method, restarts, persistent)
     return XmapReaders(mapper, reader, process_num, buffer_size, bool(order), mode, start_method, restarts,
                        bool(persistent))
 

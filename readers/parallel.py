@@ -50,7 +50,7 @@ def count_option(value: Any, name: str, minimum: int | None = None, hint: str = 
     return n
 
 
-def check_options(where: str, mode: str, start_method: str | None, restarts: Any) -> int:
+def check_options(where: str, mode: str, start_method: str | None, restarts: Any, persistent: bool = False) -> int:
     """Check the worker options every parallel decorator takes; the number of restarts allowed.
 
     >>> check_options("prefetch", "process", None, 2)
@@ -60,6 +60,9 @@ def check_options(where: str, mode: str, start_method: str | None, restarts: Any
     ...
     ValueError: prefetch restarts=1 needs mode='process': threads cannot be killed alone
     """
+    if persistent and mode != "process":
+        raise ValueError(f"{where} persistent=True keeps worker processes between passes, so it needs "
+                         f"mode='process' (got mode={mode!r}); threads start in microseconds and are not kept")
     if mode not in MODES:
         raise ValueError(f"{where} mode must be 'thread' or 'process', got {mode!r}")
     methods = multiprocessing.get_all_start_methods()
@@ -94,9 +97,11 @@ class Prefetch(Stage):
         self._last: list = []  # the latest pass's PassStats, shared with copies (see with_parents)
         self._warned: set = set()  # warnings its pools gave (a stuck thread's: once per stage)
         self._keeper: Keeper | None = None  # its kept workers (persistent process workers), its own
+        self._keepers: list = []  # its keeper and its copies' (see with_parents): close() closes them all
+        self._made: tuple | None = None  # the jobs of its workers and their names (see _jobs)
 
     def __getstate__(self) -> dict:
-        return {**self.__dict__, "_last": [], "_keeper": None}
+        return {**self.__dict__, "_last": [], "_keeper": None, "_keepers": [], "_made": None}
 
     def with_parents(self, *parents: Any) -> Prefetch:
         """A copy that reads ``parents`` instead; it keeps workers of its own (they run other jobs).
@@ -106,22 +111,23 @@ class Prefetch(Stage):
         ['c', 'd']
         """
         new = super().with_parents(*parents)
-        new._keeper = None
+        new._keeper, new._made = None, None
         return new  # type: ignore[return-value]
 
     def close(self) -> None:
         """Stop the worker processes ``persistent=True`` keeps (a pass running now: as it ends).
 
-        A later pass starts new ones; closing a reader that keeps none does nothing.
+        This includes those of the copies a ``shard()`` above runs. A later pass
+        starts new ones; closing a reader that keeps none does nothing.
         Also ``with prefetch(...) as r:`` closes ``r`` at the end of the block.
 
         >>> from readers import from_sequence
-        >>> with prefetch(from_sequence(range(3)), 2, persistent=True) as r:
+        >>> with prefetch(from_sequence(range(3)), 2, mode="process", persistent=True) as r:
         ...     list(r()), list(r())
         ([0, 1, 2], [0, 1, 2])
         """
-        if self._keeper is not None:
-            self._keeper.close()
+        for keeper in list(self._keepers):
+            keeper.close()
 
     def __enter__(self) -> Prefetch:
         return self
@@ -135,6 +141,7 @@ class Prefetch(Stage):
             return None
         if self._keeper is None:
             self._keeper = Keeper()
+            self._keepers.append(self._keeper)
             weakref.finalize(self, self._keeper.close)  # garbage-collected, or the interpreter exits
         return self._keeper
 
@@ -153,10 +160,13 @@ class Prefetch(Stage):
         return not follows_workers(self._job())
 
     def _jobs(self) -> tuple[list, list[str]]:
-        """What each worker runs, and its name in errors."""
-        n, job = self.workers, self._job()
-        jobs = [Shard(job, w, n, None) for w in range(n)] if n > 1 and self._splits() else [job] * n
-        return jobs, [f"{describe(job)}, {w + 1} of {n}" for w in range(n)]
+        """What each worker runs, and its name in errors: the same objects every pass, so that what a
+        job keeps between passes (a persistent prefetch inside it) is kept."""
+        if self._made is None:
+            n, job = self.workers, self._job()
+            jobs = [Shard(job, w, n, None) for w in range(n)] if n > 1 and self._splits() else [job] * n
+            self._made = jobs, [f"{describe(job)}, {w + 1} of {n}" for w in range(n)]
+        return self._made
 
     # -- positions ----------------------------------------------------------
     @property
@@ -259,12 +269,14 @@ def prefetch(reader: Reader, workers: int = 1, *, mode: str = "thread", buffer_s
     process start (which costs about 0.2-0.5 s under spawn, the start method in
     notebooks and after torch). Every pass still gets its own pass id and
     seeds, so its entries and order are those of a fresh start, and
-    ``set_state`` resumes as usual; a pass abandoned midway is cancelled before
-    the next begins. The workers keep the reader as it was at the first pass.
-    They stop on ``close()`` (or the end of a ``with`` block), when the reader
-    is garbage-collected or the interpreter exits, and by themselves when this
-    process dies, even if killed. Threads start in microseconds: with
-    ``mode="thread"`` it changes nothing.
+    ``set_state`` resumes as usual; a pass abandoned midway (``break``,
+    Ctrl-C) is cancelled before the next begins. The workers run the reader
+    as it was when they started, so change no reader between passes. A pass
+    started while an earlier pass's iterator is still open gets workers of its
+    own, for that pass. They stop on ``close()`` (or the end of a ``with``
+    block), when the reader is garbage-collected or the interpreter exits, and
+    by themselves when this process dies, even if killed. It needs
+    ``mode="process"``: threads start in microseconds.
 
     >>> from readers import from_sequence, map_readers
     >>> r = prefetch(map_readers(lambda x: x * x, from_sequence(range(8))), 2)
@@ -285,7 +297,7 @@ def prefetch(reader: Reader, workers: int = 1, *, mode: str = "thread", buffer_s
     if buffer_size is not None:
         buffer_size = count_option(buffer_size, "prefetch buffer_size", 1,
                              "it bounds the entries each worker makes ahead; None for an automatic bound")
-    restarts = check_options("prefetch", mode, start_method, restarts)
+    restarts = check_options("prefetch", mode, start_method, restarts, persistent)
     return Prefetch(reader, workers, mode, buffer_size, bool(ordered), start_method, restarts, bool(persistent))
 
 

@@ -29,6 +29,7 @@ from typing import Any
 
 from readers import pool_process, pool_worker, shm
 from readers.pipeline import describe
+from readers.pool_errors import interactive_names
 
 __all__ = ["GRACE", "Died", "Processes", "Threads", "pick_start_method"]
 
@@ -68,7 +69,10 @@ def pick_start_method(requested: str | None) -> str:
     """
     if requested is not None:
         return requested
-    if sys.platform.startswith("linux") and threading.active_count() == 1:
+    # (a kept worker's thread that waits for its parent's end holds no lock: forking past it is safe)
+    others = [t for t in threading.enumerate()
+              if t is not threading.main_thread() and t.name != pool_process.WATCH_THREAD]
+    if sys.platform.startswith("linux") and not others:
         return "fork"
     return "spawn"
 
@@ -139,6 +143,7 @@ class Processes:
         self.conns: list[Any] = [None] * n
         self.rings: list[shm.RingReader | None] = [None] * n
         self.done = [False] * n  # whether worker w said its last word of this pass
+        self.torn: set = set()  # workers whose pipe an interrupt left mid-message: only fit to be stopped
         self.watches: dict = {}  # of recv (see _watch); cleared whenever a pipe opens or closes
         if persistent:
             _KEPT.add(self)
@@ -154,7 +159,11 @@ class Processes:
 
     def _pickled(self, w: int, job: Any) -> bytes:
         try:
-            return pickle.dumps(job, pickle.HIGHEST_PROTOCOL)
+            blob = pickle.dumps(job, pickle.HIGHEST_PROTOCOL)
+            if names := interactive_names(blob):
+                raise TypeError(f"it uses {', '.join(names)} from this interactive session (__main__), which a "
+                                "new process cannot import: define it in a module (a .py file) and import it")
+            return blob
         except Exception as exc:
             fix = ("build it from module-level functions (a module-level generator function, functools.partial of "
                    "one, or readers.* creators)")
@@ -214,9 +223,12 @@ class Processes:
                 if ready is conn or conn.poll():
                     try:
                         data = conn.recv_bytes()
+                        kind, stats, payload = shm.unpack(data, self.rings[i])
                     except (EOFError, OSError):
                         raise Died(i, self._how(i)) from None
-                    kind, stats, payload = shm.unpack(data, self.rings[i])
+                    except BaseException:  # Ctrl-C mid-message: the pipe's next bytes are no message's start
+                        self.torn.add(i)
+                        raise
                     self.pool.stats.per_worker[i] = list(stats)
                     if kind == pool_worker.ENTRIES:
                         payload = shm.unfold(payload)
@@ -255,6 +267,9 @@ class Processes:
         sends up to its last word (within ``GRACE``; a worker that is late or gone is stopped, and started
         again by the next ``begin``)."""
         deadline = time.monotonic() + GRACE
+        for w in self.torn:
+            self._bury(w)
+        self.torn.clear()
         late = [w for w, conn in enumerate(self.conns) if conn is not None and not self.done[w]]
         for w in late:
             try:
@@ -271,6 +286,9 @@ class Processes:
                     self.done[w] = kind != pool_worker.ENTRIES
             except (EOFError, OSError, TimeoutError):
                 self._bury(w)
+            except BaseException:  # interrupted while draining: this worker cannot be trusted again
+                self._bury(w)
+                raise
         for ring in self.rings:
             if ring is not None:
                 ring.collect()
@@ -290,11 +308,15 @@ class Processes:
             p.close()
 
     def forget(self) -> None:
-        """In a forked child: close the copies of the consumer's pipe ends and let go of workers that are
-        not this process's."""
+        """In a forked child: close the copies of the consumer's pipe ends, and let go of workers
+        that are not this process's (else multiprocessing, at this child's exit, would terminate them)."""
         for conn in self.conns:
             if conn is not None:
                 conn.close()
+        # (the rings' descriptors stay open: the worker this fork may be starting needs its own)
+        children = getattr(multiprocessing.process, "_children", set())
+        for p in self.procs:
+            children.discard(p)
         n = len(self.conns)
         self.conns, self.procs, self.rings = [None] * n, [None] * n, [None] * n
 
@@ -354,6 +376,8 @@ class Processes:
         for p in procs:
             p.join()
             p.close()
-        for ring in self.rings:
+        self.procs = [None] * len(self.procs)
+        for i, ring in enumerate(self.rings):
             if ring is not None:
                 ring.close()
+                self.rings[i] = None

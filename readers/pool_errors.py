@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import importlib
 import pickle
+import pickletools
+import sys
 import traceback
 from typing import Any
 
-__all__ = ["pack_error", "unpack_error"]
+__all__ = ["interactive_names", "pack_error", "unpack_error"]
 
 
 class _RemoteTraceback(Exception):
@@ -72,3 +74,24 @@ def unpack_error(payload: tuple, where: str) -> BaseException:
                            "it only attributes that pickle)")
     exc.__cause__ = _RemoteTraceback(f'\n"""\nTraceback in {where}:\n{text}"""')
     return exc
+
+
+def interactive_names(blob: bytes) -> list[str]:
+    """Names a pickle takes from ``__main__`` when that is an interactive session (a notebook, a REPL),
+    which a spawned process cannot import: it would fail only once started, so tell before.
+
+    >>> import pickle
+    >>> interactive_names(pickle.dumps(abs, 5))
+    []
+    """
+    if hasattr(sys.modules.get("__main__"), "__file__"):
+        return []  # a script: spawned workers import it
+    names, strings = [], []
+    for op, arg, _ in pickletools.genops(blob):
+        if op.name == "STACK_GLOBAL" and len(strings) >= 2 and strings[-2] == "__main__":
+            names.append(strings[-1])
+        elif op.name == "GLOBAL" and str(arg).startswith("__main__ "):
+            names.append(str(arg).split(" ", 1)[1])
+        elif isinstance(arg, str) and op.name.endswith("UNICODE"):
+            strings.append(arg)
+    return names

@@ -47,7 +47,7 @@ class Keeper:
         self.key: tuple | None = None  # what the kept workers run: their jobs' labels and worker contexts
         self.busy = self.closing = False
         self.lock = threading.Lock()
-        self.pid = os.getpid()  # a forked child's copy keeps nothing (see pool_channels._forget_kept)
+        self.pid = os.getpid()  # a forked child's copy starts afresh (the workers are the parent's)
 
     def running(self) -> bool:
         """Whether kept workers exist now (idle or in a pass)."""
@@ -55,9 +55,11 @@ class Keeper:
 
     def open(self, pool: Any, pass_id: int, cursors: list[int]) -> Processes | None:
         """The kept workers, running pass ``pass_id`` of ``pool`` from ``cursors``; None while another pass
-        holds them (or in a forked child), for the caller to start workers of its own."""
+        holds them, for the caller to start workers of its own."""
+        if self.pid != os.getpid():  # a copy forked with its process: the workers it names are not its own
+            self.__init__()  # type: ignore[misc]
         with self.lock:
-            if self.busy or self.pid != os.getpid():
+            if self.busy:
                 return None
             self.busy, self.closing = True, False
             backend = self.backend

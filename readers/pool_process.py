@@ -38,7 +38,9 @@ from readers.pool_worker import (
     pump,
 )
 
-__all__ = ["next_pass_of", "process_main"]
+__all__ = ["WATCH_THREAD", "next_pass_of", "process_main"]
+
+WATCH_THREAD = "readerkit-watch-parent"  # a worker's thread that waits for its parent's end (see _die_with_parent)
 
 
 class _Gone(Exception):
@@ -91,11 +93,21 @@ def _die_with_parent(parent: int, tied: bool) -> None:
             fd = os.pidfd_open(parent)
             select.select([fd], [], [])  # readable once the process has ended
         except (AttributeError, OSError):  # no pidfds here, or the parent is gone already
-            while os.getppid() == parent:
+            while _alive(parent):
                 time.sleep(0.5)
         os.kill(os.getpid(), signal.SIGKILL)  # as PR_SET_PDEATHSIG would
 
-    threading.Thread(target=watch, name="readerkit-watch-parent", daemon=True).start()
+    threading.Thread(target=watch, name=WATCH_THREAD, daemon=True).start()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _load(job: Any, w: int) -> Any:
@@ -141,10 +153,12 @@ def process_main(w: int, job: Any, first: tuple[int, int], context: tuple | None
     # prefetch inside this one; this worker's lifetime is the pool's business (it dies with its
     # parent), and the children it starts are daemonic, so they die with it.
     multiprocessing.current_process()._config["daemon"] = False
-    if os.getppid() == parent:  # started by the consumer itself, not by a fork server
+    if os.getppid() == parent:  # started by the consumer itself
         _die_with_parent(parent, tied)
         if os.getppid() != parent:
             return  # the consumer died before this process asked to die with it
+    else:  # started by a fork server: the kernel cannot tie it to the consumer
+        _die_with_parent(parent, False)
     writer = shm.RingWriter(*ring) if ring is not None else None
     stats = [0, 0.0, 0.0, 0]
     sent = [0]  # entries sent so far in this pass

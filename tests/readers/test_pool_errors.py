@@ -75,3 +75,38 @@ def test_unpack_error_keeps_the_workers_traceback_of_a_rebuilt_exception():
     rebuilt = unpack_error(pack_error(_raise_locked()), "prefetch worker 0")
     remote = str(rebuilt.__cause__)
     assert 'raise LockedError("disk 3 is gone")' in remote and "_raise_locked" in remote
+
+
+def _interactive_main(monkeypatch):
+    """A ``__main__`` like a notebook's (no file), holding a function ``double`` defined in it."""
+    import sys
+    import types
+
+    main = types.ModuleType("__main__")
+
+    def double(x):
+        return 2 * x
+
+    double.__module__, double.__qualname__ = "__main__", "double"
+    main.double = double
+    monkeypatch.setitem(sys.modules, "__main__", main)
+    return double
+
+
+def test_interactive_names_finds_what_an_interactive_main_holds(monkeypatch):
+    import functools
+    import pickle
+
+    from readers.pool_errors import interactive_names
+    double = _interactive_main(monkeypatch)
+    assert interactive_names(pickle.dumps(functools.partial(double, 3), 5)) == ["double"]
+    assert interactive_names(pickle.dumps((functools.partial(abs, 3), "__main__"), 5)) == []
+
+
+def test_a_spawned_pool_refuses_a_notebook_function_before_starting_a_process(monkeypatch, no_leaks):
+    from readers import from_sequence, map_readers, prefetch
+    double = _interactive_main(monkeypatch)
+    r = prefetch(map_readers(double, from_sequence(range(3))), 2, mode="process", start_method="spawn")
+    with pytest.raises(TypeError, match=r"uses double from this interactive session \(__main__\), which a new "
+                                        r"process cannot import: define it in a module"):
+        list(r())

@@ -13,6 +13,7 @@ import gc
 import itertools
 import json
 import multiprocessing
+import multiprocessing.util
 import os
 import signal
 import subprocess
@@ -227,6 +228,65 @@ def test_xmap_readers_keeps_its_workers_too(no_leaks):
                                   "start_method='fork', persistent=True)")
 
 
+def test_close_reaches_the_copies_a_shard_above_runs(no_leaks):
+    inner = tagged("fork", persistent=True)
+    r = shard(inner, index=0, count=2)
+    kept = pids(r())
+    assert kept <= children()
+    inner.close()
+    assert not kept & children()
+    assert values(r()) == values(tagged("fork").run(1))[0::2]
+    inner.close()
+
+
+def test_a_thread_prefetch_above_keeps_the_kept_workers_below(no_leaks):
+    """The outer workers' jobs are the same objects every pass, so the copies they split below are too."""
+    inner = tagged("fork", persistent=True)
+    outer = prefetch(inner, 2)
+    first, second = list(outer()), list(outer())
+    assert values(first) == values(tagged("fork").run(0)) and values(second) == values(tagged("fork").run(1))
+    assert pids(first) == pids(second) and len(pids(first)) == 4
+    inner.close()
+
+
+def test_an_interrupt_in_the_middle_of_a_message_ends_the_pass_without_a_hang(monkeypatch, no_leaks):
+    """Ctrl-C between a message's length and its body leaves the pipe mid-message: that worker is replaced."""
+    import multiprocessing.connection as connection
+    real = connection.Connection._recv
+    armed = [True]
+
+    def interrupted(self, size, *args):
+        if armed[0] and size > 100_000:
+            armed[0] = False
+            raise KeyboardInterrupt
+        return real(self, size, *args)
+
+    monkeypatch.setattr(connection.Connection, "_recv", interrupted)
+    with prefetch(map_readers(jobs.tag_pid, functools.partial(jobs.big_bytes, 50, 300_000)), 1, mode="process",
+                  start_method="fork", persistent=True, buffer_size=4) as r:
+        with pytest.raises(KeyboardInterrupt):
+            finishes(lambda: sum(1 for _ in r()), "a pass interrupted mid-message")
+        again = finishes(lambda: list(r()), "the next pass")
+        assert [len(x) for x, _ in again] == [300_000] * 50
+
+
+def test_the_parent_watch_thread_does_not_rule_out_fork():
+    import threading
+
+    from readers.pool_channels import pick_start_method
+    from readers.pool_process import WATCH_THREAD
+    if threading.active_count() > 1:
+        pytest.skip("other threads run in this test process")
+    stop = threading.Event()
+    watch = threading.Thread(target=stop.wait, name=WATCH_THREAD, daemon=True)
+    watch.start()
+    try:
+        assert pick_start_method(None) == "fork"
+    finally:
+        stop.set()
+        watch.join()
+
+
 def test_a_shard_above_keeps_the_copy_it_splits_below(no_leaks):
     """A shard splits the pass below a prefetch by running a copy of it; the copy must be the same each pass."""
     r = shard(tagged("fork", persistent=True), index=1, count=2)
@@ -238,9 +298,11 @@ def test_a_shard_above_keeps_the_copy_it_splits_below(no_leaks):
     wait_until(lambda: all(map(gone, pids(first))), HANG, "the copy's workers to end with the shard")
 
 
-def test_threads_and_repr_and_pickle(no_leaks):
-    r = prefetch(from_sequence(range(5)), 2, persistent=True)
-    assert list(r()) == list(r()) == list(range(5)) and not children()
+def test_threads_are_refused_and_repr_and_pickle(no_leaks):
+    for make in (lambda: prefetch(from_sequence(range(5)), 2, persistent=True),
+                 lambda: xmap_readers(abs, from_sequence(range(5)), 2, 4, persistent=True)):
+        with pytest.raises(ValueError, match="persistent=True keeps worker processes .* needs mode='process'"):
+            make()
     assert repr(prefetch(from_sequence(range(5)), 2, mode="process", persistent=True)).startswith(
         "prefetch(2 processes, persistent)")
     with tagged("fork", persistent=True) as kept:
@@ -255,12 +317,33 @@ def test_a_forked_child_closes_its_copies_of_the_kept_pipes(no_leaks):
     with tagged("fork", persistent=True) as r:
         list(r())
         backend = r._keeper.backend
+        procs = list(backend.procs)
         pid = os.fork()
-        if pid == 0:  # the child: its copies are closed, and its copy of the keeper is not its own
-            os._exit(0 if all(c is None for c in backend.conns) and r._keeper.open(None, 0, []) is None else 1)
+        if pid == 0:  # the child: its copies are closed, and the workers are not its children
+            ok = all(c is None for c in backend.conns)
+            ok = ok and not set(procs) & multiprocessing.process._children
+            multiprocessing.util._exit_function()  # what a child's normal exit runs: it must not stop them
+            os._exit(0 if ok else 1)
         _, status = os.waitpid(pid, 0)
         assert os.waitstatus_to_exitcode(status) == 0
         assert all(c is not None for c in backend.conns)
+        assert pids(r()) == {p.pid for p in procs}  # still the same, alive
+
+
+def test_a_forked_childs_copy_of_a_kept_stage_keeps_workers_of_its_own(no_leaks):
+    with tagged("fork", persistent=True) as r:
+        mine = pids(r())
+        pid = os.fork()
+        if pid == 0:
+            try:
+                first, second = pids(r()), pids(r())
+                r.close()
+                os._exit(0 if first == second and not first & mine else 1)
+            finally:
+                os._exit(2)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        assert pids(r()) == mine
 
 
 def test_keeper_without_workers_closes_quietly():
@@ -291,13 +374,14 @@ SCRIPT = textwrap.dedent("""
 """)
 
 
-@pytest.mark.parametrize("end, in_thread", [
-    ("time.sleep(60)", False),  # killed: SIGKILL
-    ("time.sleep(60)", True),
-    ("sys.exit(0)", False),  # the interpreter exits with a pass open and a reader never closed
+@pytest.mark.parametrize("end, in_thread, method", [
+    ("time.sleep(60)", False, "fork"),  # killed: SIGKILL
+    ("time.sleep(60)", True, "fork"),
+    ("time.sleep(60)", False, "forkserver"),  # (a fork server's child cannot be tied to the consumer)
+    ("sys.exit(0)", False, "fork"),  # the interpreter exits with a pass open and a reader never closed
 ])
-def test_no_worker_outlives_its_process(end, in_thread):
-    script = SCRIPT.format(root=ROOT, in_thread=in_thread, end=end)
+def test_no_worker_outlives_its_process(end, in_thread, method):
+    script = SCRIPT.format(root=ROOT, in_thread=in_thread, end=end).replace('"fork"', repr(method))
     proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, cwd=ROOT)
     try:
         line = finishes(proc.stdout.readline, "the script starting its workers", timeout=60)

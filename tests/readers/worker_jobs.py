@@ -19,6 +19,7 @@ __all__ = [
     "arrays",
     "arrays_then_block",
     "arrays_then_fail",
+    "big_bytes",
     "busy_sum",
     "count",
     "count_then_block",
@@ -47,6 +48,12 @@ def count_then_block(n: int, block: float = 60.0) -> Iterator[int]:
     yield from range(n)
     time.sleep(block)
     yield n
+
+
+def big_bytes(n: int, size: int) -> Iterator[bytes]:
+    """A stream of n byte strings of ``size`` bytes (they cross in-band, as large pipe messages)."""
+    for i in range(n):
+        yield bytes([i % 256]) * size
 
 
 def fails_at(k: int, message: str) -> Iterator[int]:
