@@ -24,6 +24,7 @@ import threading
 import time
 import warnings
 import weakref
+from multiprocessing import reduction
 from multiprocessing.connection import wait
 from typing import Any
 
@@ -252,10 +253,15 @@ class Processes:
         self.watches.clear()
         for w, cursor in enumerate(cursors):
             self.done[w] = False
-            p, conn = self.procs[w], self.conns[w]
+            p, conn, ring = self.procs[w], self.conns[w], self.rings[w]
+            if ring is not None:
+                ring.collect()
+            fresh = ring is not None and ring.tail < ring.seen  # arrays still held: it frees in order
             if p is not None and conn is not None and p.is_alive():
                 try:
-                    conn.send_bytes(pool_worker.pass_message(pass_id, cursor))
+                    conn.send_bytes(pool_worker.pass_message(pass_id, cursor, fresh))
+                    if fresh:
+                        self._send_ring(w)
                     continue
                 except OSError:
                     pass  # it is going: start another
@@ -293,6 +299,17 @@ class Processes:
             if ring is not None:
                 ring.collect()
         self.watches.clear()
+
+    def _send_ring(self, w: int) -> None:
+        """Hand worker ``w`` a new ring; the old one's memory goes with the last array that views it."""
+        new = shm.RingReader(self.rings[w].size)
+        try:
+            reduction.send_handle(self.conns[w], new.fd, self.procs[w].pid)
+        except BaseException:
+            new.close()
+            raise
+        self.rings[w].close()
+        self.rings[w] = new
 
     def _bury(self, w: int) -> None:
         """Stop worker ``w`` (if it still runs) and let go of it and its pipe."""

@@ -21,6 +21,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from multiprocessing import reduction
 from typing import Any
 
 from readers import shm
@@ -47,19 +48,20 @@ class _Gone(Exception):
     """The consumer closed its end: the pass is over, the worker just stops."""
 
 
-def next_pass_of(messages: Any) -> tuple[int, int] | None:
-    """The pass the first pass message among ``messages`` asks for; the credits and cancels before it
-    belong to a pass that has ended, and are passed over. None when there is none.
+def next_pass_of(messages: Any) -> tuple[int, int, bool] | None:
+    """The pass the first pass message among ``messages`` asks for (pass id, cursor, whether a fresh ring
+    follows); the credits and cancels before it belong to a pass that has ended, and are passed over.
+    None when there is none.
 
     >>> from readers.pool_worker import CANCEL, pass_message
     >>> next_pass_of([CANCEL, (7).to_bytes(4, "little"), pass_message(3, 12)])
-    (3, 12)
+    (3, 12, False)
     >>> next_pass_of([CANCEL]) is None
     True
     """
     for data in messages:
         if len(data) == 1 + PASS.size:
-            return PASS.unpack(data[1:])
+            return (*PASS.unpack(data[1:]), data[:1] == b"R")
     return None
 
 
@@ -98,6 +100,16 @@ def _die_with_parent(parent: int, tied: bool) -> None:
         os.kill(os.getpid(), signal.SIGKILL)  # as PR_SET_PDEATHSIG would
 
     threading.Thread(target=watch, name=WATCH_THREAD, daemon=True).start()
+
+
+def _fresh_ring(conn: Any, old: shm.RingWriter) -> shm.RingWriter:
+    """The new ring whose descriptor the consumer sends after a pass message (it does when arrays of the
+    old one are still held: that ring frees in order, so it would stay full)."""
+    fd = reduction.recv_handle(conn)
+    size = len(old.mm)
+    with contextlib.suppress(BufferError):
+        old.close()
+    return shm.RingWriter(shm.SharedFd(fd), size, 0)
 
 
 def _alive(pid: int) -> bool:
@@ -218,10 +230,12 @@ def process_main(w: int, job: Any, first: tuple[int, int], context: tuple | None
             except BaseException as exc:
                 send(FAILED, pack_error(exc))
                 raise _Gone from None  # (a kept worker that cannot load its job is of no use)
-            task: tuple[int, int] | None = first
+            task: tuple | None = first
             while task is not None:
-                one_pass(*task)
+                one_pass(task[0], task[1])
                 task = next_pass_of(_messages(conn)) if persistent else None
+                if task is not None and task[2] and writer is not None:
+                    writer = _fresh_ring(conn, writer)
     except _Gone:
         pass
     finally:

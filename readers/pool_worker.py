@@ -203,13 +203,14 @@ class Watch:
         return [self.by_fd[fd] for fd, _ in self.poller.poll(ms)]
 
 
-def pass_message(pass_id: int, cursor: int) -> bytes:
-    """What tells a kept worker to run pass ``pass_id`` from ``cursor`` (see ``next_pass_of``).
+def pass_message(pass_id: int, cursor: int, fresh_ring: bool = False) -> bytes:
+    """What tells a kept worker to run pass ``pass_id`` from ``cursor`` (see ``next_pass_of``); with
+    ``fresh_ring``, the descriptor of a new ring for its arrays follows it on the socket.
 
     >>> len(pass_message(3, 12)), PASS.unpack(pass_message(3, 12)[1:])
     (17, (3, 12))
     """
-    return b"P" + PASS.pack(pass_id, cursor)
+    return (b"R" if fresh_ring else b"P") + PASS.pack(pass_id, cursor)
 
 
 class PipeCredits(_Window):

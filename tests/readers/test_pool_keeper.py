@@ -406,3 +406,20 @@ def test_read_in_another_worker_context_the_stage_gets_workers_for_it(no_leaks):
                 got = list(r())
                 assert got == list(fresh())
                 assert {(w, n) for _, w, n in got} == {(context[0], 4), (context[0] + 2, 4)}
+
+
+def test_arrays_held_from_a_pass_keep_later_passes_in_shared_memory(no_leaks):
+    """The ring frees in order: a held array would stop it for good, so a kept worker gets a new ring."""
+    fds = len(os.listdir("/proc/self/fd"))
+    with prefetch(functools.partial(jobs.arrays, 100, 32768), 1, mode="process", start_method="fork",
+                  persistent=True) as r:
+        held = []
+        for _ in range(4):
+            it = r()
+            held.append(next(it))  # entry 0 of each pass, a view of that pass's ring
+            assert sum(1 for _ in it) == 99
+            assert r.stats()["shm_bytes"] >= 99 * 32768 * 8  # not in-band (4 passes outgrow one ring)
+        assert all((a == 0).all() and a.shape == (32768,) for a in held)
+    del held, it
+    gc.collect()
+    wait_until(lambda: len(os.listdir("/proc/self/fd")) <= fds, HANG, "the rings' descriptors to close")

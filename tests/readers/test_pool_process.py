@@ -87,8 +87,8 @@ def test_a_kept_worker_that_fails_a_pass_waits_for_the_next():
 
 @pytest.mark.parametrize("messages, task", [
     ([], None),
-    ([CANCEL, b"\x05\x00\x00\x00", pass_message(7, 3)], (7, 3)),
-    ([pass_message(0, 0), pass_message(1, 0)], (0, 0)),
+    ([CANCEL, b"\x05\x00\x00\x00", pass_message(7, 3)], (7, 3, False)),
+    ([pass_message(0, 0, True), pass_message(1, 0)], (0, 0, True)),
 ])
 def test_next_pass_of_passes_over_what_belongs_to_the_pass_before(messages, task):
     assert next_pass_of(messages) == task
