@@ -23,9 +23,9 @@ from typing import Any
 
 import click
 
-from train.cache_command import cache_group
-from train.console import fail_cleanly
-from train.pipeline_command import pipeline_group
+from train.commands.cache_folders import cache_group
+from train.commands.console import fail_cleanly
+from train.commands.continual import pipeline_group
 
 __all__ = ["main"]
 
@@ -42,13 +42,13 @@ def _reader_options(command: Callable) -> Callable:
 
 
 def _splits(reader_name: str, data_dir: str | None, download: bool) -> tuple[Any, Any]:
-    from train.command import splits
+    from train.commands.training import splits
 
     return splits(reader_name, data_dir, download)
 
 
 def _first_entry(reader: Any) -> Any:
-    from train.command import first_entry
+    from train.commands.training import first_entry
 
     return first_entry(reader)
 
@@ -114,7 +114,7 @@ def train(**params: Any) -> None:
     Ctrl-C (or SIGTERM) stops it with exit code 130 (143), printing where the
     checkpoint is and the command that resumes from it.
     """
-    from train.command import train_command
+    from train.commands.training import train_command
 
     train_command(params)
 
@@ -122,7 +122,7 @@ def train(**params: Any) -> None:
 @main.command("readers")
 def list_readers() -> None:
     """List the readers and models that can be named, one line each."""
-    from readers.registry import list_plugins
+    from readers.plugins.registry import list_plugins
 
     for kind in ("readers", "models"):
         click.echo(f"{kind}:")
@@ -149,7 +149,7 @@ def inspect_reader(reader_name: str, data_dir: str | None, download: bool, count
 
     import readers
     from readers.checks import check_reader
-    from readers.pipeline import Node, describe
+    from readers.graph import Node, describe
 
     train_reader, test_reader = _splits(reader_name, data_dir, download)
     check_reader(train_reader, f"reader {reader_name!r}")
@@ -213,8 +213,8 @@ def bench(reader_name: str, data_dir: str | None, download: bool, workers: int, 
     waited); otherwise the hand-off between workers and consumer.
     """
     from readers.allocator import tune_allocator
-    from readers.bench import bottleneck, measure, report
     from readers.checks import check_reader
+    from readers.workers.bench import bottleneck, measure, report
 
     train_reader, _ = _splits(reader_name, data_dir, download)
     check_reader(train_reader, f"reader creator {reader_name!r} returned something that")
@@ -256,9 +256,9 @@ def serve(reader_name: str, data_dir: str | None, download: bool, config: str | 
           port: int, secret_file: str | None, tls_cert: str | None, tls_key: str | None, idle_timeout: float) -> None:
     """Serve an indexed reader's entries to readers.remote clients over TCP, until SIGTERM or Ctrl-C."""
     from readers.allocator import tune_allocator
-    from readers.hosting import run_until_signal, tls_context
-    from readers.server import Server
-    from readers.wire import read_secret, show_address
+    from readers.network.hosting import run_until_signal, tls_context
+    from readers.network.server import Server
+    from readers.network.wire import read_secret, show_address
 
     if (tls_cert is None) != (tls_key is None):
         raise click.UsageError("--tls-cert and --tls-key go together: the certificate and its private key")
@@ -295,7 +295,7 @@ def _served(reader_name: str, data_dir: str | None, download: bool, config: str 
             raise click.UsageError(f"{', '.join(given)} do{'es' if len(given) == 1 else ''} not apply with --config, "
                                    "which serves the token windows of a data.toml; give one or the other")
         import readers
-        from readers.runfiles import load_data
+        from readers.tokenized.runfiles import load_data
 
         data = load_data(config)
         tokens = readers.tokens(data.dir, seq_len=data.seq_len, token_size=data.token_size)
@@ -315,7 +315,7 @@ def _served(reader_name: str, data_dir: str | None, download: bool, config: str 
 @fail_cleanly
 def tokenize(sources: tuple[str, ...], out: str, token_size: int | str) -> None:
     """Turn text files into one .bin file of byte-level tokens (0..255), for readers.tokens and data.toml."""
-    from readers.tokens import tokenize_bytes
+    from readers.tokenized.windows import tokenize_bytes
 
     token_size = int(token_size)
     total = sum(os.path.getsize(source) for source in sources)

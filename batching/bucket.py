@@ -8,8 +8,8 @@ from typing import Any
 import numpy as np
 
 from readers.checks import check_reader
+from readers.graph import describe
 from readers.parents import iterate
-from readers.pipeline import describe
 from readers.stage import Reader, Stage
 
 __all__ = ["bucket_by_length"]

@@ -15,8 +15,8 @@ import numpy as np
 
 from batching.collate import collate, collate_column
 from readers.checks import check_reader, whole
+from readers.graph import describe
 from readers.parents import is_planned, iterate, open_plan
-from readers.pipeline import describe
 from readers.plans import rechunk
 from readers.stage import Stage
 

@@ -23,7 +23,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import readers  # noqa: E402
-from readers.mixing import mix  # noqa: E402
+from readers.ops.mixing import mix  # noqa: E402
 
 BATCH = 64
 ROWS = 10**5

@@ -68,8 +68,8 @@ sys.path.insert(0, ROOT)
 
 import batching  # noqa: E402
 import readers  # noqa: E402
-import readers.mnist  # noqa: E402
-from readers.wire import frame_parts, pack_columns  # noqa: E402
+from readers.network.wire import frame_parts, pack_columns  # noqa: E402
+from readers.sources import mnist  # noqa: E402
 
 SEQ_LEN = 1024
 _ASK = struct.Struct(">iii")  # the raw baseline's request: mode (0 stream, 1 round trips), count, size
@@ -386,7 +386,7 @@ def main() -> None:
                 proc, mnist_address = start_server(["--reader", "mnist", "--data-dir", args.mnist],
                                                    os.path.join(folder, "mnist.log"))
                 servers.append(proc)
-                sets.append(("mnist", readers.mnist.train(args.mnist), mnist_address, proc.pid))
+                sets.append(("mnist", mnist.train(args.mnist), mnist_address, proc.pid))
             else:
                 skipped.append(f"mnist: skipped, no MNIST files in {args.mnist} (give --mnist DIR)")
             for name, local, address, pid in sets:

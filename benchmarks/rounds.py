@@ -24,8 +24,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import batching  # noqa: E402
 import readers  # noqa: E402
-from readers.rounds import assign_batches, round_share  # noqa: E402
-from readers.schedule import BatchSchedule  # noqa: E402
+from readers.tokenized.rounds import assign_batches, round_share  # noqa: E402
+from readers.tokenized.schedule import BatchSchedule  # noqa: E402
 
 BUDGET_MS = 10.0
 

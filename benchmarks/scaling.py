@@ -60,8 +60,8 @@ sys.path.insert(0, ROOT)
 
 import batching  # noqa: E402
 import readers  # noqa: E402
-from readers.parallel import prefetch as _prefetch  # noqa: E402
-from readers.pool_channels import pick_start_method  # noqa: E402
+from readers.workers.channels import pick_start_method  # noqa: E402
+from readers.workers.prefetch import prefetch as _prefetch  # noqa: E402
 
 PERSISTENT = "persistent" in inspect.signature(_prefetch).parameters  # issue 17, section 1: not there before
 
@@ -336,7 +336,7 @@ def print_spawn(t: dict[str, Any]) -> None:
 def mnist_arrays(data_dir: str | None, quick: bool) -> tuple[np.ndarray, np.ndarray, str]:
     """float32 (n, 784) in 0..1 and int64 labels, and where they came from."""
     try:
-        from readers import mnist
+        from readers.sources import mnist
         images, labels = mnist.train(data_dir, download=False).arrays()
         where = "MNIST training images"
     except Exception as exc:  # noqa: BLE001 - any missing or unreadable file: fall back, and say so

@@ -61,7 +61,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import batching  # noqa: E402
 import readers  # noqa: E402
 from readers import allocator  # noqa: E402
-from readers.pool_channels import pick_start_method  # noqa: E402
+from readers.workers.channels import pick_start_method  # noqa: E402
 
 ENTRY_US = 50  # row 1's work per entry
 XMAP_BUFFER = 256  # row 1's xmap_readers buffer_size

@@ -34,9 +34,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-import readers.split_mnist
 import train
-from train.pipeline_table import HEADER, row_of
+from readers.sources import split_mnist
+from train.commands.continual_table import HEADER, row_of
 
 
 def default_data_dir():
@@ -56,8 +56,8 @@ def main(argv):
     args = parser.parse_args(argv)
 
     download = args.data_dir is None
-    stream = readers.split_mnist.train(args.data_dir, download=download, per_task=args.per_task)
-    test = readers.split_mnist.test(args.data_dir, download=download)
+    stream = split_mnist.train(args.data_dir, download=download, per_task=args.per_task)
+    test = split_mnist.test(args.data_dir, download=download)
     results = {}
     with tempfile.TemporaryDirectory() as scratch:
         db = args.db or os.path.join(scratch, "runs.db")

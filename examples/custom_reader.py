@@ -23,7 +23,7 @@ import toolz
 
 import readers
 import train
-from train.models import MLP
+from train.models.classifiers import MLP
 
 
 def csv_reader(path, *, test):

@@ -16,7 +16,7 @@ or on ``PYTHONPATH``, two processes on this machine that meet on 127.0.0.1
         --master-port 29500 examples/distributed.py [--data-dir MNIST_DIR] [--samples N] [--epochs E]
 
 ``--standalone`` instead of the address and port picks a free port. Either way
-torch's rendezvous store listens on all interfaces; tests/readers/torchrun_job.py
+torch's rendezvous store listens on all interfaces; tests/helpers/torchrun_job.py
 shows how to keep it on 127.0.0.1.
 
 Without torchrun, ``python examples/distributed.py`` trains in one process, its
@@ -38,7 +38,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 import readers
-import readers.mnist
+from readers.sources import mnist
 
 
 def say(line: str) -> None:
@@ -59,8 +59,8 @@ def source(args):
     data_dir = args.data_dir or os.environ.get("READERKIT_DATA")
     if not data_dir:
         return generated(args.samples or 2000)
-    mnist = readers.mnist.train(args.data_dir, download=False)  # None: readerkit looks in $READERKIT_DATA
-    return readers.firstn(mnist, args.samples) if args.samples else mnist
+    train_images = mnist.train(args.data_dir, download=False)  # None: readerkit looks in $READERKIT_DATA
+    return readers.firstn(train_images, args.samples) if args.samples else train_images
 
 
 def main():

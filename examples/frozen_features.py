@@ -32,9 +32,9 @@ from pathlib import Path
 import numpy as np
 
 import readers
-import readers.mnist
 import train
-from train.models import SoftmaxRegression
+from readers.sources import mnist
+from train.models.classifiers import SoftmaxRegression
 
 WIDTH = 512
 _PROJECTION = np.random.default_rng(0).normal(scale=784 ** -0.5, size=(784, WIDTH)).astype(np.float32)
@@ -72,11 +72,11 @@ def main(argv):
 
     with tempfile.TemporaryDirectory() as scratch:
         folder = args.cache_dir or scratch
-        images = readers.mnist.train(args.data_dir, download=args.data_dir is None)
+        images = mnist.train(args.data_dir, download=args.data_dir is None)
         if args.samples:
             images = readers.firstn(images, args.samples)
         layer = readers.cached(images, frozen_layer_with(args.cost_ms), directory=folder)
-        test_images = readers.mnist.test(args.data_dir, download=args.data_dir is None)
+        test_images = mnist.test(args.data_dir, download=args.data_dir is None)
         test_features = readers.cached(test_images, frozen_layer_with(args.cost_ms), directory=folder)
         before = layer.stats()
         started = [time.perf_counter()]

@@ -2,7 +2,7 @@
 
 Every machine with Python has this corpus. The script
 1. tokenizes a set of standard-library modules into byte-level tokens
-   (``readers.tokens.tokenize_bytes``, as ``python cli.py tokenize`` does),
+   (``readers.tokenized.windows.tokenize_bytes``, as ``python cli.py tokenize`` does),
 2. writes a ``data.toml`` beside the tokens and a ``state.toml`` for the run,
    in the layout of the reference system (Psyche),
 3. trains ``NextTokenMLP`` with ``python cli.py train --config state.toml``,
@@ -28,8 +28,8 @@ import numpy as np
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from readers.tokens import tokenize_bytes  # noqa: E402
-from train.language import unigram_entropy  # noqa: E402
+from readers.tokenized.windows import tokenize_bytes  # noqa: E402
+from train.models.language import unigram_entropy  # noqa: E402
 
 #: Standard-library modules of plain Python, present on every installation.
 MODULES = ("json/decoder.py", "json/encoder.py", "csv.py", "textwrap.py", "string.py", "shlex.py", "fnmatch.py",

@@ -19,9 +19,9 @@ import toolz
 
 import batching
 import readers
-import readers.mnist
 import train
-from train.models import MLP
+from readers.sources import mnist
+from train.models.classifiers import MLP
 
 script = globals().get("__file__")
 args = sys.argv[1:] if script else []
@@ -38,7 +38,7 @@ else:
 # indexed (len, [i]), and so is firstn of it, so shuffle without a buffer size is a
 # global shuffle: a fresh permutation each pass, decided by (seed, pass) alone.
 pipeline = toolz.pipe(
-    readers.mnist.train(data_dir),
+    mnist.train(data_dir),
     readers.firstn(n=30_000),  # half the training set keeps the tour quick
     readers.shuffle(seed=0),
 )
@@ -74,7 +74,7 @@ history = train.train(
     batch_size=128, passes=2,
     model=MLP(hidden=(256,), lr=3e-3, seed=0),
     event_handler=report,
-    test_provider=readers.mnist.test(data_dir),
+    test_provider=mnist.test(data_dir),
 )
 
 # %% The result

@@ -36,33 +36,30 @@ mapping
 >>> [sorted(b) for b in pipeline()]
 [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
 """
-from readers import (
-    caching,
-    combine,
-    maps,
-    paddle_parallel,
-    parallel,
-    replay,
-    rounds,
-    selection,
-    sharding,
-    shuffling,
-)
 from readers.allocator import tune_allocator
-from readers.combine import ComposeNotAligned
+from readers.caching import cached as caching
+from readers.continual.schema import NotAPipelineStore
+from readers.continual.store import PipelineBusy, PipelineStore
+from readers.continual.trigger_sets import trigger_set
 from readers.currying import Curried
-from readers.hosting import serve
 from readers.identity import fingerprint
-from readers.interop import torch_dataset
+from readers.interop.torch_dataset import torch_dataset
+from readers.interop.torch_loader import torch_loader
 from readers.launch import WorkerInfo, worker_context, worker_info
-from readers.locality import node_shuffle as _node_shuffle
-from readers.mixing import mix as _mix
-from readers.parallel import WorkerDiedError
-from readers.pipeline_db import NotAPipelineStore
-from readers.pipeline_store import PipelineBusy, PipelineStore
-from readers.remote import RemoteUnavailable, remote
-from readers.rounds import assign_batches
-from readers.runfiles import (
+from readers.network.client import RemoteUnavailable, remote
+from readers.network.hosting import serve
+from readers.network.wire import NotAuthorised, RemoteError, UnsupportedVersion
+from readers.ops import combine, maps, replay, sharding, shuffling
+from readers.ops import slicing as selection
+from readers.ops.combine import ComposeNotAligned
+from readers.ops.locality import node_shuffle as _node_shuffle
+from readers.ops.mixing import mix as _mix
+from readers.sources.in_memory import from_arrays, from_sequence, np_array
+from readers.sources.text import text_file
+from readers.stage import IndexedReader, Reader, Stage
+from readers.tokenized import rounds
+from readers.tokenized.rounds import assign_batches
+from readers.tokenized.runfiles import (
     DataConfig,
     LocalData,
     RunConfig,
@@ -71,13 +68,11 @@ from readers.runfiles import (
     load_data,
     load_run,
 )
-from readers.schedule import BatchSchedule
-from readers.sources import from_arrays, from_sequence, np_array, text_file
-from readers.stage import IndexedReader, Reader, Stage
-from readers.tokens import tokens
-from readers.torch_loading import torch_loader
-from readers.trigger_sets import trigger_set
-from readers.wire import NotAuthorised, RemoteError, UnsupportedVersion
+from readers.tokenized.schedule import BatchSchedule
+from readers.tokenized.windows import tokens
+from readers.workers import paddle as paddle_parallel
+from readers.workers import prefetch as parallel
+from readers.workers.prefetch import WorkerDiedError
 
 __all__ = [
     "BatchSchedule",

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from readers.pipeline import Node, describe
+from readers.graph import Node, describe
 
 __all__ = ["check_reader", "whole"]
 

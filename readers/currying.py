@@ -16,7 +16,7 @@ from typing import Any
 import toolz
 from toolz.functoolz import no_default
 
-from readers.pipeline import describe
+from readers.graph import describe
 
 __all__ = ["Curried"]
 

@@ -199,5 +199,5 @@ Three more declarations serve stages like ``shard`` and ``prefetch``, and
 rarely a user's: ``share()`` (the share of its input's pass a stage keeps),
 ``per_entry`` (whether a shard above may split the pass below it instead)
 and ``unresumable`` (why no position of its passes can be saved). Their
-contracts are in ``readers.pipeline``.
+contracts are in ``readers.graph``.
 """

@@ -48,7 +48,7 @@ from readers.digests import (
     plain_digest,
     value_digest,
 )
-from readers.pipeline import Node, describe, describe_partial, walk
+from readers.graph import Node, describe, describe_partial, walk
 
 __all__ = [
     "array_digest", "differences", "file_digest", "fingerprint", "function_digest", "function_identity",

@@ -12,8 +12,8 @@ import itertools
 from collections.abc import Iterator
 from typing import Any
 
+from readers.graph import describe
 from readers.passes import opened
-from readers.pipeline import describe
 from readers.plans import Plan
 from readers.stage import IndexedReader, Reader, Stage
 

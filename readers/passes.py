@@ -7,7 +7,7 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
-from readers.pipeline import walk
+from readers.graph import walk
 from readers.position import state_of
 
 __all__ = ["PassIterator", "close_iterator", "end_pass", "opened"]
@@ -18,7 +18,7 @@ _starting = threading.local()  # .opened: what the pass being started in this th
 def opened(it: Any) -> Any:
     """Note that the pass being started opened ``it`` (a parent's pass), so closing the pass closes it; return it.
 
-    ``readers.stage.iterate`` notes every pass it starts. A stage's pass is
+    ``readers.parents.iterate`` notes every pass it starts. A stage's pass is
     often a C-level ``map`` or ``islice`` over its parents', which has no
     ``close``: without this, closing it would leave a generator (a file, a
     worker pool) below it running until the pass is garbage-collected.

@@ -10,7 +10,7 @@ rest of the pass, from c on, is split over the new shards, so every sample of
 the pass is seen exactly once.
 
 Everything here is worked out from the stages' declarations
-(``readers.pipeline.Node``): ``positions`` says how each stage's cursor
+(``readers.graph.Node``): ``positions`` says how each stage's cursor
 counts, ``seed`` which seeds go into the state, ``share()`` which shards the
 pipeline has and ``unresumable`` which stages cannot say where they are.
 
@@ -23,7 +23,7 @@ from __future__ import annotations
 import numbers
 from typing import Any
 
-from readers.pipeline import Node, describe, walk
+from readers.graph import Node, describe, walk
 
 __all__ = ["advance", "check_layout", "check_resumable", "check_state", "end_of", "fixed_layout", "is_native",
            "seeds_of", "start_of", "state_of", "within"]

@@ -19,7 +19,7 @@ Every hook a stage may define, each with its contract. Every stage:
                    ``_stream(p)``, and a stage that can jump overrides it
 ``_plan(p, c)``    pass p from cursor c as an index ``Plan`` ("plan")
 ``positions``      how its cursor counts: its own entries (None), or its
-                   parent's positions, k per entry (``readers.pipeline``)
+                   parent's positions, k per entry (``readers.graph``)
 ``seed``           the seed that orders its passes, recorded in states
 ``_end_pass()``    called on every stage of a pipeline when a pass of it runs
                    out or is closed (``readers.passes.end_pass``, also run by
@@ -46,7 +46,7 @@ A stage with random access ("index"; ``IndexedReader`` is their base):
                    next chunks under way while the consumer works
 =================  ==========================================================
 
-Stages that shard or run workers (``readers.pipeline.Node``):
+Stages that shard or run workers (``readers.graph.Node``):
 
 =================  ==========================================================
 ``share()``        the share of its input's pass it keeps, or None
@@ -78,8 +78,8 @@ from typing import Any, TypeVar
 import numpy as np
 
 from readers.checks import whole
+from readers.graph import Node
 from readers.passes import PassIterator
-from readers.pipeline import Node
 from readers.plans import Plan, index_chunks, slice_chunks
 from readers.position import check_layout, check_state, is_native
 

@@ -14,7 +14,7 @@ from click.testing import CliRunner
 import readers
 from cli import main
 from tests.conftest import wait_until
-from tests.train.recording import write_mnist
+from tests.helpers.recording import write_mnist
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared" / "data"
@@ -225,7 +225,7 @@ def test_cli_resume_keeps_each_pass_once_in_the_json_log(tiny_mnist, tmp_path):
 
 
 def test_cli_second_run_into_a_locked_folder_names_the_first(tiny_mnist, tmp_path):
-    from train.checkpoint import lock_folder
+    from train.checkpoints.files import lock_folder
 
     ckpt = tmp_path / "ck"
     with lock_folder(str(ckpt)):
@@ -235,7 +235,7 @@ def test_cli_second_run_into_a_locked_folder_names_the_first(tiny_mnist, tmp_pat
 
 def test_cli_a_refused_run_leaves_the_live_runs_log_untouched(tiny_mnist, tmp_path):
     """Review of issue 12: the log was trimmed or emptied before the folder's lock refused the run."""
-    from train.checkpoint import lock_folder
+    from train.checkpoints.files import lock_folder
 
     ckpt, log = tmp_path / "ck", tmp_path / "log.jsonl"
     log.write_text('{"pass": 0}\n{"pass": 1}\n')
@@ -262,7 +262,7 @@ def test_cli_a_refused_resume_or_failed_overwrite_touches_neither_log_nor_checkp
 
 def test_cli_resume_with_another_reader_names_it(tiny_mnist, tmp_path, monkeypatch):
     """Review of issue 12: a resume with another --reader did not say the reader had changed."""
-    (tmp_path / "mymnist.py").write_text("from readers.mnist import test, train\n")
+    (tmp_path / "mymnist.py").write_text("from readers.sources.mnist import test, train\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     ckpt = tmp_path / "ck"
     assert run(*_train_args(tiny_mnist, ckpt, "--passes", "1")).exit_code == 0
@@ -344,11 +344,11 @@ def test_cli_resume_command_sets_the_data_folder_it_found_in_the_environment(tmp
 
 def test_cli_ctrl_c_before_any_data_is_read_exits_130_not_aborted(tmp_path, monkeypatch):
     """Review of issue 12: a very early Ctrl-C printed click's "Aborted!" with exit code 1."""
-    import train.command
+    import train.commands.training
 
     def interrupted(name):
         raise KeyboardInterrupt
-    monkeypatch.setattr(train.command, "find_model", interrupted)
+    monkeypatch.setattr(train.commands.training, "find_model", interrupted)
     result = run("train", "--checkpoint-dir", str(tmp_path / "ck"))
     assert result.exit_code == 130 and "Aborted" not in result.output
     assert "interrupted: no checkpoint was saved in" in result.stderr

@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 
 import readers
-from readers import mnist
-from readers.tokens import Tokens
+from readers.sources import mnist
+from readers.tokenized.windows import Tokens
 from tests.conftest import HANG
 
 ROOT = Path(__file__).resolve().parents[1]

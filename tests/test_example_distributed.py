@@ -3,7 +3,7 @@ import re
 
 import pytest
 
-from tests.readers.torchrun_job import ROOT, run_torchrun
+from tests.helpers.torchrun_job import ROOT, run_torchrun
 from tests.test_examples import run_example
 
 torch = pytest.importorskip("torch")

@@ -1,4 +1,5 @@
-"""The code's layout: no import cycles, modules of a readable size, no calls into another object's private methods."""
+"""The code's layout: a folder per capability whose docstring says its job, one meaning per module name, tests that
+mirror the packages, no import cycles and no calls into another object's private methods."""
 import ast
 import pathlib
 
@@ -7,8 +8,8 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 PACKAGES = ("readers", "batching", "train")
 NAMEDTUPLE_API = {"_make", "_replace", "_asdict"}  # public, underscored only to stay clear of field names
-MODULES = sorted(p for pkg in PACKAGES for p in (ROOT / pkg).glob("*.py")) + [ROOT / "cli.py"]
-MAX_LINES = 400
+MODULES = sorted(p for pkg in PACKAGES for p in (ROOT / pkg).rglob("*.py")) + [ROOT / "cli.py"]
+SUBPACKAGES = sorted(p.parent for p in MODULES if p.name == "__init__.py" and p.parent.parent != ROOT)
 
 
 def _name(path: pathlib.Path) -> str:
@@ -65,10 +66,18 @@ def test_cycle_finder_finds_a_cycle():
     assert _cycle({"a.x": {"a.y"}, "a.y": set()}) is None
 
 
-@pytest.mark.parametrize("path", MODULES, ids=lambda p: str(p.relative_to(ROOT)))
-def test_module_is_of_a_readable_size(path):
-    lines = len(path.read_text().splitlines())
-    assert lines <= MAX_LINES, f"{path.relative_to(ROOT)} has {lines} lines; split it by job (aim under {MAX_LINES})"
+def test_no_module_name_means_two_things():
+    seen: dict[str, list[str]] = {}
+    for path in MODULES:
+        if path.name != "__init__.py" and path.parent != ROOT:
+            seen.setdefault(path.stem, []).append(str(path.relative_to(ROOT)))
+    assert {name: paths for name, paths in seen.items() if len(paths) > 1} == {}
+
+
+@pytest.mark.parametrize("folder", SUBPACKAGES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_subpackage_says_what_it_holds(folder):
+    doc = ast.get_docstring(ast.parse((folder / "__init__.py").read_text())) or ""
+    assert len(doc.split()) >= 8, f"{folder.relative_to(ROOT)}/__init__.py: say the subpackage's job in its docstring"
 
 
 def _private_calls(tree: ast.AST) -> list[str]:
@@ -100,5 +109,6 @@ def test_private_call_finder_tells_self_from_others():
 @pytest.mark.parametrize("path", [p for p in MODULES if p.parent != ROOT and p.name != "__init__.py"],
                          ids=lambda p: str(p.relative_to(ROOT)))
 def test_every_module_has_its_test_module(path):
-    test = ROOT / "tests" / path.parent.name / f"test_{path.name}"
-    assert test.is_file(), f"{path.relative_to(ROOT)} has no test module: tests mirror the package, add {test.relative_to(ROOT)}"
+    rel = path.relative_to(ROOT)
+    test = ROOT / "tests" / rel.parent / f"test_{rel.name}"
+    assert test.is_file(), f"{rel} has no test module: tests mirror the packages, add {test.relative_to(ROOT)}"

@@ -8,7 +8,7 @@ import batching
 import readers
 import train
 from readers.testing import assert_same
-from tests.readers.toys import add_one, is_odd, ten_reader
+from tests.helpers.toys import add_one, is_odd, ten_reader
 
 PACKAGES = [readers, batching, train]
 #: Exported type aliases: an alias reports the module of what it aliases (collections.abc), not ours.

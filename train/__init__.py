@@ -19,7 +19,14 @@ on each trigger's set and evaluates every task seen so far.
 >>> [record["pass"] for record in history]
 [0, 1]
 """
-from train.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from train.checkpoints.files import CheckpointError, load_checkpoint, save_checkpoint
+from train.continual.strategies import AllData, GDumb, NewData, Strategy, parse_strategy
+from train.continual.supervisor import (
+    PipelineConfigError,
+    PipelineReplayError,
+    run_pipeline,
+)
+from train.continual.triggers import Drift, EveryN, EveryT, Trigger, parse_trigger
 from train.driver import evaluate, train
 from train.events import (
     BeginIteration,
@@ -30,12 +37,9 @@ from train.events import (
     TestResult,
 )
 from train.feeds import columns_of, feeds
-from train.language import NextTokenMLP, TokenRangeError, unigram_entropy
-from train.models import MLP, SoftmaxRegression
+from train.models.classifiers import MLP, SoftmaxRegression
+from train.models.language import NextTokenMLP, TokenRangeError, unigram_entropy
 from train.steps import train_steps
-from train.strategies import AllData, GDumb, NewData, Strategy, parse_strategy
-from train.supervisor import PipelineConfigError, PipelineReplayError, run_pipeline
-from train.triggers import Drift, EveryN, EveryT, Trigger, parse_trigger
 
 __all__ = [
     "AllData",

@@ -21,21 +21,21 @@ import batching
 import readers
 from readers.allocator import tune_allocator
 from readers.checks import check_reader, whole
+from readers.graph import describe, walk
 from readers.identity import fingerprint
-from readers.pipeline import describe, walk
+from readers.ops.sharding import check_equalize, is_sharded
+from readers.ops.shuffling import DrawnSeed
+from readers.plugins.registry import find_model
 from readers.position import check_resumable, start_of
-from readers.registry import find_model
-from readers.sharding import check_equalize, is_sharded
-from readers.shuffling import DrawnSeed
-from train.checkpoint import (
+from train.checkpoints.files import (
     CheckpointError,
     rank_folder,
     remove_checkpoints,
     save_checkpoint,
 )
+from train.checkpoints.resume import check_meta, claim, this_job
 from train.events import BeginIteration, BeginPass, EndIteration, EndPass, TestResult
 from train.feeds import check_unbatched, columns_of, feeds, infer_sizes, warn_unscaled
-from train.resume import check_meta, claim, this_job
 
 __all__ = ["evaluate", "train"]
 
@@ -81,7 +81,7 @@ def evaluate(model: Any, provider: Any, mapping: Mapping[str, Any] | Sequence[st
     """Run ``model.evaluate`` over every minibatch of ``provider``; weighted pass metrics.
 
     >>> import readers
-    >>> from train.models import SoftmaxRegression
+    >>> from train.models.classifiers import SoftmaxRegression
     >>> x, y = np.zeros((10, 3), np.float32), np.zeros(10, np.int64)
     >>> metrics = evaluate(SoftmaxRegression(3, 2), readers.from_arrays(x, y), ["image", "label"], 4)
     >>> metrics["samples"], round(metrics["accuracy"], 2)
@@ -213,7 +213,7 @@ def train(
     each pass; ``None`` keeps every sample, unpadded, with uneven step counts.
 
     >>> import readers
-    >>> from train.models import SoftmaxRegression
+    >>> from train.models.classifiers import SoftmaxRegression
     >>> rng = np.random.default_rng(0)
     >>> x = rng.normal(size=(512, 4)).astype(np.float32)
     >>> y = (x[:, 0] > 0).astype(np.int64)

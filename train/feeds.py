@@ -22,7 +22,7 @@ import numpy as np
 from batching.bucket import BucketByLength
 from batching.collate import Padded
 from batching.minibatch import Batched
-from readers.pipeline import describe, walk
+from readers.graph import describe, walk
 from readers.plans import CHUNK
 from readers.stage import Stage
 

@@ -2,11 +2,11 @@
 
 A language-model run is counted in steps, not passes. Step s reads the
 samples ``[data_index(s), data_index(s) + batch_size(s))`` of the run
-(``readers.schedule.BatchSchedule``), sample p being entry ``p % N`` of pass
+(``readers.tokenized.schedule.BatchSchedule``), sample p being entry ``p % N`` of pass
 ``p // N`` of the reader, so a shuffled reader gives every pass a fresh order.
-The round's coordinator (``readers.rounds.assign_batches``, seeded per step by
+The round's coordinator (``readers.tokenized.rounds.assign_batches``, seeded per step by
 ``round_seed``) splits that batch among the job's processes, and each trains
-on its own share (``readers.rounds.round_share``). The position is the step:
+on its own share (``readers.tokenized.rounds.round_share``). The position is the step:
 a checkpoint holds the model and the step, and a resume on any number of
 processes starts at the same data index.
 """
@@ -24,16 +24,16 @@ import numpy as np
 import batching
 import readers
 from readers.identity import differences, fingerprint
-from readers.rounds import assign_batches, round_share
-from readers.schedule import BatchSchedule
-from train.checkpoint import (
+from readers.tokenized.rounds import assign_batches, round_share
+from readers.tokenized.schedule import BatchSchedule
+from train.checkpoints.files import (
     CheckpointError,
     rank_folder,
     remove_checkpoints,
     save_checkpoint,
 )
-from train.folders import START_OVER
-from train.resume import claim, setting_differences, this_job
+from train.checkpoints.folders import START_OVER
+from train.checkpoints.resume import claim, setting_differences, this_job
 
 __all__ = ["round_seed", "train_steps"]
 
@@ -116,8 +116,8 @@ def train_steps(reader: Any, *, model: Any, schedule: BatchSchedule, steps: int,
     ``train.train`` guards it (a lock; ``resume`` and ``overwrite``); a
     resume refuses another schedule, seed, model, ``config`` or data.
 
-    >>> from readers.schedule import BatchSchedule
-    >>> from train.language import NextTokenMLP
+    >>> from readers.tokenized.schedule import BatchSchedule
+    >>> from train.models.language import NextTokenMLP
     >>> text = np.frombuffer(b"abcabcabc" * 30, np.uint8).astype(np.int32)
     >>> data = readers.shuffle(readers.np_array(np.lib.stride_tricks.sliding_window_view(text, 9)[::8].copy()), seed=0)
     >>> log = train_steps(data, model=NextTokenMLP(256, context=2, embed=8, hidden=32, lr=0.01),

@@ -7,7 +7,7 @@ import pytest
 import batching
 import readers
 from readers.checks import check_reader, whole
-from tests.readers.toys import add_one, double, ten, ten_reader
+from tests.helpers.toys import add_one, double, ten, ten_reader
 
 
 @pytest.mark.parametrize("bad", [[1, 2], "abc", 3, None])

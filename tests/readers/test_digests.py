@@ -2,7 +2,6 @@
 import functools
 import operator
 import os
-import pathlib
 import subprocess
 import sys
 
@@ -17,9 +16,10 @@ from readers.digests import (
     plain_digest,
     value_digest,
 )
-from tests.readers import toys
+from tests.helpers import paths as _paths
+from tests.helpers import toys
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
+ROOT = _paths.ROOT
 
 
 @pytest.mark.parametrize("change", [lambda a: a[:-1], lambda a: a.astype(np.float64), lambda a: a.reshape(-1, 2),
@@ -187,7 +187,7 @@ def test_function_digest_of_a_set_does_not_follow_the_hash_seed():
 
 def test_function_digest_is_the_same_in_another_process_with_another_hash_seed():
     """Set constants compile to frozensets whose order follows the hash seed; hash() is never used."""
-    code = ("from tests.readers import toys\nfrom readers.digests import function_digest\n"
+    code = ("from tests.helpers import toys\nfrom readers.digests import function_digest\n"
             "print(function_digest(toys.is_vowel), function_digest(toys.ten_reader(3)))")
     here = f"{function_digest(toys.is_vowel)} {function_digest(toys.ten_reader(3))}"
     for seed in ("1", "2"):

@@ -9,7 +9,7 @@ import batching
 import readers
 import readers.guide
 import readers.stage
-from readers.pipeline import Node
+from readers.graph import Node
 from readers.stage import Stage
 from readers.testing import assert_resumes_at_every_step
 

@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 
 import readers
-from readers import mnist
 from readers.digests import function_digest, plain_digest
+from readers.graph import describe
 from readers.identity import differences, fingerprint
-from readers.pipeline import describe
-from tests.train.recording import write_mnist
+from readers.sources import mnist
+from tests.helpers.recording import write_mnist
 
 
 def test_fingerprint_has_the_pipeline_length_and_content():

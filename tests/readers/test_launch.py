@@ -10,7 +10,8 @@ import pytest
 
 import readers
 from readers.launch import worker_context, worker_info
-from tests.readers.layouts import as_rank, set_env
+from tests.helpers import paths as _paths
+from tests.helpers.layouts import as_rank, set_env
 
 LAUNCHER_PREFIXES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE",
                      "SLURM_", "OMPI_", "PMI_", "MPI_LOCAL")
@@ -158,7 +159,7 @@ def test_worker_info_never_imports_torch():
             "assert 'torch' not in sys.modules, sorted(m for m in sys.modules if m.startswith('torch')); "
             "print(info.total)")
     env = {k: v for k, v in os.environ.items() if not k.startswith(LAUNCHER_PREFIXES)}
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    root = str(_paths.ROOT)
     env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
     done = subprocess.run([sys.executable, "-c", code], cwd=root, env=env, capture_output=True, text=True,
                           timeout=60)

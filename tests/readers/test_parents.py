@@ -4,7 +4,7 @@ import pytest
 import batching
 import readers
 from readers.parents import access_of, as_indexed, is_indexed, iterate, open_plan
-from tests.readers.toys import double
+from tests.helpers.toys import double
 
 
 def test_reader_returning_non_iterable_gets_a_type_error():

@@ -8,7 +8,7 @@ import batching
 import readers
 from readers.parents import iterate
 from readers.stage import Stage
-from tests.readers.toys import CountingReader, add_one, is_odd
+from tests.helpers.toys import CountingReader, add_one, is_odd
 
 # -- rules every decorator keeps ------------------------------------------------------
 

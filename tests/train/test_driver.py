@@ -1,6 +1,5 @@
 """train.driver: train()'s events, mapping, metrics, checkpoints, exactly-once resume after SIGKILL, and ranks."""
 import os
-import pathlib
 import re
 import signal
 import subprocess
@@ -10,13 +9,14 @@ import numpy as np
 import pytest
 
 import readers
-from tests.train.recording import MAPPING, N, RecordingModel, dataset
-from train.checkpoint import CheckpointError, load_checkpoint, load_for_rank
+from tests.helpers import paths as _paths
+from tests.helpers.recording import MAPPING, N, RecordingModel, dataset
+from train.checkpoints.files import CheckpointError, load_checkpoint, load_for_rank
 from train.driver import train
 from train.events import BeginIteration, BeginPass, EndIteration, EndPass, TestResult
-from train.models import SoftmaxRegression
+from train.models.classifiers import SoftmaxRegression
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
+ROOT = _paths.ROOT
 
 
 def separable(n=256, seed=0):
@@ -179,7 +179,7 @@ KILLED_RUN = """
 import os, signal, sys
 from train.driver import train
 from train.events import BeginIteration
-from tests.train.recording import MAPPING, RecordingModel, dataset
+from tests.helpers.recording import MAPPING, RecordingModel, dataset
 
 def handler(event):
     if isinstance(event, BeginIteration) and (event.pass_id, event.batch_id) == ({kill_pass}, {kill_batch}):
@@ -216,7 +216,7 @@ def test_sigkill_mid_pass_then_resume_is_exactly_once_with_same_weights(tmp_path
 # train() as one rank of a job: sharding by rank, equal steps, elastic resume from checkpoints.
 # The ranks run one after another in this process, each under the environment torchrun would
 # give it; the numpy models need no collectives, so this checks the data each rank trains on,
-# not communication (tests/readers/test_torchrun.py runs real processes).
+# not communication (tests/readers/ops/test_sharding_torchrun.py runs real processes).
 
 
 class WeightedRecorder(RecordingModel):
@@ -375,8 +375,8 @@ def test_resume_warns_when_rank_checkpoints_disagree(tmp_path):
 
 def test_resume_knows_the_data_by_content_not_by_path(tmp_path):
     """New-user trial (issue 12): the same MNIST files by another path were refused; Fashion-MNIST was accepted."""
-    from readers import mnist
-    from tests.train.recording import write_mnist
+    from readers.sources import mnist
+    from tests.helpers.recording import write_mnist
 
     first, copy, fashion, ck = (tmp_path / name for name in ("first", "copy", "fashion", "ck"))
     for folder, seed in ((first, 0), (copy, 0), (fashion, 1)):

@@ -3,9 +3,9 @@ import numpy as np
 import pytest
 
 import readers
-from readers.schedule import BatchSchedule
-from train.checkpoint import CheckpointError, load_checkpoint
-from train.language import NextTokenMLP
+from readers.tokenized.schedule import BatchSchedule
+from train.checkpoints.files import CheckpointError, load_checkpoint
+from train.models.language import NextTokenMLP
 from train.steps import train_steps
 
 

@@ -1,0 +1,267 @@
+"""Look into and empty a ``readers.cached`` disk cache: what ``python cli.py cache info|clear DIR`` runs.
+
+``cache_info`` reads one consistent snapshot of the folder's database (WAL
+mode: it never waits for, nor stops, a process writing to it).
+``clear_cache`` deletes entries in one transaction, then gives the space
+back to the file system: it compacts the database and deletes the dense
+files (``readers.caching.dense``), unlinked, never cut short: a process that has
+one mapped keeps its copy until it lets go, and the file system frees it then.
+Rows such a process writes there after the clear are, to every other process,
+damaged entries: computed again, with a warning.
+
+Clearing keeps each namespace's row (its number, function and data), emptied:
+a process still running with that namespace open goes on writing under its
+number, counted where it should be, and a namespace made later never takes
+that number and reads another function's entries as its own.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sqlite3
+import time
+from typing import Any
+
+from readers.caching.database import FILE, NotACache, open_database
+
+__all__ = ["cache_info", "clear_cache", "cleared_line", "info_lines"]
+
+_MIB = 1 << 20
+_SUFFIXES = ("", "-wal", "-shm")
+
+
+def _dense_files(directory: str, name: str = "") -> list[str]:
+    """The dense files of namespace ``name`` (of every namespace when ""): ``DenseFile``'s ``dense-NAME-C.npy``,
+    and what a process killed while making one left (``dense-NAME-C.npy.PID.THREAD.tmp``)."""
+    with contextlib.suppress(FileNotFoundError), os.scandir(directory) as found:
+        prefix = f"dense-{name}-" if name else "dense-"
+        return sorted(f.path for f in found if f.name.startswith(prefix) and f.name.endswith((".npy", ".tmp")))
+    return []
+
+
+def _file_bytes(directory: str) -> int:
+    """Bytes the cache's files take on disk: the database, its write-ahead log and shared-memory index, and
+    the dense files, by the blocks allocated (a dense file is sparse until its rows are written)."""
+    total = 0
+    for path in [os.path.join(directory, FILE + suffix) for suffix in _SUFFIXES] + _dense_files(directory):
+        with contextlib.suppress(FileNotFoundError):
+            stat = os.stat(path)
+            total += stat.st_blocks * 512 if hasattr(stat, "st_blocks") else stat.st_size
+    return total
+
+
+def _open(directory: str, refusal: str) -> sqlite3.Connection:
+    """The existing cache in ``directory`` (never made here); a file that is not one is refused, untouched."""
+    try:
+        return open_database(directory, create=False)
+    except NotACache as exc:
+        if exc.reason is None:  # a cache of another version: its own advice
+            raise
+        raise NotACache(exc.path, exc.reason, f"{exc.path} is not a readerkit cache ({exc.reason}): {refusal}") from None
+
+
+def _space(row: tuple) -> dict[str, Any]:
+    ns, about, created, entries, nbytes, computed, compute_s = row
+    try:
+        about = json.loads(about)
+    except ValueError:  # written by json.dumps; a damaged row still shows its counts
+        about = {}
+    content = about.get("content")
+    return {"ns": ns, "function": about.get("func"), "version": about.get("version"), "key": about.get("key"),
+            "data": about.get("data"), "length": about.get("length"), "content": content and content[:12],
+            "entries": entries, "bytes": nbytes, "computed": computed,
+            "mean_compute_s": compute_s / computed if computed else None, "created": created}
+
+
+def cache_info(directory: str | os.PathLike) -> dict[str, Any]:
+    """What the cache in ``directory`` holds: its size, its limit, and each namespace (a function over a dataset).
+
+    Keys: ``directory`` (absolute), ``file_bytes`` (on disk: the database
+    with its ``-wal`` and ``-shm`` files, and the dense files), ``limit`` (the last ``disk_bytes`` given, or
+    None), ``entries`` and ``bytes`` (of entries, over every namespace), and
+    ``namespaces``: per namespace its number ``ns``, ``function`` (name and
+    digest), ``version``, ``key`` (the key function, or None for sample IDs),
+    ``data`` (the pipeline's stages), ``length``, ``content`` (the data's
+    digest, first 12 hex digits), ``entries``, ``bytes``, ``computed``
+    (entries computed, over every process), ``mean_compute_s`` (seconds per
+    computed entry, None before any) and ``created`` (Unix time).
+
+    Raises FileNotFoundError where there is no cache (and makes none), and
+    ValueError for a ``cache.sqlite3`` that is not one.
+
+    >>> import tempfile
+    >>> from readers import cached, from_sequence
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     r = cached(from_sequence([-1, 2, -3]), abs, directory=d, version="1")
+    ...     _ = list(r())
+    ...     r.flush()
+    ...     info = cache_info(d)
+    ...     r.store.close()
+    >>> info["entries"], info["limit"], [(s["function"], s["version"], s["entries"]) for s in info["namespaces"]]
+    (3, None, [('abs ...', '1', 3)])
+
+    See Also: clear_cache, info_lines
+    """
+    path = os.path.abspath(directory)
+    size = _file_bytes(path)
+    db = _open(path, "check the folder, or delete that file if nothing else uses it")
+    try:
+        db.execute("BEGIN")  # one snapshot: the limit and every namespace as of one commit
+        try:
+            limit = db.execute("SELECT value FROM meta WHERE key = 'disk_bytes'").fetchone()
+            rows = db.execute("SELECT ns, about, created, entries, bytes, computed, compute_s "
+                              "FROM spaces ORDER BY ns").fetchall()
+        finally:
+            db.execute("COMMIT")
+    finally:
+        db.close()
+    spaces = [_space(row) for row in rows]
+    return {"directory": path, "file_bytes": size, "limit": None if limit is None else int(limit[0]),
+            "entries": sum(s["entries"] for s in spaces), "bytes": sum(s["bytes"] for s in spaces),
+            "namespaces": spaces}
+
+
+def _reclaim(db: sqlite3.Connection) -> str | None:
+    """Rewrite the database compactly and fold its log back in; what stopped that (None when nothing did)."""
+    try:
+        db.execute("VACUUM")
+        busy = db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
+    except sqlite3.OperationalError as exc:  # another process holds the write lock; a full disk (VACUUM copies)
+        why = "another process is writing to it" if "locked" in str(exc) else "see the error"
+        return f"the database was not compacted ({exc}): {why}; run clear again later"
+    if busy:
+        return ("the write-ahead log was not folded back: another process is reading the cache; it shrinks "
+                "when that process next writes, or run clear again later")
+    return None
+
+
+def clear_cache(directory: str | os.PathLike, ns: int | None = None, *, timeout: float = 10.0) -> dict[str, Any]:
+    """Delete every entry of the cache in ``directory`` (or of namespace ``ns`` only) and reclaim the space.
+
+    The entries go in one transaction: a process using the cache meanwhile
+    misses afterwards and computes them again. Namespaces are kept, emptied
+    (see the module's docstring). Then the file is compacted; when another
+    process holds the database past ``timeout`` seconds, the result's
+    ``note`` says what was not done and ``reclaimed`` is False (the entries
+    are gone all the same).
+
+    Returns ``directory``, ``ns``, ``namespaces`` (how many were emptied),
+    ``entries`` and ``bytes`` (of entries removed), ``file_bytes_before``,
+    ``file_bytes_after``, ``reclaimed`` and ``note``. Raises
+    FileNotFoundError where there is no cache, ValueError for a file that is
+    not one (left as it is) or an ``ns`` it does not hold, and TimeoutError
+    when another process keeps the write lock past ``timeout``.
+
+    >>> import tempfile
+    >>> from readers import cached, from_sequence
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     r = cached(from_sequence([-1, 2, -3]), abs, directory=d)
+    ...     _ = list(r())
+    ...     done = clear_cache(d)
+    ...     left = cache_info(d)["entries"]
+    ...     r.store.close()
+    >>> done["entries"], done["reclaimed"], left
+    (3, True, 0)
+
+    See Also: cache_info, cleared_line
+    """
+    if ns is not None and (not isinstance(ns, int) or isinstance(ns, bool)):
+        raise TypeError(f"clear_cache: ns must be a namespace's number (see cache_info), got {type(ns).__name__} {ns!r}")
+    path = os.path.abspath(directory)
+    before = _file_bytes(path)
+    db = _open(path, "clear leaves alone what it cannot read as a readerkit cache; delete that file yourself if "
+                     "nothing else uses it, or give another directory")
+    try:
+        db.execute(f"PRAGMA busy_timeout = {int(timeout * 1000)}")
+        where, args = ("", ()) if ns is None else (" WHERE ns = ?", (ns,))
+        try:
+            db.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc):
+                raise
+            raise TimeoutError(f"another process has held the write lock of the cache in {path} for over {timeout:g} s "
+                               f"({exc}): try again when it is done") from None
+        try:
+            spaces = db.execute(f"SELECT name, bytes FROM spaces{where}", args).fetchall()
+            names = [name for name, _ in spaces]
+            if ns is not None and not names:
+                known = [n for (n,) in db.execute("SELECT ns FROM spaces ORDER BY ns")]
+                raise ValueError(f"the cache in {path} has no namespace {ns}; it has {known or 'none'} "
+                                 f"(see `python cli.py cache info {directory}`)")
+            entries = db.execute(f"DELETE FROM entries{where}", args).rowcount
+            # the triggers zeroed entries and bytes; the compute record goes with what it was a record of
+            db.execute(f"UPDATE spaces SET computed = 0, compute_s = 0{where}", args)
+            if ns is None:  # the whole cache: its bound goes too (a process that gives one sets it again)
+                db.execute("DELETE FROM meta WHERE key = 'disk_bytes'")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        db.execute("COMMIT")
+        # after the commit no row says a dense file holds anything; unlinked, not truncated, under a process
+        # that maps it (a process making one again gets a new, empty file)
+        for file in _dense_files(path) if ns is None else [f for name in names for f in _dense_files(path, name)]:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(file)
+        note = _reclaim(db)
+    finally:
+        db.close()
+    return {"directory": path, "ns": ns, "namespaces": len(names), "entries": entries,
+            "bytes": sum(n for _, n in spaces),
+            "file_bytes_before": before, "file_bytes_after": _file_bytes(path), "reclaimed": note is None,
+            "note": note}
+
+
+def _mib(n: int) -> str:
+    return f"{n / _MIB:,.2f}"
+
+
+def info_lines(info: dict[str, Any]) -> list[str]:
+    """``cache_info``'s figures as a table: a line per namespace, then the totals and the limit.
+
+    >>> info = {"directory": "/c", "file_bytes": 3 << 20, "limit": None, "entries": 2, "bytes": 1 << 20,
+    ...         "namespaces": [{"ns": 1, "function": "f 0123", "version": None, "data": ["from_arrays(2 rows)"],
+    ...                         "entries": 2, "bytes": 1 << 20, "mean_compute_s": 0.0125, "created": 0.0}]}
+    >>> print("\\n".join(info_lines(info)))
+    cache in /c: 1 namespace, 3.00 MiB on disk
+      ns  function  version  entries   MiB  ms/entry  created           data
+       1  f 0123    -              2  1.00    12.500  ...  from_arrays(2 rows)
+    total                          2  1.00
+    limit: none (no disk_bytes given)
+    """
+    spaces = info["namespaces"]
+    rows = [(str(s["ns"]), s["function"] or "?", "-" if s["version"] is None else s["version"], f"{s['entries']:,}",
+             _mib(s["bytes"]), "-" if s["mean_compute_s"] is None else f"{s['mean_compute_s'] * 1e3:.3f}",
+             time.strftime("%Y-%m-%d %H:%M", time.localtime(s["created"])), " > ".join(s["data"] or ()))
+            for s in spaces]
+    head = ("ns", "function", "version", "entries", "MiB", "ms/entry", "created", "data")
+    widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
+    right = {0, 3, 4, 5}
+
+    def line(cells: tuple) -> str:
+        shown = [c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths))]
+        return "  " + "  ".join(shown[:-1]) + "  " + cells[-1]
+
+    lead = widths[0] + widths[1] + widths[2] + 8  # "  " before each of the first three columns and after the third
+    total = "total".ljust(lead) + f"{info['entries']:,}".rjust(widths[3]) + "  " + _mib(info["bytes"]).rjust(widths[4])
+    limit = info["limit"]
+    return [f"cache in {info['directory']}: {len(spaces)} namespace{'' if len(spaces) == 1 else 's'}, "
+            f"{_mib(info['file_bytes'])} MiB on disk",
+            line(head), *map(line, rows), total,
+            "limit: none (no disk_bytes given)" if limit is None else f"limit: {_mib(limit)} MiB (disk_bytes={limit:,})"]
+
+
+def cleared_line(result: dict[str, Any]) -> str:
+    """``clear_cache``'s result in a sentence.
+
+    >>> print(cleared_line({"directory": "/c", "ns": None, "namespaces": 2, "entries": 1200, "bytes": 5 << 20,
+    ...                     "file_bytes_before": 6 << 20, "file_bytes_after": 1 << 15, "reclaimed": True,
+    ...                     "note": None}))
+    cleared /c: 1,200 entries (5.00 MiB) from 2 namespaces; the files went from 6.00 to 0.03 MiB
+    """
+    which = f"namespace {result['ns']}" if result["ns"] is not None else \
+        f"{result['namespaces']} namespace{'' if result['namespaces'] == 1 else 's'}"
+    n = result["entries"]
+    said = (f"cleared {result['directory']}: {n:,} entr{'y' if n == 1 else 'ies'} ({_mib(result['bytes'])} MiB) from {which}; "
+            f"the files went from {_mib(result['file_bytes_before'])} to {_mib(result['file_bytes_after'])} MiB")
+    return said if result["note"] is None else f"{said}; {result['note']}"

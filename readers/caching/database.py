@@ -1,0 +1,288 @@
+"""The database of ``readers.cached``'s disk tier: its tables, how it is opened, how keys map to rows.
+
+A cache folder holds ``cache.sqlite3`` (with its ``-wal`` and ``-shm`` files),
+in WAL mode: readers never wait for a writer, and writers take turns.
+
+``spaces``
+    one row per namespace: a function over a dataset (``name`` is the digest
+    of both, ``about`` says which in JSON), with its entries, bytes, and the
+    entries computed and seconds spent computing them (the cost a hit saves);
+    triggers keep the counts as entries come and go.
+``entries``
+    one row per computed entry: its key ``k``, the blob ``v``
+    (``readers.storage.codec``) or NULL for a row of a dense file
+    (``readers.caching.dense``), the CRC-32 of either, its size and the time it
+    was written. A sample ID ``0 <= id < 2**40`` is the key ``ns << 40 | id``;
+    any other key (a string, bytes, a negative or huge int) is a 63-bit
+    BLAKE2 digest of the namespace and key, negated, and the row keeps the
+    key itself in ``name``, checked on every read.
+``dense``
+    a namespace's dense layout (rows ``lo <= id < hi``, each column's dtype
+    and shape), or NULL when its entries have none.
+``meta``
+    ``disk_bytes``: the size limit last given.
+"""
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import sqlite3
+import time
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "FILE", "ID_BITS", "ID_MASK", "MAX_SPACES", "SELECT", "STEP", "UPSERT", "WAL_BYTES", "NotACache", "database_bytes",
+    "evict", "open_database", "release", "row_keys", "transaction",
+]
+
+FILE = "cache.sqlite3"
+SCHEMA = 1
+ID_BITS = 40
+ID_MASK = (1 << ID_BITS) - 1
+MAX_SPACES = 1 << (63 - ID_BITS)
+WAL_BYTES = 16 << 20  # the write-ahead log is cut back to this after a checkpoint
+STEP = 64  # keys per SELECT ... IN (...): one prepared statement, padded
+
+_OURS = {"spaces", "entries", "dense", "meta", "sqlite_sequence"}
+_TABLES = """
+CREATE TABLE IF NOT EXISTS spaces (ns INTEGER PRIMARY KEY AUTOINCREMENT, name TEXT UNIQUE NOT NULL, about TEXT NOT NULL,
+    created REAL NOT NULL, entries INTEGER NOT NULL DEFAULT 0, bytes INTEGER NOT NULL DEFAULT 0,
+    computed INTEGER NOT NULL DEFAULT 0, compute_s REAL NOT NULL DEFAULT 0);
+CREATE TABLE IF NOT EXISTS entries (k INTEGER PRIMARY KEY, ns INTEGER NOT NULL, v BLOB,
+    crc INTEGER NOT NULL, size INTEGER NOT NULL, t REAL NOT NULL, name TEXT);
+CREATE INDEX IF NOT EXISTS entries_by_time ON entries (t);
+CREATE INDEX IF NOT EXISTS dense_rows ON entries (ns, k, crc) WHERE v IS NULL;
+CREATE TABLE IF NOT EXISTS dense (ns INTEGER PRIMARY KEY, layout TEXT);
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
+CREATE TRIGGER IF NOT EXISTS entry_added AFTER INSERT ON entries BEGIN
+    UPDATE spaces SET entries = entries + 1, bytes = bytes + new.size WHERE ns = new.ns; END;
+CREATE TRIGGER IF NOT EXISTS entry_dropped AFTER DELETE ON entries BEGIN
+    UPDATE spaces SET entries = entries - 1, bytes = bytes - old.size WHERE ns = old.ns; END;
+CREATE TRIGGER IF NOT EXISTS entry_replaced AFTER UPDATE ON entries BEGIN
+    UPDATE spaces SET entries = entries - 1, bytes = bytes - old.size WHERE ns = old.ns;
+    UPDATE spaces SET entries = entries + 1, bytes = bytes + new.size WHERE ns = new.ns; END;
+"""
+UPSERT = ("INSERT INTO entries (k, ns, v, crc, size, t, name) VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (k) DO "
+           "UPDATE SET ns = excluded.ns, v = excluded.v, crc = excluded.crc, size = excluded.size, t = excluded.t, "
+           "name = excluded.name")
+SELECT = f"SELECT k, v, crc, name FROM entries WHERE k IN ({', '.join('?' * STEP)})"
+
+
+class NotACache(ValueError):
+    """A folder's ``cache.sqlite3`` that this readerkit cannot use: not a cache (``reason`` says why), or a cache
+    of another version (``reason`` None).
+
+    >>> str(NotACache("/d/cache.sqlite3", "it is empty"))
+    '/d/cache.sqlite3 is not a readerkit cache (it is empty): give another directory'
+    """
+
+    def __init__(self, path: str, reason: str | None, message: str | None = None):
+        self.path, self.reason = path, reason
+        super().__init__(message or f"{path} is not a readerkit cache ({reason}): give another directory")
+
+
+def open_database(directory: str | os.PathLike, create: bool = True) -> sqlite3.Connection:
+    """A connection to the cache in ``directory`` (made, with the folder, when ``create``), in WAL mode.
+
+    A file that is not a readerkit cache is refused (``NotACache``) before
+    anything in it changes.
+
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     db = open_database(d)
+    ...     mode = db.execute("PRAGMA journal_mode").fetchone()[0]
+    ...     db.close()
+    >>> mode
+    'wal'
+    """
+    path = os.path.join(os.fspath(directory), FILE)
+    if create:
+        try:
+            os.makedirs(directory, exist_ok=True)
+        except OSError as exc:
+            raise OSError(exc.errno, f"cannot make the cache folder {directory} ({exc.strerror}): give a folder this "
+                                     "process can write") from None
+    elif not os.path.exists(path):
+        raise FileNotFoundError(f"{directory} holds no readerkit cache (no {FILE}): check the folder")
+    db = None
+    try:
+        db = sqlite3.connect(path, timeout=60, isolation_level=None, check_same_thread=False)
+        db.execute("PRAGMA busy_timeout = 60000")
+        version = db.execute("PRAGMA user_version").fetchone()[0]
+        tables = {name for name, in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        if version != SCHEMA:
+            if "spaces" in tables and version:
+                raise NotACache(path, None, f"{path} was made by another version of readerkit's cache (schema "
+                                            f"{version}; this one reads {SCHEMA}): delete it, with its -wal and -shm "
+                                            "files and the folder's dense-*.npy files, or give another directory")
+            if tables - _OURS or version or not create:  # (our tables at version 0: another process is making it)
+                reason = "it holds other tables" if tables - _OURS else "another schema" if version else "it is empty"
+                raise NotACache(path, reason)
+        if version == 0 and not tables:  # (only before the first table: it decides how the file is laid out)
+            db.execute("PRAGMA auto_vacuum = INCREMENTAL")
+        _wal(db, path)
+        db.execute("PRAGMA synchronous = NORMAL")
+        db.execute(f"PRAGMA journal_size_limit = {WAL_BYTES}")
+        if version == 0:
+            # every statement is "if not exists", so processes that make it at once agree
+            db.executescript("BEGIN IMMEDIATE;" + _TABLES + f"PRAGMA user_version = {SCHEMA}; COMMIT;")
+    except NotACache:
+        db.close()
+        raise
+    except sqlite3.OperationalError as exc:
+        if db is not None:
+            db.close()
+        if "unable to open" in str(exc) or "readonly" in str(exc) or "read-only" in str(exc):
+            raise OSError(f"cannot open the cache in {path} ({exc}): a cache's folder must be writable by every "
+                          "process that uses it (sqlite keeps the -wal and -shm files beside the database)") from None
+        raise
+    except sqlite3.DatabaseError as exc:
+        if db is not None:
+            db.close()
+        raise NotACache(path, str(exc)) from None
+    return db
+
+
+def _wal(db: sqlite3.Connection, path: str) -> None:
+    """Put the database in WAL mode, unless it is: the change waits for no busy timeout, so it is tried again
+    while other processes opening the new cache at once hold it."""
+    deadline = time.monotonic() + 60
+    while db.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+        try:
+            if db.execute("PRAGMA journal_mode = WAL").fetchone()[0] == "wal":
+                return
+            raise NotACache(path, "it cannot be put in WAL mode, as on some network file systems",
+                            f"{path} cannot be put in WAL mode (a network file system?): give a folder on a local disk")
+        except sqlite3.OperationalError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.01)
+
+
+@contextlib.contextmanager
+def transaction(db: sqlite3.Connection):
+    """``BEGIN IMMEDIATE`` ... ``COMMIT``, rolled back on an error: the write lock is taken at the start, so a
+    busy database waits (``busy_timeout``) there, not at the commit.
+
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     db = open_database(d)
+    ...     with transaction(db):
+    ...         _ = db.execute("INSERT INTO meta VALUES ('x', '1')")
+    ...     db.execute("SELECT value FROM meta WHERE key = 'x'").fetchone()
+    ...     db.close()
+    ('1',)
+    """
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        yield db
+    except BaseException:
+        db.execute("ROLLBACK")
+        raise
+    db.execute("COMMIT")
+
+
+def _named(ns: int, key: Any) -> tuple[int, str]:
+    """(row key, stored name) of a key that is not a small sample ID."""
+    if isinstance(key, (bytes, bytearray)):
+        name = "b:" + bytes(key).hex()
+    elif isinstance(key, str):
+        name = "s:" + key
+    elif isinstance(key, (int, np.integer)) and not isinstance(key, (bool, np.bool_)):
+        name = f"i:{int(key)}"
+    else:
+        raise TypeError(f"a cache key must be an int, str or bytes, got {type(key).__name__} {key!r:.60}")
+    digest = hashlib.blake2b(f"{ns}|{name}".encode(), digest_size=8).digest()
+    return -1 - (int.from_bytes(digest, "little") >> 1), name
+
+
+def row_keys(ns: int, keys: Any) -> tuple[list[int], list[str | None]]:
+    """The row key and stored name (None for a sample ID) of each key, in namespace ``ns``.
+
+    >>> row_keys(1, np.array([0, 5]))
+    ([1099511627776, 1099511627781], [None, None])
+    >>> k, names = row_keys(1, ["cat.jpg"]); k[0] < 0, names
+    (True, ['s:cat.jpg'])
+    """
+    if isinstance(keys, np.ndarray) and keys.dtype.kind in "iu" and keys.size \
+            and keys.min() >= 0 and keys.max() < (1 << ID_BITS):
+        return (keys.astype(np.int64) | (ns << ID_BITS)).tolist(), [None] * len(keys)
+    ks, names = [], []
+    for key in (keys.tolist() if isinstance(keys, np.ndarray) else keys):
+        if isinstance(key, np.integer):
+            key = int(key)
+        if isinstance(key, int) and not isinstance(key, bool) and 0 <= key < (1 << ID_BITS):
+            ks.append(key | (ns << ID_BITS))
+            names.append(None)
+        else:
+            k, name = _named(ns, key)
+            ks.append(k)
+            names.append(name)
+    return ks, names
+
+
+def database_bytes(db: sqlite3.Connection) -> int:
+    """Bytes of the database's pages in use (its free pages left out: ``evict`` gives them back).
+
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     db = open_database(d)
+    ...     used = database_bytes(db)
+    ...     db.close()
+    >>> 0 < used < 1 << 20
+    True
+    """
+    pages, free, size = (db.execute(f"PRAGMA {p}").fetchone()[0] for p in ("page_count", "freelist_count", "page_size"))
+    return (pages - free) * size
+
+
+def evict(db: sqlite3.Connection, limit: int) -> int:
+    """When the database's pages in use (``database_bytes``) are over ``limit``, delete the oldest-written
+    entries until about 90% of it is left, in the caller's transaction; return how many went. The pages they
+    free go back to the file system with ``PRAGMA incremental_vacuum`` after the commit (``release``).
+
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     db = open_database(d)
+    ...     evict(db, 1 << 20)
+    ...     db.close()
+    0
+    """
+    used = database_bytes(db)
+    if used <= limit:
+        return 0
+    gone, goal_bytes = 0, limit * 0.9
+    while used > goal_bytes:
+        total = db.execute("SELECT coalesce(sum(bytes), 0) FROM spaces").fetchone()[0]
+        # the entries' bytes to drop, in proportion to their share of the pages (which add sqlite's own overhead)
+        goal = max(1.0, (used - limit * 0.9) * total / used)
+        rows = db.execute("SELECT k, size FROM entries ORDER BY t LIMIT 256").fetchall()
+        if not rows:
+            break
+        cut = 0
+        for k, size in rows:
+            cut += 1
+            goal -= size
+            if goal <= 0:
+                break
+        db.executemany("DELETE FROM entries WHERE k = ?", [(k,) for k, _ in rows[:cut]])
+        gone += cut
+        used = database_bytes(db)
+        goal_bytes = limit  # after the first round, only what it takes to be within the bound: rows freed
+        # here and there seldom free whole pages, and the pages half empty fill again with the next writes
+    return gone
+
+
+def release(db: sqlite3.Connection) -> None:
+    """Give the database's free pages back to the file system (outside a transaction: it is one of its own).
+
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     db = open_database(d)
+    ...     release(db)
+    ...     db.close()
+    """
+    db.executescript("PRAGMA incremental_vacuum;")  # executescript steps it to the end; execute frees one page

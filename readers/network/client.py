@@ -1,0 +1,350 @@
+"""``readers.remote``: an indexed reader whose entries a data-provider server holds.
+
+Reads are requests over one connection per thread and process, several in
+flight (``in_flight``), each for about ``request_bytes`` of entries (the
+next gathers of a pass share one) as an interval or a list of indices. A broken connection is opened again
+with exponential back-off, and every request not yet answered is sent again
+from its first row not received, so a pass rides out a server restart with
+nothing lost or doubled; the ``deadline`` counts from the first failure.
+"""
+from __future__ import annotations
+
+import os
+import random
+import ssl
+import threading
+import time
+import warnings
+from collections import deque
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import numpy as np
+
+from readers.network.connection import Connection, client_tls
+from readers.network.in_flight import Job, Request
+from readers.network.wire import (
+    MAX_FRAME,
+    NotAuthorised,
+    RemoteError,
+    UnsupportedVersion,
+    frame_parts,
+    parse_address,
+    raise_rejection,
+    read_secret,
+    show_address,
+    unpack_columns,
+)
+from readers.stage import IndexedReader
+
+__all__ = ["INDEX_ROWS", "REQUEST_BYTES", "Remote", "RemoteUnavailable", "remote"]
+
+#: About how many bytes of entries one request asks for; a larger read is several requests in flight.
+REQUEST_BYTES = 2 << 20
+#: The most bytes of requests a connection has sent and not yet seen answered (one request may be larger).
+SEND_AHEAD = 64 << 10
+#: The most indices one request lists (as JSON, about 1.3 MB at most), however small the entries.
+INDEX_ROWS = 1 << 16
+
+
+class RemoteUnavailable(ConnectionError):
+    """The server could not be reached again before the deadline: the message names the address, the attempts,
+    the last error and what to check."""
+
+
+class Remote(IndexedReader):
+    """The entries a data-provider server holds, read by index (see ``remote``)."""
+
+    name = "remote"
+
+    def __init__(self, address: Any, secret: bytes | None, in_flight: int, deadline: float, timeout: float,
+                 ca_file: str | None, tls: bool, request_bytes: int | None = None):
+        super().__init__()
+        self.host, self.port = parse_address(address)
+        self.address = show_address(self.host, self.port)
+        self.secret, self.in_flight, self.deadline, self.timeout = secret, in_flight, deadline, timeout
+        self.ca_file, self.tls = ca_file, bool(tls or ca_file)
+        self._local: threading.local | None = None
+        self._local_pid: int | None = None
+        conn = self._open(None, None)
+        self.welcome = conn.welcome
+        self._checkin(conn)
+        self.request_bytes = request_bytes = REQUEST_BYTES if request_bytes is None else request_bytes
+        row_bytes = max(int(self.welcome.get("row_bytes", 0)), 1)
+        self.request_rows = max(1, request_bytes // row_bytes)
+        self.frame_rows = max(1, (int(self.welcome.get("max_frame", MAX_FRAME)) - (64 << 10)) // row_bytes)
+
+    # -- connections: one per thread and process, opened again when broken ------------------
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_local"] = state["_local_pid"] = None  # each worker opens its own connection
+        return state
+
+    def _idle(self) -> list[Connection]:
+        """This thread's idle connections (none yet in a new process or thread)."""
+        if self._local is None or self._local_pid != os.getpid():  # (a forked worker starts afresh)
+            self._local, self._local_pid = threading.local(), os.getpid()
+        if not hasattr(self._local, "idle"):
+            self._local.idle = []
+        return self._local.idle
+
+    def _checkout(self) -> Connection:
+        idle = self._idle()
+        return idle.pop() if idle else self._open(None, None)
+
+    def _checkin(self, conn: Connection) -> None:
+        idle = self._idle()
+        if len(idle) < 2:
+            idle.append(conn)
+        else:
+            conn.close()
+
+    def _open(self, failed_at: float | None, why: BaseException | None) -> Connection:
+        conn = self._reconnect(failed_at, why)
+        if hasattr(self, "welcome") and (conn.welcome["entries"], conn.welcome.get("fingerprint")) != \
+                (self.welcome["entries"], self.welcome.get("fingerprint")):
+            conn.close()
+            raise RemoteError("server_error", f"the server now serves other data ({conn.welcome['entries']:,} "
+                                              f"entries of {conn.welcome.get('reader')}, was "
+                                              f"{self.welcome['entries']:,} of {self.welcome.get('reader')}); "
+                                              "start it again on the same data, or start the pass again",
+                              self.address)
+        return conn
+
+    def _reconnect(self, failed_at: float | None, why: BaseException | None) -> Connection:
+        started, attempts, warned = failed_at or time.monotonic(), 0, False
+        tls = client_tls(self.ca_file) if self.tls else None
+        while True:
+            left = max(5.0, self.deadline)  # a host that does not answer at all is waited for until the deadline
+            if why is not None:
+                waited = time.monotonic() - started
+                if waited > self.deadline:
+                    tried = (f"over {attempts} attempt{'s' if attempts != 1 else ''} to connect" if attempts else
+                             "its connections opening but the requests going unanswered")
+                    raise RemoteUnavailable(
+                        f"{self.address}: no data-provider server answered for {waited:.0f} s, {tried} (the last: {type(why).__name__}: {why}); check that `python cli.py serve` runs "
+                        f"there and this machine can reach it, or give readers.remote a longer deadline "
+                        f"(now {self.deadline:g} s)") from why
+                if not warned and attempts:  # (a connection the server closed as idle opens again quietly)
+                    warnings.warn(f"readers.remote: cannot reach {self.address} ({type(why).__name__}: {why}); "
+                                  f"trying again for up to {self.deadline:g} s", RuntimeWarning, stacklevel=4)
+                    warned = True
+                delay = min(2.0, 0.05 * 2 ** min(attempts, 8)) * random.uniform(0.5, 1.0)
+                time.sleep(min(delay, max(0.0, self.deadline - waited) + 0.01))
+                left = max(0.05, self.deadline - (time.monotonic() - started))
+            attempts += 1
+            try:
+                return Connection(self.host, self.port, secret=self.secret, tls=tls, timeout=self.timeout,
+                                  connect_timeout=left)
+            except (NotAuthorised, UnsupportedVersion, ssl.SSLCertVerificationError):
+                raise  # the server's answer, or its certificate: trying again cannot change either
+            except OSError as exc:
+                why = exc
+
+    # -- the indexed reader ---------------------------------------------------------------
+    def __len__(self) -> int:
+        return int(self.welcome["entries"])
+
+    def _get(self, i: int) -> Any:
+        return self.gather(np.array([i], np.int64))[0]
+
+    def gather(self, indices: np.ndarray) -> list:
+        columns = self.gather_columns(indices)
+        return list(zip(*columns)) if isinstance(columns, tuple) else list(columns)
+
+    def gather_columns(self, indices: np.ndarray) -> Any:
+        for _, columns in self.gather_ahead([np.asarray(indices, np.int64)]):  # to its end: the connection goes back
+            pass
+        return columns
+
+    def _rows(self, indices: np.ndarray) -> int:
+        """The rows one request of ``indices`` asks for: about ``REQUEST_BYTES`` of entries, and a list of
+        indices no longer than ``INDEX_ROWS`` (an interval is two numbers however long)."""
+        if len(indices) > INDEX_ROWS and not bool(np.all(np.diff(indices) == 1)):
+            return min(self.request_rows, INDEX_ROWS)
+        return self.request_rows
+
+    def gather_ahead(self, chunks: Iterable[np.ndarray]) -> Iterator[tuple[np.ndarray, Any]]:
+        """(indices, columns) for each chunk in order, with up to ``in_flight`` requests under way ahead of the
+        consumer, so the next batches travel while it works on this one.
+
+        >>> import readers
+        >>> with readers.serve(readers.np_array(np.arange(10) * 2)) as server:
+        ...     r = remote(server.address, in_flight=2)
+        ...     [(i.tolist(), c.tolist()) for i, c in r.gather_ahead([np.arange(2), np.array([9, 0]), np.arange(5, 8)])]
+        [([0, 1], [0, 2]), ([9, 0], [18, 0]), ([5, 6, 7], [10, 12, 14])]
+        """
+        chunks = iter(chunks)
+        jobs: deque[Job] = deque()
+        waiting: deque[Request] = deque()  # requests not yet sent (again), in order
+        sent: dict[int, Request] = {}
+        building: Request | None = None  # the newest request, while later chunks may still join it
+        ident, failed_at, more = 0, None, True
+        conn = self._checkout()
+        try:
+            while more or jobs:
+                while more and len(waiting) + len(sent) < self.in_flight:
+                    idx = next(chunks, None)
+                    if idx is None:
+                        more = False
+                        break
+                    job = Job(np.asarray(idx, np.int64))
+                    jobs.append(job)
+                    building = self._split(job, building, waiting)
+                if building is not None and (not more or not (waiting or sent)):
+                    waiting.append(building.seal())  # nothing else is under way, or nothing more will join it
+                    building = None
+                if not jobs:
+                    continue  # the chunks ran out, and every job was handed over
+                try:
+                    # sent before a job is handed over, so they travel while the consumer works; at most in_flight,
+                    # and no more than SEND_AHEAD bytes of them unanswered, so that sending never waits on a server
+                    # that waits on this end to read its answers
+                    while waiting and len(sent) < self.in_flight:
+                        frame = b"".join(frame_parts(waiting[0].header(ident + 1)))
+                        if sent and sum(r.asked for r in sent.values()) + len(frame) > SEND_AHEAD:
+                            break
+                        ident += 1
+                        sent[ident] = waiting.popleft()
+                        sent[ident].asked = len(frame)
+                        conn.send_frame(frame)
+                    if not jobs[0].done():  # (then some of its requests are in sent)
+                        self._receive(conn, sent)
+                        failed_at = None
+                        continue
+                except OSError as exc:  # the connection broke: again from each request's first missing row
+                    failed_at = failed_at or time.monotonic()
+                    conn.close()
+                    conn = None
+                    waiting = deque(sorted([*sent.values(), *waiting], key=Request.order))
+                    for request in waiting:
+                        request.rebase()
+                    sent.clear()
+                    conn = self._open(failed_at, exc)
+                    continue
+                job = jobs.popleft()  # one at a time: the next chunk's requests go out before the next hand-over
+                yield job.indices, job.result()
+        finally:
+            # Stopped after its last answer (one gather, or a pass that took its last batch and stopped) or
+            # finished: the connection is clean, and the next read reuses it. Stopped or failed with answers
+            # under way: their late frames must not reach another read, so it closes.
+            if conn is not None:
+                if sent:
+                    conn.close()
+                else:
+                    self._checkin(conn)
+
+    def _split(self, job: Job, building: Request | None, waiting: deque) -> Request | None:
+        """Put ``job``'s rows into requests: first the one being built, then new ones of at most ``_rows``;
+        full ones go to ``waiting``. Returns the request still being built."""
+        if not len(job.indices):  # asked alone, so the answer says the columns' types
+            waiting.append(Request())
+            waiting[-1].add(job, 0, job.indices)
+            waiting[-1].seal()
+            return building
+        rows, lo = self._rows(job.indices), 0
+        whole = len(job.indices) <= min(self.frame_rows, INDEX_ROWS)  # one frame can answer it: never split
+        if building is not None and (rows > INDEX_ROWS or whole and building.rows + len(job.indices) > rows):
+            waiting.append(building.seal())  # (so that its columns arrive whole, as views, not copied together)
+            building = None
+        if whole:
+            building = building or Request()
+            building.add(job, 0, job.indices)
+            if building.rows >= rows:
+                waiting.append(building.seal())
+                building = None
+            return building
+        while lo < len(job.indices):
+            if building is None:
+                building = Request()
+            take = min(len(job.indices) - lo, rows - building.rows)
+            if take > 0:
+                building.add(job, lo, job.indices[lo:lo + take])
+                lo += take
+            if building.rows >= rows or take <= 0:
+                waiting.append(building.seal())
+                building = None
+        return building
+
+    def _receive(self, conn: Connection, sent: dict[int, Request]) -> None:
+        """Read one frame and put its rows in place."""
+        header, body = conn.receive()
+        request = sent.get(header.get("id"))
+        if header["type"] == "error":
+            raise_rejection(header, self.address)
+        if header["type"] != "entries" or request is None or header.get("first") != request.got:
+            raise RemoteError("server_error", f"an unexpected frame {header!r}", self.address)
+        columns = unpack_columns(header["columns"], body)
+        count = int(header["count"])
+        request.place(request.got, count, columns)
+        request.got += count
+        if request.got >= request.rows:
+            del sent[header["id"]]
+
+    # -- what the data is, for checkpoints ------------------------------------------------
+    def _options(self) -> str:
+        return f"{self.address}: {len(self):,} entries of {self.welcome.get('reader', '?')}"
+
+    def identity(self) -> str:
+        """The served pipeline, not the address: the same data from another server is the same data."""
+        return "remote(" + " / ".join(self.welcome.get("fingerprint", {}).get("pipeline", [])) + ")"
+
+    def digest(self) -> str | None:
+        return self.welcome.get("fingerprint", {}).get("content")
+
+    def stands_for(self) -> dict[str, list] | None:
+        """The served pipeline's stages and its sources' digests, for ``readers.fingerprint``: the data read
+        through a server is known as the same data read locally (a checkpoint of one resumes on the other)."""
+        served = self.welcome.get("fingerprint", {})
+        if not isinstance(served.get("pipeline"), list) or not isinstance(served.get("digests"), list):
+            return None  # (a server that does not say: known as remote(...), by its combined digest)
+        return {"pipeline": list(served["pipeline"]), "digests": list(served["digests"])}
+
+    @property
+    def info(self) -> dict[str, Any]:
+        """Facts of the served data the server announced (a token set's ``seq_len``, ``token_size``, ...)."""
+        return dict(self.welcome.get("info", {}))
+
+
+def remote(address: Any, *, secret: str | bytes | None = None, in_flight: int = 8, deadline: float = 120.0,
+           timeout: float = 30.0, ca_file: str | None = None, tls: bool = False,
+           request_bytes: int | None = None) -> Remote:
+    """An indexed reader of the entries a data-provider server (``python cli.py serve``) holds at ``address``.
+
+    ``address`` is ``"host:port"`` (an IPv6 host in brackets) or a pair. It
+    has ``len``, ``[i]`` and vectorised gathers, so shuffle, shard, the round
+    coordinator, batching and positions work on it as on a local reader, and
+    give the same entries. ``secret`` (text or bytes; default
+    ``$READERKIT_SECRET``) answers the server's challenge. ``in_flight``
+    requests are kept under way at once, so batches arrive while the model
+    trains; consecutive gathers share a request of up to about
+    ``request_bytes`` of entries (default ``REQUEST_BYTES``, 2 MiB: fewer,
+    larger answers; a small value asks for each gather alone, for the least
+    latency). A broken connection is tried again with exponential back-off for
+    up to ``deadline`` seconds from the failure, and the pass goes on from the
+    first entry not received; then ``RemoteUnavailable`` names the address.
+    A refused secret (``NotAuthorised``) or another protocol version
+    (``UnsupportedVersion``) raises at once. ``timeout`` bounds each wait on
+    the socket (an attempt to connect again ends by the deadline too).
+    ``ca_file`` (or ``tls=True`` for the system's CAs) speaks TLS and checks
+    the server's certificate (one that fails the check raises
+    ``ssl.SSLCertVerificationError`` at once). The reader pickles without its
+    connections: each worker process or thread opens its own.
+
+    >>> import numpy as np, readers
+    >>> server = readers.serve(readers.from_arrays(np.arange(100).reshape(50, 2), np.arange(50)))
+    >>> r = remote(server.address)
+    >>> len(r), int(r[3][1]), r.gather_columns(np.array([7, 2]))[1].tolist()
+    (50, 3, [7, 2])
+    >>> server.stop()
+    """
+    if not isinstance(in_flight, int) or isinstance(in_flight, bool) or in_flight < 1:
+        raise ValueError(f"in_flight must be an int >= 1 (the requests under way at once), got {in_flight!r}")
+    if not deadline >= 0 or not timeout > 0:
+        raise ValueError(f"deadline must be >= 0 and timeout > 0 (seconds), got {deadline!r} and {timeout!r}")
+    if request_bytes is not None and (not isinstance(request_bytes, int) or isinstance(request_bytes, bool)
+                                      or request_bytes < 1):
+        raise ValueError(f"request_bytes must be an int >= 1 (about the bytes one request asks for), got "
+                         f"{request_bytes!r}")
+    return Remote(address, read_secret(secret), in_flight, float(deadline), float(timeout), ca_file, tls,
+                  request_bytes)

@@ -1,0 +1,384 @@
+"""One connection of the data-provider server (``readers.network.server``), in a thread of its own.
+
+A ``Session`` reads the hello (the version), the challenge's proof when the
+server has a secret, then requests, one at a time and in order: each is
+checked and split into parts (``readers.network.serving``), every part gathered and
+handed to the session's sending thread, which writes it with one blocking
+``sendmsg`` straight from the gathered arrays while the next part is
+gathered. A part holds its bytes of the server's budget until it is sent; a
+connection keeps at most two unsent, and a second only within a quarter of
+the budget. Reads wait with ``select`` on the socket and on the server's
+wake-up socket, so a stop ends idle sessions at once.
+"""
+from __future__ import annotations
+
+import hmac
+import queue
+import select
+import socket
+import ssl
+import threading
+import time
+from typing import Any
+
+from readers.network.serving import RequestError
+from readers.network.wire import (
+    HELLO_FRAME,
+    REQUEST_FRAME,
+    VERSION,
+    ProtocolError,
+    challenge,
+    decode,
+    frame_length,
+    frame_parts,
+    proof,
+    rejection,
+    show_address,
+)
+
+__all__ = ["INLINE", "MIN_RATE", "Closed", "Session", "close_gently", "readable"]
+
+#: Frames up to this size are sent by the reading thread itself when nothing is queued before them.
+INLINE = 64 << 10
+#: The slowest a client may take an answer, in bytes a second (beyond ``frame_timeout``): a part it is sent
+#: holds the server's budget, which the other clients share.
+MIN_RATE = 256 << 10
+
+
+class Closed(Exception):
+    """The session ends: the peer left, a limit ran out, or the server is stopping."""
+
+
+
+def readable(socks: list, timeout: float) -> list:
+    """Those of ``socks`` with bytes to read (or closed) within ``timeout`` seconds: ``poll``, which, unlike
+    ``select``, takes descriptors past 1023.
+
+    >>> a, b = socket.socketpair()
+    >>> readable([a], 0.0), b.send(b"x"), readable([a], 1.0) == [a]
+    ([], 1, True)
+    """
+    poll = select.poll()
+    for sock in socks:
+        poll.register(sock, select.POLLIN)
+    found = {fd for fd, _ in poll.poll(max(0, int(timeout * 1000) + (timeout > 0)))}
+    return [sock for sock in socks if sock.fileno() in found]
+
+
+def close_gently(sock: socket.socket, linger: float = 0.5, most: int = 4 << 20) -> None:
+    """Close a connection so that the client still gets what was sent: say the end, read what the client had
+    sent meanwhile (up to ``most`` bytes, for up to ``linger`` s), then close. Closing with bytes unread would
+    reset the connection, and the client could lose the rejection that says why."""
+    try:
+        socket.socket.shutdown(sock, socket.SHUT_WR)
+        deadline, dropped = time.monotonic() + linger, 0
+        while dropped < most and time.monotonic() < deadline:
+            if not readable([sock], max(0.0, deadline - time.monotonic())):
+                break
+            chunk = socket.socket.recv(sock, 1 << 16)
+            if not chunk:
+                break
+            dropped += len(chunk)
+    except (OSError, ValueError):
+        pass
+    finally:
+        sock.close()
+
+
+class Session:
+    """One client connection in a thread of its own, from its hello to its close (one log line at the end)."""
+
+    def __init__(self, server: Any, sock: socket.socket, peer: Any):
+        self.server, self.sock = server, sock
+        self.peer = show_address(peer[0], peer[1])
+        self.requests = self.sent = 0
+        self.why = "closed by the client"
+        self.thread = threading.Thread(target=self.run, name=f"readerkit-serve {self.peer}", daemon=True)
+        self.outbox: queue.Queue | None = None  # frames for the sending thread, once logged in
+        self.sender: threading.Thread | None = None
+        self.broken: str | None = None  # why sending failed: the reading thread ends on it
+        self.holding = threading.Condition()  # the parts gathered and not yet sent, and their bytes
+        self.held = [0, 0]
+        self.queued = 0  # frames posted and not yet sent (under ``holding``)
+
+    def refuse(self, message: str) -> None:
+        try:
+            self.sock.settimeout(1.0)
+            self.sock.sendall(rejection("server_error", message))
+        except OSError:
+            pass
+        close_gently(self.sock)
+
+    def abort(self) -> None:
+        """Wake a session blocked on its socket, so it ends (the server is stopping and its drain is over)."""
+        try:
+            socket.socket.shutdown(self.sock, socket.SHUT_RDWR)
+        except OSError:
+            pass
+
+    def run(self) -> None:
+        began = time.monotonic()
+        try:
+            self._login(began + self.server.handshake_timeout)
+            self.outbox = queue.Queue(maxsize=2)
+            self.sender = threading.Thread(target=self._sending, name=f"readerkit-serve-send {self.peer}",
+                                           daemon=True)
+            self.sender.start()
+            while not self.server.stopping:  # stopping: the answer under way was finished; no more are read
+                self._answer(self._frame(REQUEST_FRAME, self.server.idle_timeout))
+            self.why = "the server stopped"
+        except Closed as exc:
+            self.why = str(exc) or self.why
+        except (ssl.SSLError, ConnectionError, OSError) as exc:
+            self.why = f"connection lost ({type(exc).__name__})"
+        except Exception as exc:  # a fault of the server's own: this connection ends, the server lives on
+            self.why = f"failed: {type(exc).__name__}: {exc}"
+        finally:
+            if self.sender is not None:  # what is queued still goes out (a client may have sent all, then waited)
+                self._post(None)
+                self.sender.join()
+                self.why = self.broken or self.why
+            close_gently(self.sock)
+            self.server.log(f"{self.peer}: {self.requests} requests, {self.sent:,} bytes sent in "
+                            f"{time.monotonic() - began:.1f} s; {self.why}")
+            with self.server.lock:
+                self.server.sessions.discard(self)
+
+    # -- reading ---------------------------------------------------------------------------
+    def _wait(self, deadline: float, idle: bool) -> None:
+        """Wait until the socket has bytes, or raise ``Closed`` at ``deadline`` (or at a stop, when idle)."""
+        if isinstance(self.sock, ssl.SSLSocket) and self.sock.pending():
+            return
+        watched = [self.sock, self.server.wake_read] if idle else [self.sock]  # (a frame begun is read whole)
+        left = deadline - time.monotonic()
+        ready = readable(watched, left) if left > 0 else []
+        if self.sock in ready:
+            return
+        if ready:
+            raise Closed("the server stopped")
+        raise TimeoutError
+
+    def _exactly(self, size: int, deadline: float, idle: bool = False) -> bytearray:
+        buffer = bytearray(size)
+        view, got = memoryview(buffer), 0
+        while got < size:
+            self._wait(deadline, idle and got == 0)
+            if isinstance(self.sock, ssl.SSLSocket):  # one readable byte may be half a TLS record: bound the wait
+                self.sock.settimeout(max(0.01, deadline - time.monotonic()))
+            try:
+                n = self.sock.recv_into(view[got:])
+            except socket.timeout:
+                raise TimeoutError from None
+            if n == 0:
+                raise Closed("closed by the client" if got == 0 and idle else "closed mid-frame")
+            got += n
+        return buffer
+
+    def _frame(self, limit: int, timeout: float, login: bool = False) -> dict[str, Any]:
+        """The next frame's header; a broken one is answered and ends the session."""
+        try:
+            prefix = self._exactly(4, time.monotonic() + timeout, idle=True)
+        except TimeoutError:
+            raise Closed(f"no login within {self.server.handshake_timeout:g} s" if login
+                          else f"idle for {timeout:g} s") from None
+        try:
+            size = frame_length(bytes(prefix), limit)
+        except ProtocolError as exc:
+            limit_name = {HELLO_FRAME: "HELLO_FRAME, before login", REQUEST_FRAME: "REQUEST_FRAME, for a request: "
+                          "list the indices over several requests"}.get(limit, "MAX_FRAME")
+            self._reject("too_large", f"{exc} ({limit_name})")
+            raise Closed(f"a frame over the limit ({exc})") from None
+        limit_s = min(timeout, self.server.frame_timeout) if login else self.server.frame_timeout
+        try:
+            payload = self._exactly(size, time.monotonic() + limit_s)
+        except TimeoutError:
+            raise Closed(f"no login within {self.server.handshake_timeout:g} s" if login
+                          else f"a frame of {size:,} bytes unfinished after {limit_s:g} s") from None
+        try:
+            return decode(payload)[0]
+        except ProtocolError as exc:
+            self._reject("malformed", str(exc))
+            raise Closed(f"a malformed frame ({exc})") from None
+
+    # -- writing ---------------------------------------------------------------------------
+    def _send(self, parts: list) -> None:
+        """Send a frame's pieces whole. A client that takes none of it for ``frame_timeout`` is dropped, and so
+        is one that takes it slower than ``MIN_RATE``: a part holds budget the other clients need."""
+        total = sum(len(p) for p in parts)
+        deadline = time.monotonic() + self.server.frame_timeout + total / MIN_RATE
+        self.sock.settimeout(self.server.frame_timeout)
+        try:
+            views = [memoryview(p).cast("B") for p in parts if len(p)]
+            while views:
+                if isinstance(self.sock, ssl.SSLSocket):  # (TLS has no sendmsg)
+                    n = self.sock.send(views[0][:1 << 20])
+                else:
+                    n = self.sock.sendmsg(views[:512])
+                while views and n >= len(views[0]):
+                    n -= len(views[0])
+                    views.pop(0)
+                if views and n:
+                    views[0] = views[0][n:]
+                if views and time.monotonic() > deadline:
+                    left = sum(len(v) for v in views)
+                    raise Closed(f"reading its responses too slowly: {total - left:,} of {total:,} bytes in "
+                                 f"{self.server.frame_timeout + total / MIN_RATE:.0f} s")
+        except socket.timeout:
+            raise Closed(f"not reading its responses for {self.server.frame_timeout:g} s") from None
+        finally:
+            self.sock.settimeout(None)
+        self.sent += sum(len(p) for p in parts)
+
+    def _post(self, parts: list | None, size: int = 0, part: bool = False) -> None:
+        """Send a frame after those before it: a small one at once, from this thread, when nothing is queued
+        (a hand-over costs more than it saves); else through the sending thread, so the next part is gathered
+        while this one goes out. A ``part`` of an answer holds ``size`` bytes of budget, given back once it
+        is sent. None ends the sending thread once the queue is sent."""
+        small = parts is not None and (isinstance(self.sock, ssl.SSLSocket)  # (TLS: one thread uses the socket)
+                                       or sum(len(p) for p in parts) <= INLINE)
+        with self.holding:
+            inline = small and self.queued == 0 and self.broken is None
+            self.queued += 1
+        if inline:
+            try:
+                self._send(parts)
+            except (Closed, OSError) as exc:
+                self._broke(exc)
+                raise Closed(self.broken) from None
+            finally:
+                self._sent(size, part)
+                with self.holding:
+                    self.queued -= 1
+            return
+        while True:
+            if self.broken is not None and parts is not None:
+                self._sent(size, part)
+                with self.holding:
+                    self.queued -= 1
+                raise Closed(self.broken)
+            try:
+                self.outbox.put((parts, size, part), timeout=0.2)
+                return
+            except queue.Full:
+                continue
+
+    def _broke(self, exc: BaseException) -> None:
+        self.broken = self.broken or (str(exc) if isinstance(exc, Closed)
+                                      else f"connection lost ({type(exc).__name__})")
+        self.abort()  # a reading thread waiting on the socket wakes, and ends
+
+    def _hold(self, size: int) -> None:
+        """Wait until this connection may gather another part: two at most unsent (one goes out while the next
+        is gathered), and a second only within a quarter of the budget, so a client that stops reading holds
+        little of what the others need."""
+        with self.holding:
+            while self.held[0] >= 2 or self.held[0] and self.held[1] + size > self.server.budget // 4:
+                if self.broken is not None:
+                    raise Closed(self.broken)
+                self.holding.wait(0.2)
+            self.held[0] += 1
+            self.held[1] += size
+
+    def _sent(self, size: int, part: bool) -> None:
+        """A part's budget back, once it is sent (or never will be)."""
+        if part:
+            self.server.give(size)
+            self._unhold(size)
+
+    def _unhold(self, size: int) -> None:
+        with self.holding:
+            self.held[0] -= 1
+            self.held[1] -= size
+            self.holding.notify_all()
+
+    def _sending(self) -> None:
+        while True:
+            parts, size, part = self.outbox.get()
+            if parts is None:
+                return
+            try:
+                if self.broken is None:
+                    self._send(parts)
+            except (Closed, OSError) as exc:
+                self._broke(exc)
+            finally:
+                self._sent(size, part)
+                with self.holding:
+                    self.queued -= 1
+
+    def _reject(self, kind: str, message: str, request: int | None = None) -> None:
+        self.server.count("rejections")
+        try:
+            if self.sender is not None:
+                self._post([rejection(kind, message, request)])
+            else:
+                self._send([rejection(kind, message, request)])
+        except (Closed, OSError):
+            pass
+
+    # -- the protocol ----------------------------------------------------------------------
+    def _login(self, deadline: float) -> None:
+        if self.server.tls is not None:
+            self.sock.settimeout(max(0.01, deadline - time.monotonic()))
+            try:  # (the handshake apart from the wrap, so a failed one still closes with a linger)
+                self.sock = self.server.tls.wrap_socket(self.sock, server_side=True, do_handshake_on_connect=False)
+                self.sock.do_handshake()
+            except (ssl.SSLError, OSError) as exc:
+                raise Closed(f"no TLS handshake ({exc})") from None
+            self.sock.settimeout(None)
+        header = self._frame(HELLO_FRAME, max(0.0, deadline - time.monotonic()), login=True)
+        if header["type"] != "hello":
+            self._reject("malformed", f"the first message must be a hello, got {header['type']!r}")
+            raise Closed("no hello")
+        version = header.get("version")
+        if type(version) is not int or version != VERSION:  # JSON true and 1.0 equal 1 in Python
+            self._reject("unsupported_version", f"this server speaks protocol version {VERSION}, the client "
+                                                f"{version!r}; upgrade the older end")
+            raise Closed(f"version {version!r}")
+        if self.server.secret is not None:
+            nonce = challenge()
+            self._send(frame_parts({"type": "challenge", "nonce": nonce.hex()}))
+            answer = self._frame(HELLO_FRAME, max(0.0, deadline - time.monotonic()), login=True)
+            given = answer.get("proof") if answer["type"] == "auth" else None
+            if not isinstance(given, str) or not hmac.compare_digest(given.encode(), proof(self.server.secret,
+                                                                                          nonce).encode()):
+                self._reject("not_authorised", "the proof does not match this server's secret and challenge; "
+                                               "give the client the server's secret")
+                raise Closed("a wrong secret")
+        self._send(frame_parts(self.server.served.welcome))
+
+    def _answer(self, header: dict[str, Any]) -> None:
+        self.requests += 1
+        self.server.count("requests")
+        request = header.get("id")
+        request = request if isinstance(request, int) and not isinstance(request, bool) else None
+        served = self.server.served
+        try:
+            if header["type"] != "get":
+                raise RequestError("malformed", f"unknown message type {header['type']!r}; a request is a get")
+            if request is None or request < 0:
+                raise RequestError("malformed", f'a get needs an "id", an int >= 0, got {header.get("id")!r}')
+            indices = served.indices(header)
+            for first, count in served.parts(len(indices)):
+                size = min(count * served.row_bytes, self.server.budget)
+                self._hold(size)
+                try:
+                    self.server.take(size, lambda: self.broken)
+                except BaseException:
+                    self._unhold(size)
+                    raise
+                try:
+                    meta, buffers = served.part(indices[first:first + count])
+                except BaseException:
+                    self._sent(size, True)
+                    raise
+                self._post(frame_parts({"type": "entries", "id": request, "first": first, "count": count,
+                                        "columns": meta}, buffers), size, part=True)
+                self.server.count("bytes", sum(len(b) for b in buffers))
+        except RequestError as exc:
+            self._reject(exc.kind, exc.message, request)
+        except (Closed, OSError):
+            raise
+        except Exception as exc:  # a fault of the server's own: the request says so, the server lives on
+            self.server.log(f"{self.peer}: request {request} failed: {type(exc).__name__}: {exc}")
+            self._reject("server_error", f"{type(exc).__name__}: {exc}", request)

@@ -1,0 +1,286 @@
+"""data.toml and state.toml: a token data set and a training run, as Psyche writes them.
+
+Psyche (github.com/PsycheFoundation/psyche, its ``config/`` folder) describes a
+run with two TOML files:
+
+data.toml
+    The token data a data-provider server holds: ``dir`` (relative to the
+    file), ``token_size`` (``"TwoBytes"`` or ``"FourBytes"``), ``seq_len`` and
+    ``shuffle_seed`` (32 byte values).
+state.toml
+    The run: ``[config]`` holds the global batch-size schedule (from
+    ``global_batch_size_start`` to ``global_batch_size_end`` over
+    ``global_batch_size_warmup_tokens`` tokens) and ``total_steps``;
+    ``[model.LLM]`` holds ``max_seq_len`` and ``data_location``, either
+    ``Server = "host:port"`` or ``Local = "folder"``. Psyche's newer layout
+    (its ``split-coord`` branch) moves ``data_location``, ``architecture``,
+    ``lr_schedule``, ``optimizer`` and ``checkpoint`` to a top-level
+    ``[model_extra_data]`` table, and ``[model.LLM]`` gains
+    ``checkpoint_source``; both layouts are read, and a ``data_location`` in
+    both places is an error. Psyche's Local holds
+    only a folder; readerkit also reads a ``[model.LLM.data_location.Local]``
+    table (``path``, ``token_size_in_bytes``, ``shuffle``), shaped like
+    Psyche's Http location. Psyche's Dummy, Http, WeightedHttp and
+    Preprocessed locations are refused with a clear error.
+
+``load_data`` and ``load_run`` read them with the standard library's
+``tomllib`` and check every key before returning a frozen dataclass. Keys
+Psyche knows and readerkit has no use for (timings, checkpoint, optimizer,
+learning-rate schedule..., and the older ``rounds_per_epoch`` and
+``round_apply_time``) are accepted unread and listed in
+``RunConfig.ignored``; any other key is an error with a did-you-mean. Every
+fault is one ``RunFileError`` naming the file, the dotted key and the fix.
+
+A 32-byte seed becomes ``int.from_bytes(bytes(values), "little")`` (an int in
+[0, 2**256)), which ``readers.shuffle`` takes as is. The same seed always gives
+the same readerkit order, but not Psyche's order: the shuffles differ.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from readers.network.wire import show_address
+from readers.tokenized import runfile_fields as fields
+from readers.tokenized.runfile_fields import RunFileError
+
+__all__ = ["DataConfig", "LocalData", "RunConfig", "RunFileError", "ServerData", "load_data", "load_run"]
+
+#: A Local folder without a data.toml holds 2-byte tokens, read in order (Psyche's Shuffle::default()).
+DEFAULT_TOKEN_SIZE = 2
+DATA_KEYS = ("dir", "token_size", "seq_len", "shuffle_seed")
+#: state.toml's top level as Psyche's Coordinator has it; only config and model are read.
+STATE_KEYS = ("config", "model", "run_id", "run_state", "progress", "epoch_state",
+              "run_state_start_unix_timestamp", "pending_pause", "model_extra_data")
+CONFIG_USED = ("global_batch_size_start", "global_batch_size_end", "global_batch_size_warmup_tokens", "total_steps")
+CONFIG_IGNORED = ("warmup_time", "cooldown_time", "epoch_time", "max_round_train_time", "round_witness_time",
+                  "min_clients", "init_min_clients", "verification_percent", "witness_nodes",
+                  "waiting_for_members_extra_time",
+                  "rounds_per_epoch", "round_apply_time")  # the last two: Psyche's configs before 2026-02 / 2026-03
+LLM_USED = ("max_seq_len", "data_location")
+LLM_IGNORED = ("architecture", "data_type", "cold_start_warmup_steps", "checkpoint", "lr_schedule", "optimizer",
+               "checkpoint_source", "checkpoint_data")
+#: Psyche's newer [model_extra_data] (its ModelExtraData): only data_location is read.
+EXTRA_IGNORED = ("version", "architecture", "data_type", "lr_schedule", "optimizer", "run_metadata", "checkpoint")
+#: Where data_location may be: the older layout's, then the newer layout's.
+LOCATION_KEYS = ("model.LLM.data_location", "model_extra_data.data_location")
+LOCAL_KEYS = ("path", "token_size_in_bytes", "shuffle")
+#: Psyche's other data locations: readerkit has no provider for them.
+UNSUPPORTED = ("Dummy", "Http", "WeightedHttp", "Preprocessed")
+LOCATIONS = ("Server", "Local", *UNSUPPORTED)
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    """A data.toml: the token folder (absolute), bytes per token (2 or 4), the sequence length and the
+    shuffle seed (an int >= 0, or None to keep the files' order)."""
+
+    dir: str
+    token_size: int
+    seq_len: int
+    shuffle_seed: int | None
+
+
+@dataclass(frozen=True)
+class LocalData:
+    """Token data in a local folder (absolute path): bytes per token, shuffle seed (None: in order), and
+    the run's sequence length."""
+
+    path: str
+    token_size: int
+    shuffle_seed: int | None
+    seq_len: int
+
+
+@dataclass(frozen=True)
+class ServerData:
+    """Token data fetched from a data-provider server at ``host:port``."""
+
+    host: str
+    port: int
+
+    @property
+    def address(self) -> str:
+        """``host:port``, an IPv6 host in brackets.
+
+        >>> ServerData("127.0.0.1", 20001).address, ServerData("::1", 20001).address
+        ('127.0.0.1:20001', '[::1]:20001')
+        """
+        return show_address(self.host, self.port)
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """A state.toml: the global batch size grows from ``batch_start`` to ``batch_end`` over
+    ``warmup_tokens`` tokens; ``total_steps`` steps of ``seq_len``-token sequences from ``data``
+    (``LocalData`` or ``ServerData``). ``ignored`` lists the dotted keys present and not read."""
+
+    batch_start: int
+    batch_end: int
+    warmup_tokens: int
+    total_steps: int
+    seq_len: int
+    data: LocalData | ServerData
+    ignored: tuple[str, ...] = ()
+
+
+def _local(path: str, key: str, value: Any, seq_len: int) -> LocalData:
+    """Local = "folder" (described by the folder's data.toml if it holds one) or the Local table."""
+    if isinstance(value, dict):
+        fields.check_keys(path, value, key, LOCAL_KEYS, required=LOCAL_KEYS)
+        return LocalData(fields.folder(path, f"{key}.path", value["path"]),
+                         fields.token_size(path, f"{key}.token_size_in_bytes", value["token_size_in_bytes"]),
+                         fields.shuffle(path, f"{key}.shuffle", value["shuffle"]), seq_len)
+    found = fields.folder(path, key, value)
+    described = os.path.join(found, "data.toml")
+    if not os.path.isfile(described):
+        return LocalData(found, DEFAULT_TOKEN_SIZE, None, seq_len)
+    data = load_data(described)
+    if data.seq_len != seq_len:
+        raise RunFileError(described, "seq_len", f"is {data.seq_len}, but model.LLM.max_seq_len is {seq_len} in {path}",
+                           "make the two equal")
+    return LocalData(data.dir, data.token_size, data.shuffle_seed, seq_len)
+
+
+def _find_location(path: str, llm: dict[str, Any], extra: dict[str, Any]) -> tuple[str, Any]:
+    """The dotted key and value of the one data_location, in [model.LLM] or in [model_extra_data].
+
+    >>> _find_location("state.toml", {}, {"data_location": "Dummy"})
+    ('model_extra_data.data_location', 'Dummy')
+    >>> _find_location("state.toml", {"data_location": "Dummy"}, {"data_location": "Dummy"})
+    Traceback (most recent call last):
+    ...
+    readers.tokenized.runfile_fields.RunFileError: state.toml: model_extra_data.data_location: given twice: as model.LLM.data_location and as model_extra_data.data_location; keep only one: ...
+    """
+    found = [(key, table["data_location"]) for key, table in zip(LOCATION_KEYS, (llm, extra)) if "data_location" in table]
+    if not found:
+        raise RunFileError(path, LOCATION_KEYS[0], "missing", f"add {fields.EXAMPLES['data_location']}")
+    if len(found) > 1:
+        raise RunFileError(path, LOCATION_KEYS[1], f"given twice: as {LOCATION_KEYS[0]} and as {LOCATION_KEYS[1]}",
+                           "keep only one: [model_extra_data.data_location] in Psyche's newer layout, "
+                           "[model.LLM.data_location] in the older one")
+    return found[0]
+
+
+def _location(path: str, key: str, value: Any, seq_len: int) -> LocalData | ServerData:
+    """Psyche's data_location at dotted ``key``: one variant name, alone ("Dummy") or with its value."""
+    fix = f"write {fields.EXAMPLES['data_location']}"
+    if isinstance(value, dict) and len(value) == 1:
+        (variant, inner), = value.items()
+    elif isinstance(value, str):
+        variant, inner = value, None
+    else:
+        raise RunFileError(path, key, f"must name one data location, got {value!r}", fix)
+    if variant not in LOCATIONS:
+        raise fields.unknown(path, f"{key}.{variant}", variant, LOCATIONS, "data location")
+    if variant in UNSUPPORTED:
+        raise RunFileError(path, f"{key}.{variant}", f"readerkit cannot read {variant} data "
+                           "(it reads Server and Local data locations)",
+                           'serve the tokens from a data-provider server and write Server = "host:port", or copy '
+                           'them to a folder and write Local = "folder"')
+    if inner is None:
+        raise RunFileError(path, f"{key}.{variant}", "needs a value", fix)
+    if variant == "Server":
+        return ServerData(*fields.host_port(path, f"{key}.{variant}", inner))
+    return _local(path, f"{key}.{variant}", inner, seq_len)
+
+
+def load_data(path: str | os.PathLike) -> DataConfig:
+    """Read a data.toml: ``dir`` relative to the file, ``token_size``, ``seq_len``, ``shuffle_seed``.
+
+    ``token_size`` is ``"TwoBytes"``/``"FourBytes"`` (or 2/4); ``shuffle_seed``
+    is Psyche's 32 byte values (read little-endian), an int >= 0, or absent
+    (or ``"DontShuffle"``) for no shuffle. Raises ``RunFileError`` naming the
+    file, the key and the fix.
+
+    >>> import os, tempfile
+    >>> tmp = tempfile.TemporaryDirectory()
+    >>> os.mkdir(os.path.join(tmp.name, "tokens"))
+    >>> with open(os.path.join(tmp.name, "data.toml"), "w") as f:
+    ...     _ = f.write('dir = "tokens"\\ntoken_size = "TwoBytes"\\nseq_len = 2048\\nshuffle_seed = [1' + ', 0' * 31 + ']\\n')
+    >>> data = load_data(os.path.join(tmp.name, "data.toml"))
+    >>> data.dir == os.path.join(tmp.name, "tokens"), data.token_size, data.seq_len, data.shuffle_seed
+    (True, 2, 2048, 1)
+    >>> with open(os.path.join(tmp.name, "data.toml"), "w") as f:
+    ...     _ = f.write('dir = "tokens"\\ntoken_size = "TwoByte"\\nseq_len = 2048\\n')
+    >>> load_data(os.path.join(tmp.name, "data.toml"))
+    Traceback (most recent call last):
+    ...
+    readers.tokenized.runfile_fields.RunFileError: .../data.toml: token_size: must be "TwoBytes" or "FourBytes" (or 2 or 4), got 'TwoByte'; did you mean 'TwoBytes'?
+    >>> tmp.cleanup()
+
+    See Also: load_run
+    """
+    path = os.path.abspath(os.fspath(path))
+    doc = fields.read_toml(path, "data.toml")
+    fields.check_keys(path, doc, "", DATA_KEYS, required=DATA_KEYS[:3])
+    seed = doc.get("shuffle_seed", "DontShuffle")
+    return DataConfig(dir=fields.folder(path, "dir", doc["dir"]),
+                      token_size=fields.token_size(path, "token_size", doc["token_size"]),
+                      seq_len=fields.integer(path, doc, "", "seq_len", 1),
+                      shuffle_seed=None if seed == "DontShuffle" else fields.seed(path, "shuffle_seed", seed))
+
+
+def load_run(path: str | os.PathLike) -> RunConfig:
+    """Read a state.toml: the batch-size schedule, the steps, the sequence length and the data location.
+
+    ``[model.LLM.data_location]`` (or ``[model_extra_data.data_location]`` in
+    Psyche's newer layout) is ``Server = "host:port"`` (a ``ServerData``),
+    ``Local = "folder"`` (a ``LocalData`` described by the folder's data.toml
+    if it holds one: its ``dir``, usually ``"."``, token size and seed, its
+    ``seq_len`` equal to ``max_seq_len``; else 2-byte tokens, no shuffle), or the table
+    ``[model.LLM.data_location.Local]`` with ``path``, ``token_size_in_bytes``
+    and ``shuffle``. Paths are relative to the file. Psyche's other keys are
+    listed in ``ignored``. Raises ``RunFileError`` naming the file, the key and
+    the fix.
+
+    >>> import os, tempfile
+    >>> tmp = tempfile.TemporaryDirectory()
+    >>> with open(os.path.join(tmp.name, "state.toml"), "w") as f:
+    ...     _ = f.write('''run_id = "test"
+    ... [config]
+    ... warmup_time = 30
+    ... global_batch_size_start = 8
+    ... global_batch_size_end = 16
+    ... global_batch_size_warmup_tokens = 1000000
+    ... total_steps = 25000
+    ... [model.LLM]
+    ... architecture = "HfLlama"
+    ... max_seq_len = 2048
+    ... [model.LLM.data_location]
+    ... Server = "127.0.0.1:20001"
+    ... ''')
+    >>> run = load_run(os.path.join(tmp.name, "state.toml"))
+    >>> run.batch_start, run.batch_end, run.warmup_tokens, run.total_steps, run.seq_len
+    (8, 16, 1000000, 25000, 2048)
+    >>> run.data, run.ignored
+    (ServerData(host='127.0.0.1', port=20001), ('run_id', 'config.warmup_time', 'model.LLM.architecture'))
+    >>> tmp.cleanup()
+
+    See Also: load_data
+    """
+    path = os.path.abspath(os.fspath(path))
+    doc = fields.read_toml(path, "state.toml")
+    fields.check_keys(path, doc, "", STATE_KEYS, required=("config", "model"))
+    config = fields.subtable(path, doc, "", "config")
+    fields.check_keys(path, config, "config", CONFIG_USED + CONFIG_IGNORED, required=CONFIG_USED)
+    start, end, warmup, total = (fields.integer(path, config, "config", key, low)
+                                 for key, low in zip(CONFIG_USED, (1, 1, 0, 1)))
+    if end < start:
+        raise RunFileError(path, "config.global_batch_size_end",
+                           f"is {end}, less than config.global_batch_size_start ({start})",
+                           "the batch size grows from start to end: make end >= start (equal for a fixed size)")
+    model = fields.subtable(path, doc, "", "model")
+    fields.check_keys(path, model, "model", ("LLM",), required=("LLM",))
+    llm = fields.subtable(path, model, "model", "LLM")
+    fields.check_keys(path, llm, "model.LLM", LLM_USED + LLM_IGNORED, required=LLM_USED[:1])
+    seq_len = fields.integer(path, llm, "model.LLM", "max_seq_len", 1)
+    extra = fields.subtable(path, doc, "", "model_extra_data") if "model_extra_data" in doc else {}
+    fields.check_keys(path, extra, "model_extra_data", ("data_location",) + EXTRA_IGNORED)
+    data = _location(path, *_find_location(path, llm, extra), seq_len)
+    ignored = ([k for k in doc if k not in ("config", "model", "model_extra_data")]
+               + [f"config.{k}" for k in config if k in CONFIG_IGNORED]
+               + [f"model.LLM.{k}" for k in llm if k in LLM_IGNORED]
+               + [f"model_extra_data.{k}" for k in extra if k in EXTRA_IGNORED])
+    return RunConfig(start, end, warmup, total, seq_len, data, tuple(ignored))

@@ -1,0 +1,303 @@
+"""Pre-tokenized text: an indexed reader of fixed windows over memory-mapped token files.
+
+``tokens(path, seq_len=...)`` reads ``.bin`` files (raw little-endian
+tokens, 2 or 4 bytes each) and ``.npy`` files (through numpy's own header,
+never as raw bytes). Entry i is window i: ``seq_len + 1`` consecutive tokens,
+the model's inputs and, shifted by one, its next-token targets. Windows start
+every ``seq_len`` tokens, so each token is a target exactly once, and never
+cross the end of a file: a file of n tokens holds ``(n - 1) // seq_len``
+windows, and its last tokens that do not fill one are left out (at most
+``seq_len`` per file).
+
+Nothing is read to build the reader: the lengths come from the file sizes
+(and the ``.npy`` headers). The files are memory-mapped in each process that
+reads them, and a batch gathers its windows with one vectorised take per
+file from a strided view of the mapping, so a global shuffle over billions of
+tokens needs no index array and no copy of the data.
+"""
+from __future__ import annotations
+
+import collections
+import os
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from readers.digests import array_digest, hasher
+from readers.stage import IndexedReader
+
+__all__ = ["TokenFileError", "Tokens", "tokenize_bytes", "tokens"]
+
+#: Bytes per token and the little-endian dtype of a .bin file's tokens.
+TOKEN_DTYPES = {2: np.dtype("<u2"), 4: np.dtype("<u4")}
+SUFFIXES = (".bin", ".npy")
+_INT32_MAX = np.iinfo(np.int32).max
+
+
+class TokenFileError(ValueError):
+    """A token file that cannot be read as asked; the message names the file and the fault."""
+
+
+def _files(path: Any) -> list[str]:
+    """The token files ``path`` names: a file, a folder's .bin and .npy files (by name), or a list of either."""
+    if isinstance(path, (str, os.PathLike)):
+        path = [path]
+    elif not isinstance(path, Sequence) or not path:
+        raise TypeError(f"tokens: path must be a file, a folder or a non-empty list of them, got {path!r}")
+    found = []
+    for item in map(os.fspath, path):
+        if os.path.isdir(item):
+            names = sorted(os.listdir(item))
+            inside = [os.path.join(item, n) for n in names if n.endswith(SUFFIXES) and not n.startswith(".")
+                      and os.path.isfile(os.path.join(item, n))]
+            if not inside:
+                shown = ", ".join(names[:5]) + (", ..." if len(names) > 5 else "") if names else "nothing"
+                raise TokenFileError(f"{item}: no .bin or .npy token files in this folder (it holds {shown}); "
+                                     "make them with `python cli.py tokenize SRC... --out DIR`")
+            found += inside
+        elif not os.path.exists(item):
+            raise TokenFileError(f"{item}: no such file or folder; check the path")
+        elif not item.endswith(SUFFIXES):
+            raise TokenFileError(f"{item}: not a token file: give .bin files (raw little-endian tokens) or .npy "
+                                 "files, or a folder of them")
+        else:
+            found.append(item)
+    return found
+
+
+def _layout(path: str, token_size: int) -> tuple[int, np.dtype, int]:
+    """(tokens, dtype, byte offset of the first token) of one file, from its size or its .npy header alone,
+    checked against ``token_size``; nothing is mapped or read past the header."""
+    if path.endswith(".npy"):
+        try:
+            with open(path, "rb") as f:
+                version = np.lib.format.read_magic(f)
+                shape, fortran, dtype = (np.lib.format.read_array_header_1_0(f) if version == (1, 0)
+                                         else np.lib.format.read_array_header_2_0(f))
+                offset = f.tell()
+        except ValueError as exc:
+            raise TokenFileError(f"{path}: not a readable .npy file ({exc}); save tokens with np.save") from None
+        if dtype.kind not in "iu" or dtype.itemsize != token_size:
+            name = TOKEN_DTYPES[token_size].name
+            raise TokenFileError(
+                f"{path} holds {dtype} values ({dtype.itemsize} bytes each), which disagrees with "
+                f"token_size={token_size}: save the tokens as {name} (np.save(path, tokens.astype(np.{name}))), "
+                "or pass the token_size they were saved with")
+        if len(shape) != 1:
+            raise TokenFileError(f"{path} holds an array of shape {shape}; token files hold one sequence "
+                                 "(1-D): save tokens.reshape(-1)")
+        return shape[0], dtype, offset
+    size = os.path.getsize(path)
+    if size % token_size:
+        other = 6 - token_size
+        hint = f" (try token_size={other})" if size % other == 0 else ""
+        raise TokenFileError(f"{path} has {size:,} bytes, not a multiple of token_size={token_size}: it was "
+                             f"cut short, or written with another token size{hint}")
+    return size // token_size, TOKEN_DTYPES[token_size], 0
+
+
+#: Files kept mapped at once per process: each mapping holds a file descriptor, and corpora come in
+#: thousands of shards. The least recently read is unmapped first.
+MAPPED = 128
+
+
+def _check_token_size(token_size: Any, where: str) -> None:
+    if token_size not in TOKEN_DTYPES or isinstance(token_size, bool):
+        raise ValueError(f"{where}: token_size must be 2 or 4 (bytes per token), got {token_size!r}")
+
+
+class Tokens(IndexedReader):
+    """Windows of ``seq_len + 1`` tokens over memory-mapped token files (see ``tokens``).
+
+    >>> import tempfile
+    >>> folder = tempfile.TemporaryDirectory()
+    >>> np.arange(9, dtype="<u2").tofile(f"{folder.name}/a.bin")
+    >>> Tokens([f"{folder.name}/a.bin"], 4, 2)
+    tokens(seq_len=4, token_size=2: 1 file, 9 tokens)
+    """
+
+    name = "tokens"
+
+    def __init__(self, paths: list[str], seq_len: int, token_size: int):
+        super().__init__()
+        self.paths, self.seq_len, self.token_size = paths, seq_len, token_size
+        self.layouts = [_layout(p, token_size) for p in paths]
+        self.sizes = [n for n, _, _ in self.layouts]
+        short = [(p, n) for p, n in zip(paths, self.sizes) if n < seq_len + 1]
+        if short:
+            shown = "; ".join(f"{p} holds {n:,}" for p, n in short[:3]) + ("; ..." if len(short) > 3 else "")
+            raise TokenFileError(
+                f"{len(short)} token file{'s are' if len(short) > 1 else ' is'} shorter than one window of "
+                f"seq_len + 1 = {seq_len + 1:,} tokens ({shown}); windows never cross files, so join short "
+                "documents into larger files, or lower seq_len")
+        counts = [(n - 1) // seq_len for n in self.sizes]
+        self.offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)  # window index of each file
+        self._views: collections.OrderedDict[int, np.ndarray] = collections.OrderedDict()
+
+    def _tokens(self, k: int) -> np.ndarray:
+        """File ``k``'s tokens as a read-only memory map."""
+        n, dtype, offset = self.layouts[k]
+        return np.memmap(self.paths[k], dtype=dtype, mode="r", offset=offset, shape=(n,))
+
+    def _window_view(self, k: int) -> np.ndarray:
+        """File ``k``'s windows as a (windows, seq_len + 1) strided view of its mapping; no copy. At most
+        MAPPED files stay mapped."""
+        view = self._views.get(k)
+        if view is None:
+            a = self._tokens(k)
+            view = np.lib.stride_tricks.as_strided(
+                a, shape=(int(self.offsets[k + 1] - self.offsets[k]), self.seq_len + 1),
+                strides=(self.seq_len * a.strides[0], a.strides[0]), writeable=False)
+            self._views[k] = view
+            if len(self._views) > MAPPED:
+                self._views.popitem(last=False)  # unmapped once no batch holds a view of it
+        else:
+            self._views.move_to_end(k)
+        return view
+
+    def max_token(self) -> int:
+        """The largest token id in all the files, read in 16 MiB blocks (to size a vocabulary).
+
+        >>> import tempfile
+        >>> folder = tempfile.TemporaryDirectory()
+        >>> np.array([3, 900, 7], dtype="<u2").tofile(f"{folder.name}/a.bin")
+        >>> tokens(folder.name, seq_len=2).max_token()
+        900
+        """
+        top = 0
+        for k, n in enumerate(self.sizes):
+            a = self._tokens(k)
+            for lo in range(0, n, 1 << 23):
+                top = max(top, int(a[lo:lo + (1 << 23)].max()))
+            del a
+        return top
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_views"] = collections.OrderedDict()  # another process maps the files itself
+        return state
+
+    def __len__(self) -> int:
+        return int(self.offsets[-1])
+
+    def _get(self, i: int) -> np.ndarray:
+        return self.gather_columns(np.array([i], np.int64))[0]
+
+    def gather(self, indices: np.ndarray) -> list:
+        return list(self.gather_columns(indices))
+
+    def gather_columns(self, indices: np.ndarray) -> np.ndarray:
+        """The windows at ``indices`` as one int32 array (len(indices), seq_len + 1)."""
+        indices = np.asarray(indices, np.int64)
+        if len(self.paths) == 1:
+            return self._checked(self._window_view(0)[indices], 0)
+        out = np.empty((len(indices), self.seq_len + 1), np.int32)
+        files = np.searchsorted(self.offsets, indices, side="right") - 1
+        for k in np.unique(files).tolist():
+            rows = files == k
+            out[rows] = self._checked(self._window_view(k)[indices[rows] - self.offsets[k]], k)
+        return out
+
+    def _checked(self, windows: np.ndarray, k: int) -> np.ndarray:
+        """Windows as int32; a token that int32 cannot hold (a negative or a 4-byte id >= 2**31) names its file."""
+        if windows.dtype != np.uint16 and windows.size:
+            low, high = int(windows.min()), int(windows.max())
+            if low < 0 or high > _INT32_MAX:
+                raise TokenFileError(f"{self.paths[k]} holds the token id {low if low < 0 else high}, outside "
+                                     f"0..{_INT32_MAX:,}: token ids are non-negative and fit in int32 (is "
+                                     "token_size right?)")
+        return windows.astype(np.int32)
+
+    def sample_ids(self, indices: np.ndarray) -> np.ndarray:
+        return indices
+
+    def _options(self) -> str:
+        files = f"{len(self.paths)} file{'s' if len(self.paths) > 1 else ''}"
+        return f"seq_len={self.seq_len}, token_size={self.token_size}: {files}, {sum(self.sizes):,} tokens"
+
+    def digest(self) -> str:
+        """The files' token counts and a sampled digest of each (``array_digest``): their content, not their names."""
+        h = hasher()
+        for k in range(len(self.paths)):
+            array = self._tokens(k)
+            h.update(f"{len(array)}:{array_digest(array)};".encode())
+            del array  # one file mapped at a time
+        return h.hexdigest()
+
+
+def tokens(path: Any, *, seq_len: int, token_size: int = 2) -> Tokens:
+    """An indexed reader of windows of ``seq_len + 1`` tokens from pre-tokenized files.
+
+    ``path`` is a ``.bin`` file (raw little-endian tokens), a ``.npy`` file,
+    a folder (its ``.bin`` and ``.npy`` files, by name) or a list of them.
+    ``token_size`` is the bytes per token, 2 (vocabularies up to 65,536) or 4.
+    Entry i is an int32 array of ``seq_len + 1`` tokens (int32 whatever the
+    files hold: signed, so a pad target can be -100, and what an embedding
+    lookup takes; half the memory of int64). Windows start every ``seq_len``
+    tokens and never cross a file: see the module's docstring.
+
+    >>> import tempfile
+    >>> folder = tempfile.TemporaryDirectory()
+    >>> np.arange(10, dtype="<u2").tofile(f"{folder.name}/a.bin")
+    >>> np.save(f"{folder.name}/b.npy", np.arange(100, 107, dtype=np.uint16))
+    >>> r = tokens(folder.name, seq_len=3)
+    >>> len(r), r[0].tolist(), r[2].tolist(), r[3].tolist(), r[0].dtype
+    (5, [0, 1, 2, 3], [6, 7, 8, 9], [100, 101, 102, 103], dtype('int32'))
+    >>> np.arange(9, dtype="<u2").tofile(f"{folder.name}/c.bin")
+    >>> tokens(f"{folder.name}/c.bin", seq_len=3, token_size=4)
+    Traceback (most recent call last):
+    ...
+    readers.tokenized.windows.TokenFileError: .../c.bin has 18 bytes, not a multiple of token_size=4: it was cut short, or written with another token size (try token_size=2)
+    """
+    if isinstance(seq_len, bool) or not isinstance(seq_len, (int, np.integer)) or seq_len < 1:
+        raise ValueError(f"tokens: seq_len must be an int >= 1 (tokens per window, before the next-token "
+                         f"target), got {seq_len!r}")
+    _check_token_size(token_size, "tokens")
+    return Tokens(_files(path), int(seq_len), int(token_size))
+
+
+def tokenize_bytes(sources: Sequence[Any], out: Any, *, token_size: int = 2, name: str = "tokens.bin",
+                   progress: Any = None) -> str:
+    """Write the bytes of text files as one ``.bin`` token file: byte-level tokens, 0..255, one per byte.
+
+    The sources are joined in the order given, each ended by a newline if it
+    lacks one, into ``out/name`` (little-endian, ``token_size`` bytes per
+    token), read and written in 1 MiB blocks. ``progress(done)`` is called
+    with the bytes read so far. Returns the file's path; the file appears
+    whole or not at all (written to a part file, then renamed).
+
+    >>> import tempfile
+    >>> folder = tempfile.TemporaryDirectory()
+    >>> _ = open(f"{folder.name}/a.txt", "w").write("hi")
+    >>> path = tokenize_bytes([f"{folder.name}/a.txt"], folder.name)
+    >>> np.fromfile(path, "<u2").tolist()
+    [104, 105, 10]
+    """
+    _check_token_size(token_size, "tokenize")
+    sources = [os.fspath(s) for s in sources]
+    if not sources:
+        raise ValueError("tokenize: give at least one text file to tokenize")
+    for source in sources:
+        if not os.path.isfile(source):
+            raise TokenFileError(f"{source}: no such file (a folder?); give text files to tokenize")
+    os.makedirs(out, exist_ok=True)
+    path = os.path.join(os.fspath(out), name)
+    part, done = f"{path}.part", 0
+    try:
+        with open(part, "wb") as f:
+            for source in sources:
+                last = b"\n"
+                with open(source, "rb") as src:
+                    for block in iter(lambda: src.read(1 << 20), b""):
+                        np.frombuffer(block, np.uint8).astype(TOKEN_DTYPES[token_size]).tofile(f)
+                        last, done = block[-1:], done + len(block)
+                        if progress is not None:
+                            progress(done)
+                if last != b"\n":
+                    np.array([10], TOKEN_DTYPES[token_size]).tofile(f)
+        os.replace(part, path)
+    finally:
+        if os.path.exists(part):
+            os.unlink(part)
+    return path

@@ -1,0 +1,1 @@
+"""Helpers shared by the tests: toy readers, jobs run in other processes, servers, waits."""

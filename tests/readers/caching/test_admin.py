@@ -1,0 +1,264 @@
+"""cache_info and clear_cache on real caches: figures that match the tables, clearing under open connections,
+and files that are not caches left alone."""
+from __future__ import annotations
+
+import contextlib
+import os
+import sqlite3
+import time
+
+import numpy as np
+import pytest
+
+import readers
+from readers.caching.admin import cache_info, clear_cache, cleared_line, info_lines
+from readers.caching.database import FILE
+from readers.caching.disk import DiskStore, row_keys
+from tests.conftest import finishes
+
+LIMIT = 1 << 30
+
+
+def double(entry):
+    return entry[0] * 2  # a row of from_arrays: a fixed-shape array, kept in a dense file
+
+
+def shout(word):
+    return word.upper()  # a string: kept as a blob
+
+
+def _fill(directory, passes: int = 2) -> list:
+    """Two namespaces, by two functions over two datasets, one of them with a version; their stores closed.
+    The first, made with no size limit, keeps its entries in a dense file; the second gives the limit."""
+    made = [readers.cached(readers.from_arrays(np.arange(24).reshape(8, 3)), double, directory=directory),
+            readers.cached(readers.from_sequence(["a", "bb", "ccc", "dddd", "e"]), shout, directory=directory,
+                           version="2", disk_bytes=LIMIT)]
+    for r in made:
+        for _ in range(passes):
+            list(r())
+        r.store.close()
+    return made
+
+
+@contextlib.contextmanager
+def _connected(directory):
+    db = sqlite3.connect(os.path.join(directory, FILE), isolation_level=None)
+    try:
+        yield db
+    finally:
+        db.close()
+
+
+def _table_counts(directory) -> dict[int, tuple[int, int]]:
+    """{ns: (entries, bytes)} as the entries table has them, counted afresh."""
+    with _connected(directory) as db:
+        return {ns: (n, size) for ns, n, size in
+                db.execute("SELECT ns, count(*), sum(size) FROM entries GROUP BY ns ORDER BY ns")}
+
+
+def _allocated(directory) -> int:
+    return sum(os.stat(e.path).st_blocks * 512 for e in os.scandir(directory))
+
+
+def _calls(directory, func, source):
+    """How many entries a fresh cached reader computes in one pass."""
+    r = readers.cached(source, func, directory=directory)
+    list(r())
+    r.store.close()
+    return r.stats()["misses"]
+
+
+def test_cache_info_figures_match_the_tables(tmp_path):
+    start = time.time()
+    _fill(tmp_path)
+    info = cache_info(tmp_path)
+    counts = _table_counts(tmp_path)
+    assert [(s["ns"], s["entries"], s["bytes"]) for s in info["namespaces"]] == [(ns, *c) for ns, c in counts.items()]
+    assert (info["entries"], info["bytes"]) == (13, sum(b for _, b in counts.values()))
+    first, second = info["namespaces"]
+    assert first["function"].startswith("double ") and second["function"].startswith("shout ")
+    assert (first["version"], second["version"], first["key"]) == (None, "2", None)
+    assert (first["data"], first["length"]) == (["from_arrays(8 rows: int64[3])"], 8)
+    assert second["data"] == ["from_sequence(list of 5)"] and len(second["content"]) == 12
+    assert (first["computed"], second["computed"]) == (8, 5)  # the second pass computed nothing
+    assert all(s["mean_compute_s"] > 0 and start <= s["created"] <= time.time() for s in info["namespaces"])
+    assert info["limit"] == LIMIT and info["directory"] == str(tmp_path)
+    assert info["file_bytes"] == _allocated(tmp_path)
+
+
+def test_cache_info_without_a_limit_says_none(tmp_path):
+    r = readers.cached(readers.from_sequence([1, 2]), str, directory=tmp_path)
+    list(r())
+    r.store.close()
+    assert cache_info(tmp_path)["limit"] is None
+
+
+@pytest.mark.parametrize("make", [False, True], ids=["no-folder", "empty-folder"])
+def test_cache_info_and_clear_make_no_cache_where_there_is_none(tmp_path, make):
+    folder = tmp_path / "cache"
+    if make:
+        folder.mkdir()
+    for call in (cache_info, clear_cache):
+        with pytest.raises(FileNotFoundError, match=f"{folder} holds no readerkit cache"):
+            call(folder)
+    assert (os.listdir(folder) == []) if make else not folder.exists()
+
+
+def test_cache_info_reads_while_another_process_holds_the_write_lock(tmp_path):
+    _fill(tmp_path, passes=1)
+    before = cache_info(tmp_path)["entries"]
+    with _connected(tmp_path) as writer:
+        writer.execute("BEGIN IMMEDIATE")
+        writer.execute("INSERT INTO entries (k, ns, v, crc, size, t) VALUES (-5, 2, x'00', 0, 1, 0)")
+        assert finishes(lambda: cache_info(tmp_path), "cache_info beside a writer")["entries"] == before
+        writer.execute("COMMIT")
+    assert cache_info(tmp_path)["entries"] == before + 1
+
+
+def test_clear_cache_removes_every_entry_and_a_new_pass_computes_again(tmp_path):
+    _fill(tmp_path)
+    info = cache_info(tmp_path)
+    assert any(name.startswith("dense-") for name in os.listdir(tmp_path))
+    done = clear_cache(tmp_path)
+    assert done == {"directory": str(tmp_path), "ns": None, "namespaces": 2, "entries": 13, "bytes": info["bytes"],
+                    "file_bytes_before": info["file_bytes"], "file_bytes_after": _allocated(tmp_path),
+                    "reclaimed": True, "note": None}
+    assert _table_counts(tmp_path) == {} and not any(name.startswith("dense-") for name in os.listdir(tmp_path))
+    after = cache_info(tmp_path)
+    assert [(s["ns"], s["entries"], s["bytes"], s["computed"]) for s in after["namespaces"]] == [(1, 0, 0, 0),
+                                                                                                (2, 0, 0, 0)]
+    assert _calls(tmp_path, double, readers.from_arrays(np.arange(24).reshape(8, 3))) == 8
+    assert _calls(tmp_path, double, readers.from_arrays(np.arange(24).reshape(8, 3))) == 0  # cached again
+
+
+def test_clear_cache_of_one_namespace_keeps_the_others(tmp_path):
+    _fill(tmp_path)
+    kept = _table_counts(tmp_path)[1]
+    done = clear_cache(tmp_path, 2)
+    assert (done["ns"], done["namespaces"], done["entries"]) == (2, 1, 5)
+    assert _table_counts(tmp_path) == {1: kept}
+    assert any(name.startswith("dense-") for name in os.listdir(tmp_path))  # namespace 1's
+    assert _calls(tmp_path, shout, readers.from_sequence(["a", "bb", "ccc", "dddd", "e"])) == 5
+
+
+@pytest.mark.parametrize("ns, error, message", [
+    (9, ValueError, r"has no namespace 9; it has \[1, 2\]"),
+    ("1", TypeError, "ns must be a namespace's number"),
+    (True, TypeError, "ns must be a namespace's number"),
+])
+def test_clear_cache_refuses_a_namespace_it_does_not_hold(tmp_path, ns, error, message):
+    _fill(tmp_path, passes=1)
+    with pytest.raises(error, match=message):
+        clear_cache(tmp_path, ns)
+    assert sum(n for n, _ in _table_counts(tmp_path).values()) == 13
+
+
+def test_clear_cache_while_another_store_has_it_open(tmp_path):
+    _fill(tmp_path, passes=1)
+    store = DiskStore(tmp_path)  # as a process still running would hold it: its namespace known, connected
+    try:
+        ns = store.space("late", {"func": "late"})
+        ks, names = row_keys(ns, [1, 2])
+        store.put(ks[0], ns, names[0], "before", cost=0.001)
+        store.flush()
+        done = clear_cache(tmp_path, timeout=1)
+        assert (done["entries"], done["reclaimed"]) == (14, True)
+        assert store.get_many(ks, names) == ({}, [])  # it misses
+        store.put(ks[1], ns, names[1], "after", cost=0.001)  # and writes under the namespace it knew
+        store.flush()
+        counts, info = _table_counts(tmp_path), cache_info(tmp_path)
+        assert list(counts) == [ns] and (info["entries"], info["bytes"]) == counts[ns]  # counted where it belongs
+        assert [s["entries"] for s in info["namespaces"]] == [0, 0, 1]
+        # a namespace made after the clear takes a new number, not one a running process still writes under
+        assert store.space("newer", {"func": "newer"}) == ns + 1
+    finally:
+        store.close()
+
+
+def test_clear_cache_says_when_a_reader_keeps_it_from_reclaiming_the_space(tmp_path):
+    _fill(tmp_path, passes=1)
+    with _connected(tmp_path) as reader:
+        reader.execute("BEGIN")
+        reader.execute("SELECT count(*) FROM entries").fetchone()  # a read transaction on the old snapshot
+        done = clear_cache(tmp_path, timeout=0.05)
+        reader.execute("COMMIT")
+    assert (done["entries"], done["reclaimed"]) == (13, False)
+    assert "another process is reading the cache" in done["note"] and done["note"] in cleared_line(done)
+    assert _table_counts(tmp_path) == {}  # gone all the same
+    assert clear_cache(tmp_path)["reclaimed"] is True
+
+
+def test_clear_cache_waits_for_a_writer_at_most_its_timeout(tmp_path):
+    _fill(tmp_path, passes=1)
+    with _connected(tmp_path) as writer:
+        writer.execute("BEGIN IMMEDIATE")
+        with pytest.raises(TimeoutError, match="another process has held the write lock .* for over 0.05 s"):
+            clear_cache(tmp_path, timeout=0.05)
+        writer.execute("ROLLBACK")
+    assert sum(n for n, _ in _table_counts(tmp_path).values()) == 13
+
+
+def _garbage(path):
+    path.write_bytes(b"these are someone's notes, not a database\n" * 4)
+
+
+def _rollback_journal_database(path):
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        db.execute("CREATE TABLE notes (x)")
+        db.execute("INSERT INTO notes VALUES ('mine')")
+        db.commit()
+
+
+def _wal_database(path):
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        db.execute("PRAGMA journal_mode = WAL")
+        db.execute("CREATE TABLE notes (x)")
+        db.execute("INSERT INTO notes VALUES ('mine')")
+        db.commit()
+
+
+@pytest.mark.parametrize("make, reason", [
+    (_garbage, r"not a readerkit cache \(file is not a database\)"),
+    (_rollback_journal_database, r"not a readerkit cache \(it holds other tables\)"),
+    (_wal_database, r"not a readerkit cache \(it holds other tables\)"),
+], ids=["not-sqlite", "rollback-journal", "wal-but-not-ours"])
+def test_info_and_clear_refuse_a_file_that_is_not_a_cache_and_leave_it(tmp_path, make, reason):
+    path = tmp_path / FILE
+    make(path)
+    before = path.read_bytes()
+    with pytest.raises(ValueError, match=reason + r": check the folder"):
+        cache_info(tmp_path)
+    with pytest.raises(ValueError, match=reason + r": clear leaves alone what it cannot read as a readerkit cache; "
+                                                  "delete that file yourself"):
+        clear_cache(tmp_path)
+    with pytest.raises(ValueError) as refused:
+        clear_cache(tmp_path)
+    assert "cache clear" not in str(refused.value)  # not advice to run what refused it
+    if make is not _wal_database:  # (that one's log may be folded in: its rows are checked below)
+        assert path.read_bytes() == before
+    if make is not _garbage:
+        with contextlib.closing(sqlite3.connect(path)) as db:
+            assert db.execute("SELECT x FROM notes").fetchall() == [("mine",)]
+
+
+def test_info_lines_align_the_columns_and_total():
+    info = {"directory": "/c", "file_bytes": 5 << 20, "limit": 3 << 30, "entries": 1234, "bytes": 3 << 20,
+            "namespaces": [{"ns": 1, "function": "double 0f", "version": None, "data": ["from_arrays(8 rows)"],
+                            "entries": 1200, "bytes": 2 << 20, "mean_compute_s": 0.002, "created": 0.0},
+                           {"ns": 12, "function": "f 1a", "version": "2", "data": ["b", "a"], "entries": 34,
+                            "bytes": 1 << 20, "mean_compute_s": None, "created": 0.0}]}
+    created = time.strftime("%Y-%m-%d %H:%M", time.localtime(0.0))
+    assert info_lines(info) == [
+        "cache in /c: 2 namespaces, 5.00 MiB on disk",
+        f"  ns  function   version  entries   MiB  ms/entry  {'created':<{len(created)}}  data",
+        f"   1  double 0f  -          1,200  2.00     2.000  {created}  from_arrays(8 rows)",
+        f"  12  f 1a       2             34  1.00         -  {created}  b > a",
+        "total                       1,234  3.00",
+        "limit: 3,072.00 MiB (disk_bytes=3,221,225,472)",
+    ]
+
+
+def test_cleared_line_names_the_namespace_cleared():
+    result = {"directory": "/c", "ns": 3, "namespaces": 1, "entries": 1, "bytes": 0, "file_bytes_before": 0,
+              "file_bytes_after": 0, "reclaimed": True, "note": None}
+    assert cleared_line(result) == "cleared /c: 1 entry (0.00 MiB) from namespace 3; the files went from 0.00 to 0.00 MiB"

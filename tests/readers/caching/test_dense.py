@@ -1,0 +1,164 @@
+import multiprocessing
+import os
+import signal
+import sqlite3
+
+import numpy as np
+import pytest
+
+from readers.caching.dense import DenseFile, layout_of
+from readers.caching.disk import DiskStore, row_keys
+from tests.conftest import HANG, wait_until
+
+
+def entry(i):
+    return (np.full(784, i, dtype=np.float32), i % 10)
+
+
+def dense_store(d, n=100, limit=None):
+    store = DiskStore(d, limit)
+    ns = store.space("demo", {"func": "f"}, ids=(0, n))
+    return store, ns
+
+
+def put_all(store, ns, ids, make=entry):
+    ks, names = row_keys(ns, np.asarray(ids))
+    for k, name, i in zip(ks, names, ids):
+        store.put(k, ns, name, make(i), cost=0.0)
+    return ks, names
+
+
+def test_layouts():
+    assert layout_of(np.zeros((2, 3), np.uint8)) == [["array", "|u1", [2, 3]]]
+    assert layout_of((np.zeros(2), np.float32(1.0), 3, 2.5, True)) == [
+        ["tuple"], ["array", "<f8", [2]], ["scalar", "<f4", []], ["int", "<i8", []], ["float", "<f8", []],
+        ["bool", "|b1", []]]
+    for none in ("x", [np.zeros(2)], (), (np.zeros(2), "label"), np.array([object()]), (1 << 70,), {"a": 1}):
+        assert layout_of(none) is None
+
+
+def test_fixed_shape_entries_go_to_a_dense_file_and_read_back_exactly(tmp_path):
+    store, ns = dense_store(tmp_path)
+    ks, names = put_all(store, ns, range(0, 100, 3))
+    store.flush()
+    assert sorted(p for p in os.listdir(tmp_path) if p.startswith("dense-")) == [
+        f"dense-demo-{c}.npy" for c in (0, 1)]
+    with sqlite3.connect(tmp_path / "cache.sqlite3") as db:
+        assert db.execute("SELECT count(*), count(v) FROM entries").fetchone() == (len(ks), 0)  # no blobs
+    reader, _ = dense_store(tmp_path)
+    found, corrupt = reader.get_many(*row_keys(ns, np.arange(100)))
+    assert corrupt == [] and len(found) == len(ks)
+    for k, i in zip(ks, range(0, 100, 3)):
+        x, label = found[k]
+        assert x.dtype == np.float32 and x.shape == (784,) and (x == i).all() and label == i % 10
+        assert type(label) is int and not x.flags.writeable
+    store.close(), reader.close()
+
+
+def test_entries_that_do_not_fit_the_layout_are_blobs(tmp_path):
+    store, ns = dense_store(tmp_path, n=10)
+    put_all(store, ns, [0])  # decides the layout
+    odd = {1: (np.zeros(5, np.float32), 1), 2: (np.zeros(784, np.float64), 2), 3: "text", 4: entry(4) + (0,)}
+    for i, value in odd.items():
+        ks, names = row_keys(ns, [i])
+        store.put(ks[0], ns, names[0], value, cost=0.0)
+    ks, names = row_keys(ns, [12])  # outside the range the file was made for
+    store.put(ks[0], ns, names[0], entry(12), cost=0.0)
+    store.flush()
+    with sqlite3.connect(tmp_path / "cache.sqlite3") as db:
+        assert db.execute("SELECT count(*) FROM entries WHERE v IS NOT NULL").fetchone() == (5,)
+    found, _ = dense_store(tmp_path, n=10)[0].get_many(*row_keys(ns, [1, 2, 3, 4, 12]))
+    got = [found[k] for k in row_keys(ns, [1, 2, 3, 4, 12])[0]]
+    assert got[0][0].shape == (5,) and got[1][0].dtype == np.float64 and got[2] == "text" and len(got[3]) == 3
+    assert (got[4][0] == 12).all()
+    store.close()
+
+
+def test_a_size_limit_keeps_entries_out_of_dense_files(tmp_path):
+    store, ns = dense_store(tmp_path, limit=1 << 30)
+    put_all(store, ns, range(5))
+    store.flush()
+    assert not [p for p in os.listdir(tmp_path) if p.startswith("dense-")]
+    store.close()
+
+
+def test_a_damaged_row_fails_its_checksum_and_is_not_served(tmp_path):
+    store, ns = dense_store(tmp_path)
+    ks, names = put_all(store, ns, range(4))
+    store.flush()
+    column = np.load(tmp_path / "dense-demo-0.npy", mmap_mode="r+")
+    column[2, 100] = -1.0  # damage on disk, after the write
+    column.flush()
+    reader, _ = dense_store(tmp_path)
+    found, corrupt = reader.get_many(ks, names)
+    assert corrupt == [ks[2]] and sorted(found) == sorted(ks[:2] + ks[3:])
+    found, corrupt = reader.get_many(ks[2:3], names[2:3])  # forgotten, asked of the database again: still bad
+    assert corrupt == [ks[2]] and not found
+    store.close(), reader.close()
+
+
+def test_rows_another_store_wrote_later_are_found(tmp_path):
+    a, ns = dense_store(tmp_path)
+    put_all(a, ns, [0])
+    a.flush()
+    b, _ = dense_store(tmp_path)
+    assert len(b.get_many(*row_keys(ns, [0, 1]))[0]) == 1  # b now knows the file, and row 1 is missing
+    put_all(a, ns, [1])
+    a.flush()
+    found, corrupt = b.get_many(*row_keys(ns, [1]))
+    assert corrupt == [] and (found[row_keys(ns, [1])[0][0]][0] == 1).all()
+    a.close(), b.close()
+
+
+def test_two_stores_making_one_file_at_once_share_it(tmp_path):
+    layout = layout_of(entry(0))
+    files = [DenseFile(str(tmp_path), "same", 0, 10, layout) for _ in range(2)]
+    files[0].write(3, entry(3))
+    assert (files[1].maps[0][3] == 3).all()  # one file under one name, seen through both maps
+    assert not [p for p in os.listdir(tmp_path) if p.endswith(".tmp")]
+
+
+def test_a_file_of_another_shape_is_refused_with_the_way_out(tmp_path):
+    DenseFile(str(tmp_path), "x", 0, 10, layout_of(np.zeros(3)))
+    with pytest.raises(ValueError, match=r"dense-x-0.npy holds float64 rows of shape \(3,\).*cache clear"):
+        DenseFile(str(tmp_path), "x", 0, 10, layout_of(np.zeros(4)))
+
+
+def committed(directory):
+    with sqlite3.connect(directory / "cache.sqlite3") as db:
+        return db.execute("SELECT count(*) FROM entries").fetchone()[0]
+
+
+def _write_forever(directory, ready):
+    store, ns = dense_store(directory, n=100_000)
+    store.interval = 0.01
+    for i in range(100_000):
+        ks, names = row_keys(ns, [i])
+        store.put(ks[0], ns, names[0], entry(i), cost=0.0)
+        if i == 2000:
+            ready.set()
+
+
+def test_a_writer_killed_mid_write_leaves_only_whole_rows_marked(tmp_path):
+    ctx = multiprocessing.get_context("spawn")
+    ready = ctx.Event()
+    p = ctx.Process(target=_write_forever, args=(str(tmp_path), ready))
+    p.start()
+    try:
+        assert ready.wait(HANG * 3)
+        wait_until(lambda: committed(tmp_path) >= 1000, HANG, "a thousand rows committed")
+        os.kill(p.pid, signal.SIGKILL)  # while it goes on writing rows and committing them
+    finally:
+        p.join(HANG)
+        if p.is_alive():
+            p.kill()
+    store, ns = dense_store(tmp_path, n=100_000)
+    ids = np.arange(100_000)
+    found, corrupt = store.get_many(*row_keys(ns, ids))
+    assert corrupt == [] and 1000 <= len(found) < 100_000
+    for k, value in found.items():
+        i = k & ((1 << 40) - 1)
+        assert (value[0] == i).all() and value[1] == i % 10
+    with sqlite3.connect(tmp_path / "cache.sqlite3") as db:
+        assert db.execute("SELECT entries FROM spaces WHERE ns = ?", (ns,)).fetchone() == (len(found),)
+    store.close()

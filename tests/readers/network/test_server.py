@@ -1,0 +1,362 @@
+"""The data-provider server as a whole: a fuzz of hostile connections and slow clients, many clients at once,
+a stalled client, stopping, reachable hosts, TLS and its limits.
+
+Every server here listens on 127.0.0.1, port 0, and is stopped by its test; every wait is bounded (``WAIT``).
+"""
+from __future__ import annotations
+
+import collections
+import concurrent.futures
+import gc
+import json
+import os
+import shutil
+import socket
+import subprocess
+import threading
+import time
+from typing import Any
+
+import numpy as np
+import pytest
+
+import readers
+import readers.network.hosting
+import readers.network.server
+from readers.network.wire import (
+    HELLO_FRAME,
+    KINDS,
+    MAX_FRAME,
+    VERSION,
+    decode,
+    encode,
+    frame_length,
+    unpack_columns,
+)
+from tests.conftest import wait_until
+from tests.helpers.serve_helpers import (
+    WAIT,
+    Client,
+    N,
+    big_reader,
+    expect_rows,
+    serving,
+    small_reader,
+)
+
+
+def rss_mib() -> float:
+    with open("/proc/self/status") as status:
+        return next(int(line.split()[1]) for line in status if line.startswith("VmRSS:")) / 1024
+
+
+def open_files() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+BAD_IDS = [None, -1, -(2 ** 70), "1", 1.5, True, False, [], {}]
+BAD_INTERVALS = [[5, 2], [-1, 3], [0, N], [N, N], [0, 2 ** 64], [-(2 ** 64), 0], [1], [1, 2, 3], [1.0, 2],
+                 "0:1", [True, 1], [None, 1], {}, 7]
+BAD_INDICES = [[-1], [N], [2 ** 63], [-(2 ** 63) - 1], [1.5], "1,2", [[1]], [None], [True], 3, {"0": 1}]
+TYPES = ["hello", "auth", "entries", "error", "welcome", "challenge", "", "GET", "get " * 30]
+
+
+def valid_get(rng, ident: int) -> tuple[dict, list]:
+    if rng.random() < 0.5:
+        lo = int(rng.integers(0, N))
+        hi = int(rng.integers(lo, min(N, lo + 30)))
+        return {"type": "get", "id": ident, "interval": [lo, hi]}, list(range(lo, hi + 1))
+    picked = rng.integers(0, N, size=int(rng.integers(0, 12))).tolist()
+    return {"type": "get", "id": ident, "indices": picked}, picked
+
+
+def bad_message(rng, ident: int) -> dict:
+    """A well-formed frame whose request the server must reject (and answer), keeping the connection."""
+    def use(options: list) -> Any:
+        return options[int(rng.integers(len(options)))]
+
+    roll = rng.random()
+    if roll < 0.25:
+        return {"type": use(TYPES), "id": ident, "interval": [0, 1]}
+    if roll < 0.45:
+        return {"type": "get", "id": use(BAD_IDS), "interval": [0, 1]}
+    if roll < 0.65:
+        return {"type": "get", "id": ident, "interval": use(BAD_INTERVALS)}
+    if roll < 0.85:
+        return {"type": "get", "id": ident, "indices": use(BAD_INDICES)}
+    if roll < 0.92:
+        return {"type": "get", "id": ident, "interval": [0, 1], "indices": [0]}
+    return {"type": "get", "id": ident, "extra": "x" * int(rng.integers(0, 100))}
+
+
+def broken_frame(rng, limit: int) -> bytes:
+    """Bytes that break the framing: the server may answer once, then closes the connection."""
+    roll = rng.random()
+    if roll < 0.25:
+        return rng.bytes(int(rng.integers(1, 200)))
+    if roll < 0.4:
+        frame = encode(bad_message(rng, 1))
+        return frame[:int(rng.integers(1, len(frame)))]  # truncated: the client stops mid-frame
+    if roll < 0.55:
+        return int(rng.integers(limit + 1, 2 ** 32)).to_bytes(4, "big")
+    if roll < 0.7:
+        payload = rng.bytes(int(rng.integers(0, 4)))  # too short for a header length
+    elif roll < 0.8:
+        payload = int(rng.integers(10, 2 ** 32)).to_bytes(4, "big") + rng.bytes(8)  # header length past the end
+    elif roll < 0.9:
+        body = rng.bytes(int(rng.integers(1, 60)))
+        payload = len(body).to_bytes(4, "big") + body  # not JSON (or, rarely, JSON that is not an object)
+    else:
+        body = json.dumps([[], 1, "x", None, {"type": 5}, {"typ": "get"}][int(rng.integers(6))]).encode()
+        payload = len(body).to_bytes(4, "big") + body
+    return len(payload).to_bytes(4, "big") + payload
+
+
+def fuzz_connection(address: str, rng) -> str:
+    """One short connection: some well-formed requests, rejected ones and perhaps broken bytes at the end;
+    checks every answer it gets. Returns how it ended."""
+    with Client(address) as client:
+        logged_in = rng.random() < 0.7
+        if logged_in:
+            client.login()
+        expected, rejected, data = {}, set(), []
+        for k in range(int(rng.integers(0, 6)) if logged_in else 0):
+            if rng.random() < 0.5:
+                message, rows = valid_get(rng, k)
+                expected[k] = rows
+            else:
+                message = bad_message(rng, k)
+                rejected.add(k)
+            data.append(encode(message))
+        broken = rng.random() < (0.4 if logged_in else 1.0)
+        if broken:
+            data.append(broken_frame(rng, MAX_FRAME if logged_in else HELLO_FRAME))
+        client.raw(b"".join(data))
+        client.sock.shutdown(socket.SHUT_WR)  # the server answers what it read, then closes
+        got: dict[int, list] = {}
+        errors = 0
+        try:
+            while True:
+                prefix = client.sock.recv(4, socket.MSG_WAITALL)
+                if not prefix:
+                    break
+                header, body = decode(client.exactly(frame_length(prefix, MAX_FRAME)))
+                assert header["type"] in ("entries", "error"), header
+                if header["type"] == "error":
+                    assert header["kind"] in KINDS and isinstance(header["message"], str)
+                    errors += 1
+                    assert header.get("id") not in expected, header
+                    continue
+                assert header["id"] in expected and header["first"] == 0
+                got[header["id"]] = unpack_columns(header["columns"], body)
+        except ConnectionResetError:
+            assert broken, "a connection reset with no broken frame sent"
+            return "reset"
+        for ident, rows in expected.items():
+            expect_rows(got[ident], rows)
+        assert len(rejected) <= errors <= len(rejected) + broken  # one per rejected request, one for bad bytes
+        return "broken" if broken else "clean"
+
+
+SHORT = {"handshake_timeout": 1.5, "frame_timeout": 1.5, "idle_timeout": 2.0}
+
+
+def slow_client(address: str, login: bool, data: bytes, step: float) -> float:
+    """Send ``data`` a byte every ``step`` seconds (after a login, perhaps) until the server closes the
+    connection; how long that took, from the end of the login."""
+    with Client(address) as client:
+        if login:
+            client.login()
+        began = time.monotonic()
+        client.sock.settimeout(step)
+        for k in range(int(WAIT / step) + len(data)):
+            try:
+                if k < len(data):
+                    client.raw(data[k:k + 1])
+                if not client.sock.recv(1 << 16):
+                    return time.monotonic() - began
+            except socket.timeout:
+                continue
+            except (BrokenPipeError, ConnectionResetError):
+                return time.monotonic() - began
+        raise AssertionError(f"the server kept a slow client ({len(data)} bytes, login={login}) for {WAIT} s")
+
+
+GET = encode({"type": "get", "id": 1, "interval": [0, 3]})
+HELLO = encode({"type": "hello", "version": VERSION})
+SLOW = [  # (login, bytes sent slowly, the limit that must close the connection)
+    (False, HELLO, "handshake_timeout"),  # slow loris before login
+    (True, GET, "frame_timeout"),  # slow loris after: the prefix is within the idle limit, the payload is not
+    (False, b"", "handshake_timeout"),  # connects and sends nothing
+    (True, b"", "idle_timeout"),  # logs in and sends nothing
+    (False, HELLO[:7], "handshake_timeout"),  # half a frame, then nothing
+    (True, GET[:9], "frame_timeout"),
+    (True, GET[:2], "idle_timeout"),  # half a length prefix
+]
+
+
+def test_server_survives_a_fuzz_of_hostile_connections_and_slow_clients(no_leaks):
+    rng = np.random.default_rng(20240514)
+    with serving(**SHORT) as server:
+        def partial_frames(count: int) -> None:  # a big frame begun and given up: its buffer must be freed
+            for _ in range(count):
+                with Client(server.address) as client:
+                    client.login()
+                    client.raw((4 << 20).to_bytes(4, "big") + bytes(1 << 20))
+
+        for _ in range(150):  # warm up the allocator, so what stays after is what leaked
+            fuzz_connection(server.address, rng)
+        partial_frames(20)
+        gc.collect()
+        rss, files = rss_mib(), open_files()
+        with concurrent.futures.ThreadPoolExecutor(len(SLOW), thread_name_prefix="test-slow") as pool:
+            slow = [pool.submit(slow_client, server.address, login, data, 0.4) for login, data, _ in SLOW]
+            endings = collections.Counter(fuzz_connection(server.address, rng) for _ in range(3000))
+            partial_frames(80)
+            for (login, data, limit), future in zip(SLOW, slow):
+                took = future.result(timeout=WAIT + 5)
+                assert took <= SHORT[limit] + 5, (login, data, limit, took)  # its limit, and slack for a busy CI
+        assert endings["clean"] > 1000 and endings["broken"] > 500, endings
+        with Client(server.address) as client:  # a normal client gets exactly the right data
+            client.login()
+            client.send({"type": "get", "id": 0, "interval": [0, N - 1]})
+            expect_rows(client.rows(0, N), range(N))
+        remote = readers.remote(server.address)
+        expect_rows(remote.gather_columns(np.arange(N)[::-1].copy()), range(N - 1, -1, -1))
+        wait_until(lambda: len(server.server.sessions) <= 1, WAIT, "the fuzz's connections to close")
+        gc.collect()
+        assert rss_mib() - rss < 40, f"memory grew by {rss_mib() - rss:.0f} MiB over 3,000 connections"
+        assert open_files() <= files + 2, "sockets left open"
+        reasons = "\n".join(server.lines)
+        for words in ("no login within 1.5 s", "idle for 2 s", "unfinished after 1.5 s", "closed mid-frame",
+                      "a frame over the limit", "a malformed frame"):
+            assert words in reasons
+
+
+# -- many clients, a stalled client, stopping, reachable hosts, TLS -----------------------------------
+
+
+def test_server_serves_64_clients_at_once_each_its_own_interval(no_leaks):
+    span, clients = 37, 64
+    values = np.arange(span * clients, dtype=np.int64) * 5 + 1
+    ready = threading.Barrier(clients, timeout=WAIT)
+    with serving(readers.from_arrays(values, -values)) as server:
+        def read(k: int) -> tuple[int, tuple]:
+            remote = readers.remote(server.address)  # each logs in, then all read at once
+            ready.wait()
+            return k, remote.gather_columns(np.arange(k * span, (k + 1) * span))
+
+        with concurrent.futures.ThreadPoolExecutor(clients, thread_name_prefix="test-client") as pool:
+            answers = sorted(pool.map(read, range(clients), timeout=WAIT * 3))
+        assert server.stats["connections"] >= clients
+    got = np.concatenate([columns[0] for _, columns in answers])
+    np.testing.assert_array_equal(got, values)  # every entry exactly once, in order
+    np.testing.assert_array_equal(np.concatenate([columns[1] for _, columns in answers]), -values)
+
+
+def test_server_a_stalled_client_does_not_stall_the_others():
+    images, labels = big_reader()
+    with serving(readers.from_arrays(images, labels), budget=40 << 20) as server, Client(server.address) as stalled:
+        stalled.login()
+        stalled.send({"type": "get", "id": 1, "interval": [0, len(labels) - 1]})  # ~37 MiB, left unread
+        stalled.send({"type": "get", "id": 2, "interval": [0, len(labels) - 1]})
+        stalled.sock.settimeout(WAIT)
+        assert stalled.sock.recv(1, socket.MSG_PEEK)  # its answer is under way
+        remote = readers.remote(server.address)
+        for lo in range(0, len(labels), 50):  # another client reads everything while the first stalls
+            columns = remote.gather_columns(np.arange(lo, min(lo + 50, len(labels))))
+            np.testing.assert_array_equal(columns[0], images[lo:lo + 50])
+        for got in stalled.answers({1: len(labels), 2: len(labels)}).values():  # it was kept, and gets it all
+            np.testing.assert_array_equal(got[0], images)
+            np.testing.assert_array_equal(got[1], labels)
+
+
+def test_server_stop_finishes_answers_in_flight_and_closes_every_connection():
+    images, labels = big_reader()
+    files = open_files()
+    handle = readers.serve(readers.from_arrays(images, labels), log=[].append)
+    try:
+        with Client(handle.address) as busy, Client(handle.address) as idle, Client(handle.address) as silent:
+            busy.login()
+            idle.login()
+            busy.send({"type": "get", "id": 5, "interval": [0, len(labels) - 1]})
+            header, first = busy.receive()  # the answer is under way when the server is told to stop
+            assert header["count"] == 63
+            stopping = threading.Thread(target=handle.stop, name="test-stop")
+            stopping.start()
+            parts = [unpack_columns(header["columns"], first)]
+            while sum(len(p[1]) for p in parts) < len(labels):
+                header, body = busy.receive()
+                assert header["first"] == sum(len(p[1]) for p in parts)
+                parts.append(unpack_columns(header["columns"], body))
+            np.testing.assert_array_equal(np.concatenate([p[0] for p in parts]), images)
+            assert busy.closed() and idle.closed() and silent.closed()
+            stopping.join(WAIT)
+            assert not stopping.is_alive()
+        assert [t.name for t in threading.enumerate() if t.name.startswith("readerkit-")] == []
+        with pytest.raises(ConnectionRefusedError):
+            socket.create_connection(("127.0.0.1", handle.port), timeout=WAIT).close()
+        assert open_files() == files and repr(handle).endswith(", stopped>")
+    finally:
+        handle.stop()
+
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "", "::", "192.0.2.1", "example.org", "127.1"])
+def test_server_refuses_a_reachable_host_without_a_secret(host):
+    with pytest.raises(ValueError, match=f"refusing to serve on {host}, which other machines can reach, without "
+                                         "a secret: anyone there could read the data; give --secret-file"):
+        readers.serve(small_reader(), host=host)
+    assert [t.name for t in threading.enumerate() if t.name.startswith("readerkit-")] == []
+
+
+def test_server_serves_a_reachable_host_with_a_secret():
+    with serving(host="0.0.0.0", secret="s3cret") as server:
+        assert server.address == f"0.0.0.0:{server.port}"
+        with Client(f"127.0.0.1:{server.port}") as client:  # reached through loopback only
+            client.login(b"s3cret")
+            client.send({"type": "get", "id": 0, "indices": [2]})
+            expect_rows(client.rows(0, 1), [2])
+
+
+@pytest.fixture(scope="module")
+def certificate(tmp_path_factory) -> tuple[str, str]:
+    """A self-signed certificate for 127.0.0.1 and localhost, and its key."""
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl is not on PATH, so there is no certificate to test TLS with")
+    folder = tmp_path_factory.mktemp("tls")
+    cert, key = str(folder / "cert.pem"), str(folder / "key.pem")
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=localhost", "-addext",
+                    "subjectAltName=IP:127.0.0.1,DNS:localhost", "-days", "1", "-keyout", key, "-out", cert],
+                   check=True, capture_output=True, timeout=60)
+    return cert, key
+
+
+def test_server_speaks_tls_to_a_client_that_trusts_its_certificate(certificate):
+    cert, key = certificate
+    with serving(tls=readers.network.hosting.tls_context(cert, key)) as server:
+        remote = readers.remote(server.address, ca_file=cert)
+        expect_rows(remote.gather_columns(np.arange(N)), range(N))
+        with Client(server.address) as plain:  # no TLS: the handshake fails and the connection closes
+            plain.raw(HELLO)
+            assert plain.closed()
+        with pytest.raises(OSError, match="closed the connection"):  # RemoteUnavailable, after no retries
+            readers.remote(server.address, deadline=0, timeout=WAIT)
+        with pytest.raises(OSError, match="CERTIFICATE_VERIFY_FAILED"):
+            readers.remote(server.address, deadline=0, timeout=WAIT, tls=True)  # the system's CAs do not know it
+        expect_rows(remote.gather_columns(np.arange(3)), range(3))  # and the server serves on
+
+
+def test_server_without_tls_refuses_a_tls_client(certificate):
+    with serving() as server, pytest.raises(OSError, match="WRONG_VERSION_NUMBER"):
+        readers.remote(server.address, deadline=0, timeout=WAIT, ca_file=certificate[0])
+
+
+@pytest.mark.parametrize("limit, value, words", [
+    ("handshake_timeout", 0, "a number of seconds > 0"), ("idle_timeout", -1.0, "a number of seconds > 0"),
+    ("frame_timeout", True, "a number of seconds > 0"), ("drain_timeout", "10", "a number of seconds > 0"),
+    ("max_clients", 0, "an int >= 1"), ("budget", 1.5, "an int >= 1"),
+])
+def test_server_refuses_limits_that_cannot_work(limit, value, words):
+    with pytest.raises(ValueError, match=f"{limit} must be {words}, got {value!r}"):
+        readers.serve(small_reader(), **{limit: value})
+    assert [t.name for t in threading.enumerate() if t.name.startswith("readerkit-")] == []

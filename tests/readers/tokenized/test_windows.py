@@ -1,0 +1,182 @@
+"""readers.tokens: windows of pre-tokenized text over memory-mapped .bin and .npy files."""
+import os
+import pickle
+
+import numpy as np
+import pytest
+
+import batching
+import readers
+from readers.identity import fingerprint
+from readers.tokenized.windows import TokenFileError, tokens
+from tests.helpers import paths as _paths
+
+
+def _bin(path, values, dtype="<u2"):
+    np.asarray(values, dtype=dtype).tofile(path)
+    return str(path)
+
+
+def test_windows_start_every_seq_len_tokens_and_never_cross_a_file(tmp_path):
+    _bin(tmp_path / "a.bin", range(11))  # 10 targets: windows [0..4], [4..8]; tokens 9, 10 are left out
+    _bin(tmp_path / "b.bin", range(100, 105))  # exactly one window
+    r = tokens(tmp_path, seq_len=4)
+    assert len(r) == 3
+    assert [w.tolist() for w in r()] == [[0, 1, 2, 3, 4], [4, 5, 6, 7, 8], [100, 101, 102, 103, 104]]
+    assert r[1].dtype == np.int32 and r[-1].tolist() == [100, 101, 102, 103, 104]
+
+
+def test_an_npy_file_is_read_through_its_header_not_as_raw_bytes(tmp_path):
+    """The reference system mapped a .npy whole, so its first tokens were header bytes."""
+    np.save(tmp_path / "t.npy", np.arange(7, 20, dtype=np.uint16))
+    assert tokens(tmp_path / "t.npy", seq_len=4)[0].tolist() == [7, 8, 9, 10, 11]
+    np.save(tmp_path / "big.npy", np.array([3, 2**31 - 1, 5], dtype=np.uint32))
+    assert tokens(tmp_path / "big.npy", seq_len=2, token_size=4)[0].tolist() == [3, 2**31 - 1, 5]
+
+
+def test_four_byte_tokens_and_a_list_of_files(tmp_path):
+    a = _bin(tmp_path / "a.bin", [70000, 1, 2], "<u4")
+    b = _bin(tmp_path / "b.bin", [5, 6, 7], "<u4")
+    r = tokens([b, a], seq_len=2, token_size=4)
+    assert [w.tolist() for w in r()] == [[5, 6, 7], [70000, 1, 2]]
+
+
+@pytest.mark.parametrize("make, kwargs, message", [
+    (lambda d: _bin(d / "odd.bin", range(9)), {"token_size": 4},
+     r"odd.bin has 18 bytes, not a multiple of token_size=4: .*\(try token_size=2\)"),
+    (lambda d: np.save(d / "f.npy", np.zeros(9, np.float32)) or str(d / "f.npy"), {},
+     r"f.npy holds float32 values \(4 bytes each\), which disagrees with token_size=2: save the tokens as uint16"),
+    (lambda d: np.save(d / "w.npy", np.zeros(9, np.int64)) or str(d / "w.npy"), {"token_size": 4},
+     r"w.npy holds int64 values \(8 bytes each\), which disagrees with token_size=4"),
+    (lambda d: np.save(d / "m.npy", np.zeros((3, 3), np.uint16)) or str(d / "m.npy"), {},
+     r"m.npy holds an array of shape \(3, 3\); token files hold one sequence"),
+    (lambda d: str(d), {}, r"no .bin or .npy token files in this folder \(it holds nothing\); make them with"),
+    (lambda d: (d / "notes.txt").write_text("x") and str(d / "notes.txt"), {}, r"notes.txt: not a token file"),
+    (lambda d: str(d / "missing.bin"), {}, r"missing.bin: no such file or folder"),
+    (lambda d: _bin(d / "short.bin", range(4)), {},
+     r"1 token file is shorter than one window of seq_len \+ 1 = 5 tokens \(.*short.bin holds 4\)"),
+    (lambda d: _bin(d / "empty.bin", []), {}, r"empty.bin holds 0\)"),
+])
+def test_bad_files_are_named_with_their_fault(tmp_path, make, kwargs, message):
+    path = make(tmp_path)
+    with pytest.raises(TokenFileError, match=message):
+        tokens(path, seq_len=4, **kwargs)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"seq_len": 4, "token_size": 3}, "token_size must be 2 or 4 \\(bytes per token\\), got 3"),
+    ({"seq_len": 0}, "seq_len must be an int >= 1"),
+    ({"seq_len": 4.0}, "seq_len must be an int >= 1"),
+])
+def test_bad_options_are_refused(tmp_path, kwargs, message):
+    _bin(tmp_path / "a.bin", range(20))
+    with pytest.raises(ValueError, match=message):
+        tokens(tmp_path, **kwargs)
+
+
+def test_a_token_id_int32_cannot_hold_names_its_file(tmp_path):
+    _bin(tmp_path / "huge.bin", [1, 2**31, 3], "<u4")
+    r = tokens(tmp_path, seq_len=2, token_size=4)
+    with pytest.raises(TokenFileError, match=r"huge.bin holds the token id 2147483648, outside 0..2,147,483,647"):
+        r[0]
+
+
+def test_length_comes_from_file_sizes_without_reading_the_data(tmp_path):
+    big = tmp_path / "sparse.bin"
+    with open(big, "wb") as f:  # 8 GiB of zeros that take no disk and are never read
+        f.truncate(8 << 30)
+    r = tokens(big, seq_len=1024)
+    assert len(r) == ((4 << 30) - 1) // 1024
+    assert r[len(r) - 1].shape == (1025,)  # one window from the end of the mapping
+
+
+def test_a_batch_is_one_int32_array_through_every_decorator(tmp_path):
+    _bin(tmp_path / "a.bin", range(1000))
+    _bin(tmp_path / "b.bin", range(5000, 5300))
+    r = tokens(tmp_path, seq_len=8)  # 124 + 37 windows
+    pipeline = batching.collated(batching.batch(readers.shuffle(r, seed=3), 16))
+    batches = list(pipeline())
+    assert batches[0].shape == (16, 9) and batches[0].dtype == np.int32
+    seen = np.concatenate(batches)
+    assert sorted(map(tuple, seen.tolist())) == sorted(map(tuple, (w.tolist() for w in r())))
+    shards = [np.concatenate(list(batching.collated(batching.batch(readers.shard(readers.shuffle(r, seed=3), k, 3), 7))()))
+              for k in range(3)]
+    assert sorted(map(tuple, np.concatenate(shards).tolist())) == sorted(map(tuple, seen.tolist()))
+    prefetched = list(readers.prefetch(readers.shuffle(r, seed=3), 2, mode="process")())
+    assert [w.tolist() for w in prefetched] == [w.tolist() for w in readers.shuffle(r, seed=3)()]
+
+
+def test_a_pass_resumes_from_its_state(tmp_path):
+    _bin(tmp_path / "a.bin", range(2000))
+    pipeline = batching.batch(readers.shuffle(tokens(tmp_path, seq_len=16), seed=1), 8)
+    pipeline.set_pass(2)
+    whole = [np.stack(b).tolist() for b in pipeline()]
+    pipeline.set_pass(2)
+    first = pipeline()
+    head = [np.stack(next(first)).tolist() for _ in range(5)]
+    state = first.get_state()
+    pipeline.set_state(state)
+    assert head + [np.stack(b).tolist() for b in pipeline()] == whole
+
+
+def test_a_copy_for_another_process_maps_the_files_itself(tmp_path):
+    _bin(tmp_path / "a.bin", np.arange(1 << 20) % 50000)
+    r = tokens(tmp_path, seq_len=64)
+    r[0]  # mapped here
+    copy = pickle.loads(pickle.dumps(r))
+    assert len(pickle.dumps(r)) < 10_000 and copy[5].tolist() == r[5].tolist()
+
+
+def test_the_fingerprint_knows_the_tokens_not_the_folder(tmp_path):
+    for name in ("one", "two", "other"):
+        (tmp_path / name).mkdir()
+    _bin(tmp_path / "one" / "a.bin", range(100))
+    _bin(tmp_path / "two" / "a.bin", range(100))
+    _bin(tmp_path / "other" / "a.bin", range(1, 101))
+    one, two, other = (fingerprint(tokens(tmp_path / n, seq_len=9)) for n in ("one", "two", "other"))
+    assert one == two and one["content"] != other["content"]
+    assert one["pipeline"] == ["tokens(seq_len=9, token_size=2: 1 file, 100 tokens)"]
+    assert os.path.basename(str(tmp_path)) not in str(one)
+
+
+def test_tokenize_bytes_writes_byte_level_tokens_that_tokens_reads(tmp_path):
+    from readers.tokenized.windows import tokenize_bytes
+    (tmp_path / "a.txt").write_bytes("héllo\n".encode())
+    (tmp_path / "b.txt").write_bytes(b"no newline")
+    seen = []
+    path = tokenize_bytes([tmp_path / "a.txt", tmp_path / "b.txt"], tmp_path / "out", token_size=4, progress=seen.append)
+    values = np.fromfile(path, "<u4").tolist()
+    assert bytes(values) == "héllo\n".encode() + b"no newline\n" and seen[-1] == len("héllo\n".encode()) + 10
+    assert tokens(path, seq_len=4, token_size=4)[0].tolist() == values[:5]
+    with pytest.raises(TokenFileError, match="no such file"):
+        tokenize_bytes([tmp_path], tmp_path / "out")
+    assert sorted(os.listdir(tmp_path / "out")) == ["tokens.bin"]  # no part file left
+
+
+def test_a_corpus_of_many_files_keeps_few_open(tmp_path):
+    """Review of issue 13: every file stayed mapped (a descriptor each): 3,000 shards hit the open-file limit."""
+    import subprocess
+    import sys
+    for k in range(300):
+        _bin(tmp_path / f"shard{k:04}.bin", np.arange(k, k + 17))
+    code = ("import resource, sys, numpy as np, readers, batching\n"
+            "resource.setrlimit(resource.RLIMIT_NOFILE, (200, 200))\n"
+            "r = readers.tokens(sys.argv[1], seq_len=8)\n"
+            "seen = np.concatenate(list(batching.collated(batching.batch(readers.shuffle(r, seed=0), 50))()))\n"
+            "print(len(r), len(seen), r.max_token(), readers.fingerprint(r)['content'] is not None)\n")
+    root = str(_paths.ROOT)
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "PYTHONPATH": root}, cwd=root)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split()[:3] == ["600", "600", "315"]
+
+
+def test_a_folder_named_like_a_token_file_is_skipped_and_hints_fit_the_size(tmp_path):
+    """Review of issue 13: a subfolder named x.bin gave IsADirectoryError; 3 bytes were told to try token_size=4."""
+    (tmp_path / "sub.bin").mkdir()
+    _bin(tmp_path / "a.bin", range(20))
+    assert len(tokens(tmp_path, seq_len=4)) == 4
+    (tmp_path / "three.bin").write_bytes(b"abc")
+    with pytest.raises(TokenFileError, match=r"three.bin has 3 bytes, not a multiple of token_size=2: it was cut "
+                                             r"short, or written with another token size$"):
+        tokens(tmp_path / "three.bin", seq_len=1)

@@ -1,0 +1,133 @@
+"""`python cli.py cache info|clear DIR` (train.commands.cache_folders): tables, --json, confirmation, clean refusals."""
+from __future__ import annotations
+
+import json
+import pathlib
+import re
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+import readers
+from cli import main
+from readers.caching.admin import cache_info
+from tests.helpers import paths as _paths
+
+ROOT = _paths.ROOT
+
+
+def halve(entry):
+    return entry[0] / 2
+
+
+def tag(word):
+    return "#" + word
+
+
+@pytest.fixture
+def cache_dir(tmp_path):
+    """A cache of two namespaces: 6 entries of halve (a dense file), 3 of tag, version "2", with a limit."""
+    folder = tmp_path / "cache"
+    for r in (readers.cached(readers.from_arrays(np.arange(12.0).reshape(6, 2)), halve, directory=folder),
+              readers.cached(readers.from_sequence(["a", "b", "c"]), tag, directory=folder, version="2",
+                             disk_bytes=50 << 20)):
+        list(r())
+        r.store.close()
+    return folder
+
+
+def run(*args, stdin=None):
+    return CliRunner().invoke(main, ["cache", *map(str, args)], input=stdin)
+
+
+def test_cli_cache_info_prints_a_line_per_namespace_and_the_totals(cache_dir):
+    result = run("info", cache_dir)
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert re.fullmatch(rf"cache in {re.escape(str(cache_dir))}: 2 namespaces, \d+\.\d\d MiB on disk", lines[0])
+    assert lines[1].split() == ["ns", "function", "version", "entries", "MiB", "ms/entry", "created", "data"]
+    assert re.fullmatch(r"   1  halve [0-9a-f]{16}  -  +6  0\.00 +\d+\.\d{3}  \d{4}-\d\d-\d\d \d\d:\d\d  "
+                        r"from_arrays\(6 rows: float64\[2\]\)", lines[2]), lines[2]
+    assert re.fullmatch(r"   2  tag [0-9a-f]{16} +2  +3  0\.00 +\d+\.\d{3}  [-\d: ]+  from_sequence\(list of 3\)",
+                        lines[3]), lines[3]
+    assert re.fullmatch(r"total +9  0\.00", lines[4]) and lines[4].index("9") == lines[2].index("6")
+    assert lines[5:] == ["limit: 50.00 MiB (disk_bytes=52,428,800)"]
+
+
+def test_cli_cache_info_json_is_cache_info(cache_dir):
+    result = run("info", "--json", cache_dir)
+    assert result.exit_code == 0, result.output
+    shown, info = json.loads(result.stdout), cache_info(cache_dir)
+    assert {**shown, "file_bytes": 0} == {**info, "file_bytes": 0}  # (the files change as connections close)
+    assert [s["entries"] for s in shown["namespaces"]] == [6, 3]
+
+
+def test_cli_cache_clear_asks_first_and_keeps_the_cache_on_no(cache_dir):
+    result = run("clear", cache_dir, stdin="n\n")
+    assert result.exit_code == 1
+    assert result.output == f"delete 9 entries (0.00 MiB) from {cache_dir}? [y/N]: n\nAborted!\n"
+    assert cache_info(cache_dir)["entries"] == 9
+
+
+def test_cli_cache_clear_on_yes_removes_the_entries(cache_dir):
+    result = run("clear", cache_dir, stdin="y\n")
+    assert result.exit_code == 0, result.output
+    question, said = result.stdout.splitlines()
+    assert question == f"delete 9 entries (0.00 MiB) from {cache_dir}? [y/N]: y"
+    assert re.fullmatch(rf"cleared {re.escape(str(cache_dir))}: 9 entries \(0\.00 MiB\) from 2 namespaces; "
+                        r"the files went from \d+\.\d\d to \d+\.\d\d MiB", said), said
+    assert cache_info(cache_dir)["entries"] == 0
+
+
+@pytest.mark.parametrize("flag", ["--yes", "-y"])
+def test_cli_cache_clear_yes_does_not_ask(cache_dir, flag):
+    result = run("clear", flag, "--ns", "2", cache_dir)
+    assert result.exit_code == 0, result.output
+    assert result.stdout.startswith(f"cleared {cache_dir}: 3 entries (0.00 MiB) from namespace 2; ")
+    assert [s["entries"] for s in cache_info(cache_dir)["namespaces"]] == [6, 0]
+
+
+def test_cli_cache_clear_asks_about_one_namespace(cache_dir):
+    result = run("clear", "--ns", "1", cache_dir, stdin="y\n")
+    assert result.exit_code == 0, result.output
+    assert result.stdout.startswith(f"delete 6 entries (0.00 MiB) from {cache_dir} (namespace 1)? [y/N]: y\n"
+                                    f"cleared {cache_dir}: 6 entries ")
+
+
+def _not_a_cache(folder: pathlib.Path) -> pathlib.Path:
+    folder.mkdir()
+    (folder / "cache.sqlite3").write_text("my notes\n")
+    return folder
+
+
+@pytest.mark.parametrize("args, message", [
+    (["info", "{missing}"], "Error: {missing} holds no readerkit cache (no cache.sqlite3): check the folder\n"),
+    (["clear", "-y", "{missing}"], "Error: {missing} holds no readerkit cache (no cache.sqlite3): check the folder\n"),
+    (["clear", "{missing}"], "Error: {missing} holds no readerkit cache (no cache.sqlite3): check the folder\n"),
+    (["info", "{notes}"], "Error: {notes}/cache.sqlite3 is not a readerkit cache (file is not "
+                          "a database): check the folder, or delete that file if nothing else uses it\n"),
+    (["clear", "-y", "{notes}"], "Error: {notes}/cache.sqlite3 is not a readerkit cache (file "
+                                 "is not a database): clear leaves alone what it cannot read as a readerkit cache; "
+                                 "delete that file yourself if nothing else uses it, or give another directory\n"),
+    (["clear", "--ns", "7", "{cache}"], "Error: the cache in {cache} has no namespace 7; it has [1, 2] (see "
+                                        "`python cli.py cache info {cache}`)\n"),
+], ids=["info-missing", "clear-missing", "clear-missing-unasked", "info-not-a-cache", "clear-not-a-cache",
+        "clear-unknown-namespace"])
+def test_cli_cache_refusals_exit_1_with_one_line(cache_dir, tmp_path, args, message):
+    places = {"missing": tmp_path / "nowhere", "notes": _not_a_cache(tmp_path / "notes"), "cache": cache_dir}
+    result = run(*[a.format(**places) for a in args])
+    assert result.exit_code == 1 and isinstance(result.exception, SystemExit)
+    assert result.output == message.format(**places)
+    assert not (tmp_path / "nowhere").exists() and (tmp_path / "notes" / "cache.sqlite3").read_text() == "my notes\n"
+    assert cache_info(cache_dir)["entries"] == 9
+
+
+def test_cli_cache_info_runs_as_its_own_process(cache_dir):
+    proc = subprocess.run([sys.executable, "cli.py", "cache", "info", str(cache_dir)], cwd=ROOT, capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[0].startswith(f"cache in {cache_dir}: 2 namespaces, ")
+    assert proc.stdout.splitlines()[-1] == "limit: 50.00 MiB (disk_bytes=52,428,800)"

@@ -1,0 +1,154 @@
+"""`cli.py pipeline run`: the table, the JSON log, the model options, refusals, Ctrl-C/SIGTERM and --resume."""
+import json
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from click.testing import CliRunner
+
+import cli
+from readers import PipelineStore
+from tests.helpers import paths as _paths
+from tests.helpers.continual_data import fake_mnist
+
+ROOT = str(_paths.ROOT)
+ROW = re.compile(r"^\s+(\d+)\s+(\d+)\s+(\d+\.\d)\s+(\d+\.\d)  ((?:\d+\.\d ?)+)\s+((?:\d:\d+ ?)+)$", re.M)
+
+
+def invoke(*args):
+    return CliRunner().invoke(cli.main, ["pipeline", "run", *map(str, args)], catch_exceptions=False)
+
+
+@pytest.fixture
+def data(tmp_path):
+    return fake_mnist(tmp_path / "mnist")
+
+
+def test_a_row_per_trigger_with_set_classes_seconds_and_per_task_accuracy(tmp_path, data):
+    log = tmp_path / "log.jsonl"
+    result = invoke("--data-dir", data, "--no-download", "--db", tmp_path / "runs.db", "--min-steps", 20,
+                    "--log-json", log)
+    assert result.exit_code == 0, result.output
+    assert "trigger    set seconds average  accuracy per task (%)" in result.output
+    rows = ROW.findall(result.output)
+    assert [int(r[0]) for r in rows] == [0, 1, 2, 3, 4], result.output
+    assert [len(r[4].split()) for r in rows] == [1, 2, 3, 4, 5]  # every task so far
+    assert [int(r[1]) for r in rows] == [60, 120, 180, 240, 300]  # gdumb:500 keeps all of this small stream
+    assert rows[1][5].split() == ["0:30", "1:30", "2:30", "3:30"]
+    lines = [json.loads(line) for line in log.read_text().splitlines()]
+    assert [line["trigger_id"] for line in lines] == [0, 1, 2, 3, 4]
+    assert set(lines[0]) >= {"trigger_id", "training_id", "set_size", "accuracies", "average_accuracy"}
+    assert lines[-1]["average_accuracy"] == pytest.approx(sum(lines[-1]["accuracies"]) / 5)
+    assert f"{100 * lines[-1]['average_accuracy']:.2f}%" in result.output.splitlines()[-1]
+
+
+def test_every_trigger_and_strategy_form_runs(tmp_path, data):
+    for trigger, strategy, triggers in (("every:100", "new", 3), ("drift:window=30,threshold=0.5", "all", 5),
+                                        ("time:86400", "new:0.5", 5)):
+        result = invoke("--data-dir", data, "--no-download", "--db", tmp_path / "runs.db", "--min-steps", 5,
+                        "--trigger", trigger, "--strategy", strategy, "--model", "softmax", "--batch-size", 16)
+        assert result.exit_code == 0, result.output
+        assert len(ROW.findall(result.output)) == triggers, (trigger, result.output)
+
+
+def test_bad_options_are_all_refused_before_anything_runs(tmp_path, data):
+    result = invoke("--data-dir", data, "--no-download", "--db", tmp_path / "runs.db", "--trigger", "every:2.5",
+                    "--strategy", "gdumb")
+    assert result.exit_code == 1
+    assert "has 2 problems" in result.output and "every:2.5" in result.output and "'gdumb'" in result.output
+    assert not (tmp_path / "runs.db").exists()
+    plain = invoke("--reader", "mnist", "--data-dir", data, "--no-download", "--db", tmp_path / "runs.db")
+    assert plain.exit_code == 1 and "reader 'mnist' is not a timestamped stream" in plain.output
+    assert "split-mnist is one" in plain.output
+    for flag, path, why in (("--db", tmp_path / "typo" / "runs.db", "which does not exist"),
+                            ("--log-json", tmp_path / "none" / "log.jsonl", "which does not exist")):
+        args = ["--data-dir", data, "--no-download", "--db", tmp_path / "runs.db", flag, path]
+        refused = invoke(*args)
+        assert refused.exit_code == 1 and f"{flag} {path} " in refused.output and why in refused.output
+    assert not (tmp_path / "runs.db").exists() and not (tmp_path / "typo").exists()
+
+
+def test_status_shows_the_trainings_of_a_run(tmp_path, data):
+    invoke("--data-dir", data, "--no-download", "--db", tmp_path / "runs.db", "--min-steps", 5)
+    status = CliRunner().invoke(cli.main, ["pipeline", "status", "--db", str(tmp_path / "runs.db")])
+    assert status.exit_code == 0, status.output
+    assert len(re.findall(r"^\s+\d+\s+1\s+\d\s+finished\s+\d+/\d+ steps", status.output, re.M)) == 5
+    one = CliRunner().invoke(cli.main, ["pipeline", "status", "--db", str(tmp_path / "runs.db"), "--training-id", "5"])
+    assert one.output.startswith("training 5 of pipeline 1, trigger 4: finished") and '\n  average_accuracy: ' in one.output
+
+
+def test_ctrl_c_stops_with_130_and_the_printed_command_resumes(tmp_path, data):
+    db, log = tmp_path / "runs.db", tmp_path / "log.jsonl"
+    args = [sys.executable, "cli.py", "pipeline", "run", "--data-dir", data, "--no-download", "--db", str(db),
+            "--min-steps", "3000", "--log-json", str(log), "--model", "softmax"]
+    child = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:  # wait for the first training's first progress report
+        if db.exists():
+            with PipelineStore(db, create=False) as store:
+                if store.trainings() and store.trainings()[-1]["progress"] != 0.0:
+                    break
+        time.sleep(0.2)
+    child.send_signal(signal.SIGINT)
+    out, err = child.communicate(timeout=60)
+    assert child.returncode == 130, out + err
+    command = re.search(r"Resume with, from .*:\n  (.*)$", err, re.M)[1]
+    assert command.endswith("--resume 1") and "--min-steps 3000" in command and "--db" in command
+    with PipelineStore(db, create=False) as store:
+        assert store.trainings(1)[-1]["status"] == "failed" and store.trainings(1)[-1]["error"] == "interrupted"
+    # resumed with fewer steps the settings differ: refused, naming min_steps
+    refused = invoke("--data-dir", data, "--no-download", "--db", db, "--min-steps", 10, "--model", "softmax",
+                     "--resume", 1)
+    assert refused.exit_code == 1 and "--min-steps was 3000, now 10" in refused.output
+
+
+def test_sigterm_stops_with_143(tmp_path, data):
+    db = tmp_path / "runs.db"
+    args = [sys.executable, "cli.py", "pipeline", "run", "--data-dir", data, "--no-download", "--db", str(db),
+            "--min-steps", "3000", "--model", "softmax"]
+    child = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not (db.exists() and PipelineStore(db, create=False).trainings()):
+        time.sleep(0.2)
+    child.send_signal(signal.SIGTERM)
+    out, err = child.communicate(timeout=60)
+    assert child.returncode == 143 and "terminated (SIGTERM)" in err, out + err
+
+
+def test_resume_finishes_the_pipeline_and_appends_to_the_log(tmp_path, data, monkeypatch):
+    import train.continual.supervisor as supervisor
+
+    db, log = tmp_path / "runs.db", tmp_path / "log.jsonl"
+    original = supervisor.evaluate
+    calls = []
+
+    def stop_at_third(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 4:  # triggers 0 and 1 evaluated (1 + 2 tasks): the third trigger's training stops
+            raise KeyboardInterrupt
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(supervisor, "evaluate", stop_at_third)
+    options = ["--data-dir", data, "--no-download", "--db", db, "--min-steps", 5, "--log-json", log]
+    stopped = invoke(*options)
+    assert stopped.exit_code == 130 and "--resume 1" in stopped.output
+    monkeypatch.setattr(supervisor, "evaluate", original)
+    fresh = invoke("--data-dir", data, "--no-download", "--db", db, "--min-steps", 5, "--strategy", "all")
+    assert "note: pipeline 1 in" in fresh.output and "--resume 1 goes on with that one" in fresh.output
+    resumed = invoke(*options, "--resume", 1)
+    assert resumed.exit_code == 0, resumed.output
+    assert "resuming pipeline 1 after trigger 1 (training 2, its last finished)" in resumed.output
+    assert [int(r[0]) for r in ROW.findall(resumed.output)] == [2, 3, 4]
+    assert [json.loads(line)["trigger_id"] for line in log.read_text().splitlines()] == [0, 1, 2, 3, 4]
+    again = invoke(*options, "--resume", 1)
+    assert again.exit_code == 0 and "nothing to train" in again.output
+
+
+def test_resuming_a_pipeline_the_store_does_not_hold_is_refused(tmp_path, data):
+    invoke("--data-dir", data, "--no-download", "--db", tmp_path / "runs.db", "--min-steps", 5)
+    result = invoke("--data-dir", data, "--no-download", "--db", tmp_path / "runs.db", "--min-steps", 5,
+                    "--resume", 9)
+    assert result.exit_code == 1 and "no pipeline 9 in" in result.output and "(its pipelines: 1)" in result.output

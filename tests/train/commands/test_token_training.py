@@ -1,0 +1,184 @@
+"""train.commands.token_training: `cli.py train --config state.toml`, a next-token model trained step by step."""
+import json
+
+import numpy as np
+from click.testing import CliRunner
+
+import readers
+from cli import main
+from train.checkpoints.files import load_checkpoint
+from train.commands.token_training import infer_vocabulary
+
+STATE = """run_id = "test"
+[config]
+global_batch_size_start = 4
+global_batch_size_end = 8
+global_batch_size_warmup_tokens = 400
+total_steps = 12
+[model.LLM]
+architecture = "HfLlama"
+max_seq_len = 16
+[model.LLM.data_location]
+{location}
+"""
+
+
+def _run_files(tmp_path, location='Local = "tokens"'):
+    (tmp_path / "tokens").mkdir(exist_ok=True)
+    text = np.frombuffer(b"a rose is a rose is a rose. " * 40, np.uint8)
+    text.astype("<u2").tofile(tmp_path / "tokens" / "t.bin")
+    (tmp_path / "tokens" / "data.toml").write_text('dir = "."\ntoken_size = "TwoBytes"\nseq_len = 16\nshuffle_seed = 3\n')
+    (tmp_path / "state.toml").write_text(STATE.format(location=location))
+    return str(tmp_path / "state.toml")
+
+
+def run(*args):
+    return CliRunner().invoke(main, list(args))
+
+
+def test_a_run_file_trains_with_a_line_and_a_json_object_every_n_steps(tmp_path):
+    state = _run_files(tmp_path)
+    log = tmp_path / "log.jsonl"
+    result = run("train", "--config", state, "--log-every", "4", "--log-json", str(log))
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert lines[0] == ("model nexttoken: vocabulary 256 (largest token id 115 in the 1,120 tokens); 69 windows of "
+                        "16 tokens; 12 steps, global batch 4 to 8 windows over 400 tokens")
+    assert [line.split(":")[0] for line in lines[1:]] == ["step 4", "step 8", "step 12"]
+    records = [json.loads(line) for line in log.read_text().splitlines()]
+    assert [sorted(r) for r in records] == [["loss", "perplexity", "step", "tokens_per_s"]] * 3
+    assert records[-1]["loss"] < records[0]["loss"]
+    assert "ignored in" in result.stderr and "run_id, model.LLM.architecture" in result.stderr
+
+
+def test_a_run_file_run_resumes_from_its_checkpoint_and_keeps_its_log(tmp_path):
+    state, ck, log = _run_files(tmp_path), str(tmp_path / "ck"), tmp_path / "log.jsonl"
+    first = run("train", "--config", state, "--steps", "8", "--log-every", "4", "--log-json", str(log),
+                "--checkpoint-dir", ck)
+    assert first.exit_code == 0, first.output
+    assert load_checkpoint(ck)[1]["step"] == 8
+    resumed = run("train", "--config", state, "--log-every", "4", "--log-json", str(log), "--checkpoint-dir", ck,
+                  "--resume")
+    assert resumed.exit_code == 0, resumed.output
+    assert [json.loads(line)["step"] for line in log.read_text().splitlines()] == [4, 8, 12]
+    done = run("train", "--config", state, "--steps", "10", "--checkpoint-dir", ck, "--resume")
+    assert done.exit_code == 0 and "already holds 12 steps; nothing to train for --steps 10" in done.stderr
+    refused = run("train", "--config", state, "--checkpoint-dir", ck, "--resume", "--lr", "0.1")
+    assert refused.exit_code == 1 and "--lr: 0.003 then, 0.1 now" in refused.output
+
+
+def test_options_of_image_runs_are_refused_clearly(tmp_path):
+    state = _run_files(tmp_path)
+    mixed = run("train", "--config", state, "--batch-size", "64")
+    assert mixed.exit_code == 2 and "--batch-size does not apply with --config" in mixed.output
+    alone = run("train", "--steps", "5")
+    assert alone.exit_code == 2 and "--steps applies only with --config" in alone.output
+
+
+def _served_tokens(tmp_path):
+    from readers.tokenized.runfiles import load_data
+
+    data = load_data(tmp_path / "tokens" / "data.toml")
+    tokens = readers.tokens(data.dir, seq_len=data.seq_len, token_size=data.token_size)
+    return readers.serve(tokens, info={"seq_len": data.seq_len, "token_size": data.token_size,
+                                       "shuffle_seed": data.shuffle_seed, "max_token": tokens.max_token(),
+                                       "tokens": sum(tokens.sizes)})
+
+
+def test_a_server_location_trains_with_the_same_losses_as_the_local_folder(tmp_path):
+    local = _run_files(tmp_path)
+    expected = run("train", "--config", local, "--log-every", "4", "--log-json", str(tmp_path / "local.jsonl"))
+    assert expected.exit_code == 0, expected.output
+    with _served_tokens(tmp_path) as server:
+        state = tmp_path / "remote" / "state.toml"
+        state.parent.mkdir()
+        state.write_text(STATE.format(location=f'Server = "{server.address}"'))
+        got = run("train", "--config", str(state), "--log-every", "4", "--log-json", str(tmp_path / "remote.jsonl"))
+        assert got.exit_code == 0, got.output
+        assert server.stats["requests"] >= 12
+    losses = [[json.loads(line)["loss"] for line in (tmp_path / f"{name}.jsonl").read_text().splitlines()]
+              for name in ("local", "remote")]
+    assert losses[0] == losses[1] and len(losses[0]) == 3
+    assert got.stdout.splitlines()[0] == ("model nexttoken: vocabulary 256 (largest token id 115 in the 1,120 tokens "
+                                          "the server holds); 69 windows of 16 tokens; 12 steps, global batch 4 to 8 "
+                                          "windows over 400 tokens")
+
+
+def test_a_server_location_with_other_windows_or_other_data_is_refused(tmp_path):
+    _run_files(tmp_path)
+    with _served_tokens(tmp_path) as server:
+        other = tmp_path / "other.toml"
+        other.write_text(STATE.format(location=f'Server = "{server.address}"').replace("max_seq_len = 16",
+                                                                                     "max_seq_len = 8"))
+        refused = run("train", "--config", str(other))
+        assert refused.exit_code == 1
+        assert "the run's sequence length is 8, and the server at 127.0.0.1:" in refused.output
+        assert "serves windows of 16 tokens (its data.toml's seq_len); make them equal" in refused.output
+    with readers.serve(readers.from_arrays(np.zeros((3, 2)), np.arange(3))) as server:
+        images = tmp_path / "images.toml"
+        images.write_text(STATE.format(location=f'Server = "{server.address}"'))
+        refused = run("train", "--config", str(images))
+        assert refused.exit_code == 1 and "not token windows; start it with `python cli.py serve --config" in refused.output
+
+
+def test_a_folder_without_data_toml_says_what_it_assumed_and_checkpoints_come_every_log_line(tmp_path):
+    """New-user trial of issue 13: 4-byte tokens without a data.toml were read as 2-byte ones in silence, and
+    a Ctrl-C before step 200 found no checkpoint."""
+    state = _run_files(tmp_path)
+    (tmp_path / "tokens" / "data.toml").unlink()
+    ck = tmp_path / "ck"
+    result = run("train", "--config", state, "--steps", "8", "--log-every", "4", "--checkpoint-dir", str(ck))
+    assert result.exit_code == 0, result.output
+    assert "has no data.toml, so its tokens are read as 2-byte ids, in order" in result.stderr
+    assert [r["step"] for r in load_checkpoint(str(ck))[1]["history"]] == [4, 8]
+
+
+def test_a_token_beyond_the_vocabulary_names_the_option(tmp_path):
+    state = _run_files(tmp_path)
+    result = run("train", "--config", state, "--vocab-size", "100", "--steps", "2")
+    assert result.exit_code == 1 and "pass --vocab-size 1" in result.output and "out of range for vocab_size=100" in result.output
+
+
+def test_the_vocabulary_is_the_largest_id_in_spread_windows_and_at_least_256():
+    windows = np.zeros((5000, 4), np.int32)
+    windows[4999, 2] = 1000  # the last window: sampled, since the spread includes both ends
+    assert infer_vocabulary(readers.np_array(windows)) == (1001, "largest token id 1000 in 1,000 windows spread over all 5,000")
+
+
+def test_a_server_lost_for_good_ends_the_run_with_the_resume_command(tmp_path, monkeypatch):
+    from train import steps as steps_module
+
+    _run_files(tmp_path)
+    handle = _served_tokens(tmp_path)
+    state = tmp_path / "remote.toml"
+    state.write_text(STATE.format(location=f'Server = "{handle.address}"'))
+    built = readers.remote
+    monkeypatch.setattr(readers, "remote", lambda address: built(address, deadline=0.5))  # given up on soon
+    real = steps_module._windows_ahead
+
+    def windows(reader, schedule, first, steps, seed, info):  # the server goes away for good after step 4
+        for step, got in real(reader, schedule, first, steps, seed, info):
+            if step == 4:
+                handle.stop()
+            yield step, got
+
+    monkeypatch.setattr(steps_module, "_windows_ahead", windows)
+    ck = str(tmp_path / "ck")
+    result = run("train", "--config", str(state), "--log-every", "2", "--checkpoint-dir", ck)
+    assert result.exit_code == 1
+    assert "no data-provider server answered" in result.output
+    assert f"the checkpoint in {ck} holds the steps saved so far: once the server is back, run the same command " \
+           "with --resume" in result.output
+    assert load_checkpoint(ck)[1]["step"] >= 4
+
+
+def test_a_local_run_resumes_from_a_server_of_the_same_data(tmp_path):
+    local, ck = _run_files(tmp_path), str(tmp_path / "ck")
+    first = run("train", "--config", local, "--steps", "8", "--log-every", "4", "--checkpoint-dir", ck)
+    assert first.exit_code == 0, first.output
+    with _served_tokens(tmp_path) as server:
+        state = tmp_path / "remote.toml"
+        state.write_text(STATE.format(location=f'Server = "{server.address}"'))
+        resumed = run("train", "--config", str(state), "--log-every", "4", "--checkpoint-dir", ck, "--resume")
+    assert resumed.exit_code == 0, resumed.output
+    assert load_checkpoint(ck)[1]["step"] == 12

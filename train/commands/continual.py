@@ -1,0 +1,105 @@
+"""``python cli.py pipeline run|status``: a continual-learning pipeline from the command line, and its trainings.
+
+``pipeline run`` reads a timestamped reader (``split-mnist``), builds the
+model of ``train`` for it and runs ``train.run_pipeline``, printing one row
+per trigger: its set's size and class counts, the training's seconds, the
+accuracy on each task seen so far and their average. ``pipeline status``
+reads the same database from any process, while a pipeline runs or after.
+
+>>> from click.testing import CliRunner
+>>> CliRunner().invoke(pipeline_group, ["run", "--help"]).exit_code
+0
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import click
+
+from train.commands.console import fail_cleanly
+
+__all__ = ["pipeline_group"]
+
+
+@contextlib.contextmanager
+def _no_such_id() -> Iterator[None]:
+    """A pipeline or training id the store does not hold: one line, as the other refusals."""
+    try:
+        yield
+    except LookupError as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+@click.group("pipeline")
+def pipeline_group() -> None:
+    """Continual-learning pipelines: run one over a timestamped reader, or show its trainings."""
+
+
+@pipeline_group.command("run")
+@click.option("--reader", "reader_name", default="split-mnist", show_default=True,
+              help="A timestamped reader: entries end in (key, time), e.g. split-mnist (see `readers`).")
+@click.option("--data-dir", type=click.Path(file_okay=False), default=None,
+              help="Folder holding the data files (searched before $READERKIT_DATA and the cache).")
+@click.option("--download/--no-download", default=True, show_default=True, help="Download missing data files.")
+@click.option("--trigger", "trigger_spec", default="time:86400", show_default=True,
+              help="When to train: every:N (samples), time:SECONDS (of data time) or "
+                   "drift:window=W,threshold=X[,on=label|feature].")
+@click.option("--strategy", "strategy_spec", default="gdumb:500", show_default=True,
+              help="What to train on: new (the samples since the last trigger), new:KEEP, all, or gdumb:K.")
+@click.option("--db", required=True, type=click.Path(dir_okay=False),
+              help="The pipeline store (sqlite3): sets and trainings go here; `pipeline status` reads it.")
+@click.option("--model", "model_name", default="mlp", show_default=True,
+              help="A registered model (mlp, softmax) or module:attribute of a factory called as "
+                   "factory(n_inputs, n_classes=..., lr=..., seed=...).")
+@click.option("--classes", default=None, type=click.IntRange(min=2),
+              help="Number of label classes.  [default: one more than the largest label of both splits]")
+@click.option("--batch-size", default=32, show_default=True, type=click.IntRange(min=1), help="Entries per minibatch.")
+@click.option("--passes", default=1, show_default=True, type=click.IntRange(min=1),
+              help="Passes over each trigger's set (more when needed to reach --min-steps).")
+@click.option("--min-steps", default=600, show_default=True, type=click.IntRange(min=0),
+              help="Steps each training runs at least: a small set (GDumb's memory) is passed over until then.")
+@click.option("--lr", default=3e-3, show_default=True, type=click.FloatRange(min=0, min_open=True),
+              help="Adam learning rate.")
+@click.option("--seed", default=0, show_default=True, type=click.IntRange(min=0),
+              help="Seeds the strategy, each training's shuffle and each new model.")
+@click.option("--log-json", type=click.Path(dir_okay=False), default=None,
+              help="Write one JSON object per trigger to this file (appended to with --resume).")
+@click.option("--resume", type=click.IntRange(min=1), default=None, metavar="PIPELINE_ID",
+              help="Go on with this pipeline of --db after its last finished training (same options).")
+@fail_cleanly
+def pipeline_run_command(**params: Any) -> None:
+    """Run a continual-learning pipeline: one training per trigger, a table row each.
+
+    Ctrl-C (or SIGTERM) stops it with exit code 130 (143): the running
+    training is marked failed ("interrupted"), and the command that resumes
+    the pipeline after its last finished training is printed.
+    """
+    from train.commands.continual_run import run_command
+
+    with _no_such_id():
+        run_command(params)
+
+
+@pipeline_group.command("status")
+@click.option("--db", required=True, type=click.Path(dir_okay=False), help="The pipeline store to read.")
+@click.option("--pipeline-id", type=click.IntRange(min=1), default=None, help="Only this pipeline's trainings.")
+@click.option("--training-id", type=click.IntRange(min=1), default=None, help="This training in full.")
+@click.option("--json", "as_json", is_flag=True, help="Print the trainings as JSON.")
+@fail_cleanly
+def pipeline_status_command(db: str, pipeline_id: int | None, training_id: int | None, as_json: bool) -> None:
+    """Show the trainings in --db (running, finished or failed), their progress and metrics."""
+    from readers.continual.store import PipelineStore
+    from train.commands.continual_table import status_lines
+
+    if not os.path.exists(db):
+        raise click.ClickException(f"no pipeline store at {db!r}: give the --db a `pipeline run` wrote")
+    with PipelineStore(db, create=False) as store, _no_such_id():
+        if as_json:
+            found = [store.training(training_id)] if training_id is not None else store.trainings(pipeline_id)
+            click.echo(json.dumps(found, indent=2))
+        else:
+            click.echo("\n".join(status_lines(store, pipeline_id, training_id)))

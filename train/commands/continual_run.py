@@ -1,0 +1,208 @@
+"""The command line's ``pipeline run``, once click has parsed it: the reader and model it builds, the table it
+prints, the JSON log it writes, and what it says when it is stopped (exit 130 on Ctrl-C, 143 on SIGTERM).
+"""
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+import click
+
+from readers.continual.store import PipelineStore
+from readers.plugins.registry import find_model
+from train.commands.continual_table import HEADER, finished_records, row_of
+from train.commands.training import (
+    Terminated,
+    first_entry,
+    resume_command,
+    scan_sizes,
+    sigterm_stops,
+    splits,
+)
+from train.continual.config import PipelineConfigError
+from train.continual.strategies import parse_strategy
+from train.continual.stream_columns import entry_problem
+from train.continual.supervisor import run_pipeline
+from train.continual.triggers import parse_trigger
+
+__all__ = ["LOGGED", "in_flags", "run_command"]
+
+#: The keys of each --log-json object, in order.
+LOGGED = ("pipeline_id", "trigger_id", "training_id", "set_size", "classes", "steps", "passes", "train_loss",
+          "seconds", "tasks", "accuracies", "average_accuracy")
+
+
+class _Table:
+    """Prints the table's rows (its header first) and writes the JSON log, one object per trigger.
+
+    The log is written once the pipeline is accepted (a refused run leaves the file as it was). A resumed
+    pipeline's log starts with its finished trainings as the store holds them, so a line lost to a kill between
+    a training's end and its line is written again, and no trigger is logged twice."""
+
+    def __init__(self, log: str | None, db: str, resumed: bool):
+        self.log, self.db, self.file, self.resumed = log, db, None, resumed
+        self.pipeline_id: int | None = None
+        self.last: dict[str, Any] | None = None
+
+    def started(self, pipeline_id: int) -> None:
+        self.pipeline_id = pipeline_id
+        if self.log is not None:
+            with PipelineStore(self.db, create=False) as store:
+                done = finished_records(store, pipeline_id)
+            self.file = open(self.log, "w", encoding="utf-8")
+            for record in done:
+                self._write(record)
+        if self.resumed:
+            with PipelineStore(self.db, create=False) as store:
+                last = store.last_finished(pipeline_id)
+            click.echo(f"resuming pipeline {pipeline_id} " + ("from its first trigger" if last is None else
+                       f"after trigger {last['trigger_id']} (training {last['training_id']}, its last finished)"))
+        click.echo(HEADER)
+
+    def _write(self, record: dict[str, Any]) -> None:
+        self.file.write(json.dumps({k: record[k] for k in LOGGED}) + "\n")
+        self.file.flush()
+
+    def __call__(self, record: dict[str, Any]) -> None:
+        self.last = record
+        click.echo(row_of(record))
+        if self.file is not None:
+            self._write(record)
+
+    def close(self) -> None:
+        if self.file is not None:
+            self.file.close()
+            self.file = None
+
+
+def run_command(params: dict[str, Any]) -> None:
+    """Run ``pipeline run`` on its parsed options (``cli.py pipeline run --help`` lists them).
+
+    >>> from click.testing import CliRunner
+    >>> import cli
+    >>> result = CliRunner().invoke(cli.main, ["pipeline", "run", "--db", "x.db", "--data-dir", "/nonexistent",
+    ...                                        "--no-download"])
+    >>> result.exit_code, result.output.startswith("Error: mnist: the data folder /nonexistent does not exist")
+    (1, True)
+    """
+    table = _Table(params["log_json"], params["db"], params["resume"] is not None)
+    _check_options(params)
+    try:
+        with sigterm_stops():
+            stream, test = splits(params["reader_name"], params["data_dir"], params["download"])
+            _check_timestamped(params["reader_name"], stream)
+            n_inputs, classes, shown = _sizes(stream, test, params)
+            if params["resume"] is None:
+                _note_unfinished(params["db"])
+            factory, lr = find_model(params["model_name"]), params["lr"]
+            click.echo(f"model {params['model_name']}: {shown}")
+            run_pipeline(stream, params["trigger_spec"], params["strategy_spec"],
+                         lambda seed: factory(n_inputs, n_classes=classes, lr=lr, seed=seed), db=params["db"],
+                         test=test, batch_size=params["batch_size"], passes=params["passes"],
+                         min_steps=params["min_steps"], seed=params["seed"], resume=params["resume"],
+                         on_start=table.started, on_trigger=table,
+                         config={"reader": params["reader_name"]})  # the model's settings hold --lr and --classes
+    except PipelineConfigError as exc:
+        raise click.ClickException(in_flags(exc)) from None
+    except KeyboardInterrupt as stop:
+        table.close()
+        _interrupted(table, params, stop)
+    finally:
+        table.close()
+    if table.pipeline_id is None:
+        return
+    if table.last is None:
+        click.echo(f"pipeline {table.pipeline_id}: every trigger's training had finished already; nothing to train")
+    elif table.last["average_accuracy"] is not None:
+        click.echo(f"pipeline {table.pipeline_id} in {params['db']}: average accuracy over the "
+                   f"{len(table.last['tasks'])} tasks after the last trigger: {100 * table.last['average_accuracy']:.2f}%")
+
+
+def _file_problem(flag: str, path: str | None) -> str | None:
+    """What is wrong with a file the run will write (in a folder that must exist), or None."""
+    if path is None:
+        return None
+    folder = os.path.dirname(os.path.abspath(path))
+    if not (os.path.isdir(path) or not os.path.isdir(folder) or not os.access(folder, os.W_OK)):
+        return None
+    why = "is a folder" if os.path.isdir(path) else f"is in {folder}, which " + (
+        "does not exist" if not os.path.isdir(folder) else "is not writable")
+    return f"{flag} {path} {why}: give a file in a folder you can write to"
+
+
+def _check_options(params: dict[str, Any]) -> None:
+    """The options that need no data, all checked before the data is read (and nothing written if one is wrong)."""
+    problems = [p for p in (_file_problem("--db", params["db"]), _file_problem("--log-json", params["log_json"])) if p]
+    for flag, parse in (("--trigger", parse_trigger), ("--strategy", parse_strategy)):
+        try:
+            parse(params[flag.strip("-") + "_spec"])
+        except (TypeError, ValueError) as exc:
+            problems.append(f"{flag}: {exc}")
+    if problems:
+        raise click.ClickException(str(PipelineConfigError(problems)))
+
+
+def _check_timestamped(name: str, stream: Any) -> None:
+    """A reader whose entries are not (image, label, ..., key, time) is refused, naming one that is."""
+    why = entry_problem(first_entry(stream), 1, None)
+    if why is not None:
+        raise click.ClickException(f"reader {name!r} is not a timestamped stream: {why}; split-mnist is one, with "
+                                   "entries (image, label, key, time)")
+
+
+def _note_unfinished(db: str) -> None:
+    """Say so when the store holds a pipeline that was stopped: a new run does not go on with it, --resume does."""
+    if not os.path.exists(db):
+        return
+    with PipelineStore(db, create=False) as store:
+        for p in store.pipelines():
+            trainings = store.trainings(p["pipeline_id"])
+            if trainings and trainings[-1]["status"] != "finished":
+                click.echo(f"note: pipeline {p['pipeline_id']} in {db} was stopped at trigger "
+                           f"{trainings[-1]['trigger_id']}; this run starts a new pipeline (--resume "
+                           f"{p['pipeline_id']} goes on with that one)", err=True)
+
+
+#: Settings of run_pipeline as the command line's options, for refusals of a resume.
+_FLAGS = {"batch_size": "--batch-size", "passes": "--passes", "min_steps": "--min-steps", "seed": "--seed",
+          "strategy": "--strategy", "trigger": "--trigger", "lr": "--lr", "n_classes": "--classes",
+          "model": "--model", "data": "the data (--reader, --data-dir)", "source": "the data the keys index",
+          "test_data": "the test split", "resume=": "--resume ", "user": "--reader"}
+
+
+def in_flags(exc: PipelineConfigError) -> str:
+    """A configuration refusal in the command line's words: settings named by their options.
+
+    >>> print(in_flags(PipelineConfigError(["batch_size was 32, now 16", "model: its lr was 0.003, now 0.01"], "so")))
+    the pipeline's configuration has 2 problems:
+      - --batch-size was 32, now 16
+      - --lr was 0.003, now 0.01
+    so
+    """
+    lines = []
+    for problem in exc.problems:
+        if problem.startswith("model: its "):
+            problem = problem[len("model: "):].replace("; its ", "; ")
+            problem = problem[len("its "):]
+        key = next((k for k in sorted(_FLAGS, key=len, reverse=True) if problem.startswith(k)), None)
+        lines.append(_FLAGS[key] + problem[len(key):] if key else problem)
+    return str(PipelineConfigError(lines, exc.advice))
+
+
+def _sizes(stream: Any, test: Any, params: dict[str, Any]) -> tuple[int, int, str]:
+    try:
+        return scan_sizes(stream, test, params["classes"])
+    except (TypeError, ValueError) as exc:
+        raise click.ClickException(f"reader {params['reader_name']!r}: {exc}") from None
+
+
+def _interrupted(table: _Table, params: dict[str, Any], stop: KeyboardInterrupt) -> None:
+    what = "terminated (SIGTERM)" if isinstance(stop, Terminated) else "interrupted"
+    if table.pipeline_id is None:
+        click.echo(f"\n{what} before the pipeline started; nothing to resume", err=True)
+    else:
+        click.echo(f"\n{what}: pipeline {table.pipeline_id} in {params['db']} goes on after its last finished "
+                   f"training. Resume with, from {os.getcwd()}:\n  "
+                   f"{resume_command(params, ('--resume', str(table.pipeline_id)))}", err=True)
+    click.get_current_context().exit(143 if isinstance(stop, Terminated) else 130)

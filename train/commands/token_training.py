@@ -1,0 +1,178 @@
+"""The train command with ``--config state.toml``: a next-token model on token files, step by step.
+
+The run file (``readers.tokenized.runfiles.load_run``) gives the batch-size schedule,
+the steps and the data location; the data folder's tokens are read in
+windows of ``max_seq_len + 1`` (``readers.tokens``), shuffled by the data's
+seed, and each step's global batch is split among the job's processes by the
+round coordinator (``train.steps.train_steps``). One line every
+``--log-every`` steps gives the loss, the perplexity and tokens/s.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+from typing import Any
+
+import click
+import numpy as np
+
+import readers
+from readers.tokenized.runfiles import LocalData, load_run
+from readers.tokenized.schedule import BatchSchedule
+from train.checkpoints.files import CheckpointError
+from train.commands.console import in_flag_words, keep_passes_before
+from train.models.language import NextTokenMLP, TokenRangeError
+from train.steps import train_steps
+
+__all__ = ["config_run", "infer_vocabulary"]
+
+#: Windows read to find the vocabulary: spread evenly over the data.
+SCAN = 1000
+#: Options of the image-and-label runs that a run file decides instead.
+NOT_WITH_CONFIG = ("reader_name", "model_name", "classes", "batch_size", "passes", "lr_decay", "data_dir")
+
+
+def infer_vocabulary(reader: Any) -> tuple[int, str]:
+    """(vocabulary size, the words that say where it came from): one more than the largest token id, and
+    at least 256 (byte-level text). Token files are read whole, in blocks (``Tokens.max_token``); another
+    indexed reader, in up to 1,000 windows spread over it.
+
+    >>> r = readers.np_array(np.array([[1, 2, 300], [4, 5, 6]], np.int32))
+    >>> infer_vocabulary(r)
+    (301, 'largest token id 300 in all 2 windows')
+    """
+    if callable(getattr(reader, "max_token", None)):
+        top = reader.max_token()
+        return max(top + 1, 256), f"largest token id {top} in the {sum(reader.sizes):,} tokens"
+    n = len(reader)
+    picks = np.arange(n) if n <= SCAN else np.linspace(0, n - 1, SCAN).round().astype(np.int64)
+    top = int(np.asarray(reader.gather_columns(picks)).max())
+    where = f"in all {n:,} windows" if n <= SCAN else f"in {SCAN:,} windows spread over all {n:,}"
+    return max(top + 1, 256), f"largest token id {top} {where}"
+
+
+def _token_data(run: Any, config: str) -> tuple[Any, int | None, Any]:
+    """(windows, shuffle seed, a function giving the vocabulary and its source) of a run file's data location:
+    token files in a local folder, or the token windows a data-provider server holds."""
+    if isinstance(run.data, LocalData):
+        if not os.path.isfile(os.path.join(run.data.path, "data.toml")) and run.data.shuffle_seed is None:
+            click.echo(f"warning: {run.data.path} has no data.toml, so its tokens are read as {run.data.token_size}-"
+                       "byte ids, in order (the reference's defaults); write one there to say token_size and "
+                       "shuffle_seed", err=True)
+        tokens = readers.tokens(run.data.path, seq_len=run.seq_len, token_size=run.data.token_size)
+        return tokens, run.data.shuffle_seed, lambda: infer_vocabulary(tokens)
+    try:
+        remote = readers.remote(run.data.address)
+    except (readers.RemoteError, readers.RemoteUnavailable) as exc:
+        raise click.ClickException(f"{config}: data_location Server: {exc}") from None
+    info = remote.info
+    if "seq_len" not in info:
+        raise click.ClickException(f"{config}: the server at {remote.address} serves {remote.welcome.get('reader')}, "
+                                   "not token windows; start it with `python cli.py serve --config data.toml`")
+    if info["seq_len"] != run.seq_len:
+        raise click.ClickException(f"{config}: the run's sequence length is {run.seq_len}, and the server at "
+                                   f"{remote.address} serves windows of {info['seq_len']} tokens (its data.toml's "
+                                   "seq_len); make them equal")
+    top = info.get("max_token")
+    if top is None:
+        return remote, info.get("shuffle_seed"), lambda: infer_vocabulary(remote)
+    return remote, info.get("shuffle_seed"), lambda: (max(top + 1, 256), f"largest token id {top} in the "
+                                                      f"{info.get('tokens', 0):,} tokens the server holds")
+
+
+def _refuse_image_options(params: dict[str, Any]) -> None:
+    ctx = click.get_current_context()
+    from click.core import ParameterSource
+
+    given = [name for name in NOT_WITH_CONFIG if ctx.get_parameter_source(name) is ParameterSource.COMMANDLINE]
+    if given:
+        shown = ", ".join("--" + name.replace("_name", "").replace("_", "-") for name in given)
+        raise click.UsageError(f"{shown} do{'es' if len(given) == 1 else ''} not apply with --config, which trains "
+                               "a next-token model on the run file's data, with its schedule of batch sizes and "
+                               "steps (--lr, --seed, --vocab-size, --steps, --log-every and the checkpoint options "
+                               "do apply)")
+
+
+def config_run(info: Any, found: Any, params: dict[str, Any]) -> None:
+    """Train a next-token model as the run file ``params["config"]`` describes (``cli.py train --config``).
+
+    >>> from click.testing import CliRunner
+    >>> import cli
+    >>> CliRunner().invoke(cli.main, ["train", "--config", "/nonexistent/state.toml"]).output.splitlines()[-1]
+    "Error: Invalid value for '--config': File '/nonexistent/state.toml' does not exist."
+    """
+    _refuse_image_options(params)
+    run = load_run(params["config"])
+    tokens, shuffle_seed, found_vocab = _token_data(run, params["config"])
+    data = tokens if shuffle_seed is None else readers.shuffle(tokens, seed=shuffle_seed)
+    vocab, whence = (params["vocab_size"], "--vocab-size") if params["vocab_size"] else found_vocab()
+    schedule = BatchSchedule.of_run(run)
+    steps = params["steps"] or run.total_steps
+    model = NextTokenMLP(vocab, lr=params["lr"], seed=params["seed"])
+    who = f"rank {info.rank}/{info.world_size}: " if info.world_size > 1 else ""
+    ramp = (f"{run.batch_start} to {run.batch_end} windows over {run.warmup_tokens:,} tokens"
+            if run.batch_start != run.batch_end else f"{run.batch_end} windows")
+    click.echo(f"{who}model nexttoken: vocabulary {vocab} ({whence}); {len(tokens):,} windows of {run.seq_len} "
+               f"tokens; {steps} steps, global batch {ramp}")
+    if run.ignored:
+        click.echo(f"{who}ignored in {params['config']}: {', '.join(run.ignored)}", err=True)
+    log = _JsonLog(params["log_json"], info, found)
+
+    def on_log(record: dict[str, Any]) -> None:
+        click.echo(f"{who}step {record['step']}: loss {record['loss']:.4f}  perplexity {record['perplexity']:.2f}  "
+                   f"{record['tokens_per_s']:,.0f} tokens/s")
+        log.write(record)
+
+    try:
+        train_steps(data, model=model, schedule=schedule, steps=steps, seed=params["seed"], on_log=on_log,
+                    log_every=params["log_every"], checkpoint_dir=params["checkpoint_dir"],
+                    checkpoint_every=_checkpoint_every(params), resume=params["resume"],
+                    overwrite=params["overwrite"])
+    except CheckpointError as exc:
+        raise click.ClickException(in_flag_words(str(exc))) from None
+    except TokenRangeError as exc:
+        raise click.ClickException(f"{exc}; pass --vocab-size {exc.token + 1} or more") from None
+    except (readers.RemoteUnavailable, readers.RemoteError) as exc:
+        again = (f"; the checkpoint in {params['checkpoint_dir']} holds the steps saved so far: once the server is "
+                 "back, run the same command with --resume") if params["checkpoint_dir"] else ""
+        raise click.ClickException(f"{exc}{again}") from None
+    finally:
+        log.close()
+    if found is not None and found[1].get("step", 0) >= steps:
+        click.echo(f"{who}the checkpoint in {params['checkpoint_dir']} already holds {found[1]['step']} steps; "
+                   f"nothing to train for --steps {steps}", err=True)
+
+
+def _checkpoint_every(params: dict[str, Any]) -> int:
+    """Steps between checkpoints: as given, else every ``--log-every`` steps (a step run's steps are long)."""
+    from click.core import ParameterSource
+
+    given = click.get_current_context().get_parameter_source("checkpoint_every") is ParameterSource.COMMANDLINE
+    return params["checkpoint_every"] if given else params["log_every"]
+
+
+class _JsonLog:
+    """``--log-json`` of a step run: one object per record; a resume keeps the records its checkpoint holds."""
+
+    def __init__(self, path: str | None, info: Any, found: Any):
+        if path and info.world_size > 1:
+            stem, ext = os.path.splitext(path)
+            path = f"{stem}.rank{info.rank}{ext}"
+        self.path, self.file = path, None
+        self.kept = None if found is None else found[1].get("step")
+
+    def write(self, record: dict[str, Any]) -> None:
+        if self.path is None:
+            return
+        if self.file is None:
+            if self.kept is not None:
+                keep_passes_before(self.path, self.kept + 1, key="step")
+            self.file = open(self.path, "a" if self.kept is not None else "w", encoding="utf-8")
+        clean = {k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in record.items()}
+        self.file.write(json.dumps(clean) + "\n")
+        self.file.flush()
+
+    def close(self) -> None:
+        if self.file is not None:
+            self.file.close()

@@ -1,0 +1,315 @@
+"""The command line's train command, once click has parsed it: what it reads and checks before training,
+what it prints and logs while training, and what it says when it is stopped.
+
+``cli.py`` stays a thin adapter: its ``train`` calls ``train_command`` with
+the parsed options. Ctrl-C (SIGINT) and SIGTERM, a scheduler's stop, both
+end the run with the command that resumes it: exit codes 130 and 143.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import shlex
+import signal
+import sys
+import threading
+import time
+import warnings
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import click
+from click.core import ParameterSource
+
+import readers
+from readers.checks import check_reader
+from readers.plugins.registry import find_model, reader_splits
+from train.checkpoints.files import CheckpointError, load_for_rank, rank_folder
+from train.checkpoints.folders import FILE
+from train.checkpoints.resume import claim
+from train.commands.console import Progress, in_flag_words
+from train.driver import train
+from train.feeds import infer_sizes
+from train.models.classifiers import LabelRangeError
+
+__all__ = ["check_entry", "first_entry", "resume_command", "scan_sizes", "sigterm_stops", "splits", "train_command"]
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where the run is, so that it stops as Ctrl-C does (exit code 143)."""
+
+
+def _download_bar(file: Any, url: str) -> Callable[[int, int | None], None]:
+    click.echo(f"downloading {file.name} from {url}", err=True)
+    state: dict[str, Any] = {}
+
+    def progress(done: int, total: int | None) -> None:
+        if "bar" not in state:
+            state["bar"] = click.progressbar(length=total or 0, label=file.name, file=sys.stderr)
+            state["bar"].__enter__()
+            state["seen"] = 0
+        state["bar"].update(done - state["seen"])
+        state["seen"] = done
+        if total is not None and done >= total:
+            state["bar"].__exit__(None, None, None)
+
+    return progress
+
+
+def splits(reader_name: str, data_dir: str | None, download: bool) -> tuple[Any, Any]:
+    """The (train, test or None) readers of a registered or module:attribute reader, downloads shown as bars.
+
+    >>> from readers.plugins.registry import register_reader, unregister
+    >>> def letters():
+    ...     yield from "ab"
+    >>> register_reader("letters", letters)
+    >>> train_reader, test_reader = splits("letters", None, False)
+    >>> list(train_reader()), test_reader
+    (['a', 'b'], None)
+    >>> unregister("readers", "letters")
+    """
+    return reader_splits(reader_name, data_dir=data_dir, download=download, progress=_download_bar)
+
+
+def first_entry(reader: Any) -> Any:
+    """The first entry of a pass of ``reader``; a click error when it has none.
+
+    >>> first_entry(readers.from_sequence("ab"))
+    'a'
+    """
+    for entry in reader():
+        return entry
+    raise click.ClickException("the reader gave no entries; check its data")
+
+
+def check_entry(name: str, reader: Any) -> Any:
+    """The image of ``reader``'s first entry, after checking entries are (image, label).
+
+    >>> check_entry("mine", readers.from_sequence([(1.0, 0)]))
+    1.0
+    """
+    check_reader(reader, f"reader creator {name!r} returned something that")
+    entry = first_entry(reader)
+    if not (isinstance(entry, tuple) and len(entry) == 2):
+        shown = f"a tuple of {len(entry)} columns" if isinstance(entry, tuple) else f"a single {type(entry).__name__}"
+        raise click.ClickException(f"reader {name!r} gives entries that are {shown}; train needs (image, label) entries")
+    return entry[0]
+
+
+@contextlib.contextmanager
+def sigterm_stops() -> Iterator[None]:
+    """SIGTERM raises ``Terminated`` in the main thread while the run lasts, so it stops as Ctrl-C does.
+
+    >>> with sigterm_stops():
+    ...     signal.getsignal(signal.SIGTERM).__name__
+    'terminated'
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def terminated(signum: int, frame: Any) -> None:
+        raise Terminated()
+
+    previous = signal.signal(signal.SIGTERM, terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+@contextlib.contextmanager
+def _warnings_as_lines() -> Iterator[None]:
+    """Warnings as one "warning: ..." line each: a CLI user has no use for the source line that warned."""
+    with warnings.catch_warnings():
+        warnings.showwarning = lambda message, *args, **kwargs: click.echo(f"warning: {message}", err=True)
+        yield
+
+
+def train_command(params: dict[str, Any]) -> None:
+    """Run the CLI's train command on its parsed options (``cli.py train --help`` lists them).
+
+    >>> from click.testing import CliRunner
+    >>> import cli
+    >>> CliRunner().invoke(cli.main, ["train", "--resume"]).output.splitlines()[-1]
+    'Error: --resume needs --checkpoint-dir, the folder to resume'
+    """
+    info = readers.worker_info()
+    directory, started = params["checkpoint_dir"], time.time()
+    try:
+        with sigterm_stops():
+            for flag in ("resume", "overwrite"):
+                if params[flag] and directory is None:
+                    raise click.UsageError(f"--{flag} needs --checkpoint-dir, the folder to {flag}")
+            ctx = click.get_current_context()
+            alone = [name for name in ("steps", "log_every", "vocab_size") if not params["config"]
+                     and ctx.get_parameter_source(name) is ParameterSource.COMMANDLINE]
+            if alone:
+                raise click.UsageError(f"--{alone[0].replace('_', '-')} applies only with --config (a run file's "
+                                       "next-token model); image runs count passes (--passes)")
+            log = params["log_json"]
+            if log and not os.path.isdir(os.path.dirname(os.path.abspath(log))):
+                raise click.UsageError(f"--log-json {log}: the folder {os.path.dirname(log)} does not exist; "
+                                       "create it or give another file")
+            factory = find_model(params["model_name"])  # a typo is reported before any data is read or fetched
+            held = contextlib.nullcontext() if directory is None else claim(
+                directory, resume=params["resume"], overwrite=params["overwrite"], rank=info.rank,
+                world_size=info.world_size, flags=("--resume", "--overwrite"))
+            with held as found, _warnings_as_lines():  # the folder is this run's before anything is read
+                if params["config"]:
+                    from train.commands.token_training import config_run
+
+                    config_run(info, found, params)
+                else:
+                    _train(factory, info, found, params)
+    except KeyboardInterrupt as stop:
+        _interrupted(directory, info, params, started, stop)
+
+
+def scan_sizes(train_reader: Any, test_reader: Any, given: int | None) -> tuple[int, int, str]:
+    """(inputs, classes, the line that says so) from both splits: a test split that cannot fit the model
+    built for the training split, or a --classes (``given``) below the labels read, is an error now, not after
+    a pass.
+
+    >>> x = readers.from_sequence([([0.0, 1.0], 3), ([1.0, 0.0], 0)])
+    >>> scan_sizes(x, None, None)[:2], scan_sizes(x, None, 6)[:2]
+    ((2, 4), (2, 6))
+    """
+    n_inputs, classes, shown = infer_sizes(train_reader, {"image": 0, "label": 1})
+    which = "the training split"
+    if test_reader is not None:
+        n_test, test_classes, test_shown = infer_sizes(test_reader, {"image": 0, "label": 1})
+        if n_test != n_inputs:
+            raise click.ClickException(f"the test split's images ({test_shown.split(':')[0]}) do not match the "
+                                       f"training split's ({shown.split(':')[0]}); give both splits one shape")
+        if test_classes > classes:
+            shown = f"{shown.rsplit(':', 1)[0]}, up to {test_classes - 1} in the test split: {test_classes} classes"
+            classes, which = test_classes, "the test split"
+    if given is None:
+        return n_inputs, classes, shown
+    if given < classes:
+        raise click.ClickException(f"--classes {given}: {which} has labels up to {classes - 1}; pass --classes "
+                                   f"{classes} or more, or leave it out to count them")
+    return n_inputs, given, shown.rsplit(";", 1)[0] + f"; {given} classes (--classes)"
+
+
+def _train(factory: Callable, info: Any, found: Any, params: dict[str, Any]) -> None:
+    """The train command once its options are checked and its checkpoint folder is held."""
+    reader_name, directory, lr, lr_decay = params["reader_name"], params["checkpoint_dir"], params["lr"], params["lr_decay"]
+    train_reader, test_reader = splits(reader_name, params["data_dir"], params["download"])
+    check_entry(reader_name, train_reader)
+    if test_reader is not None:
+        check_entry(f"{reader_name} (test split)", test_reader)  # a missing test file fails now, not after a pass
+    n_inputs, classes, shown = scan_sizes(train_reader, test_reader, params["classes"])
+    model = factory(n_inputs, n_classes=classes, lr=lr, seed=params["seed"])
+    try:
+        provider = readers.shuffle(train_reader, seed=params["seed"])
+    except ValueError:  # a stream: shuffle in a buffer
+        provider = readers.shuffle(train_reader, 10000, seed=params["seed"])
+    who, log = "", params["log_json"]
+    if info.world_size > 1:  # each process trains its own model on its shard: say whose figures these are
+        who = f"rank {info.rank}/{info.world_size}: "
+        if log:
+            stem, ext = os.path.splitext(log)
+            log = f"{stem}.rank{info.rank}{ext}"
+    click.echo(f"{who}model {params['model_name']}: {shown}")
+    handler = Progress(log, who, resume=params["resume"])  # the log is opened at the first pass, once train() has accepted the run
+    at: dict[str, int] = {}
+
+    def on_event(event: Any) -> None:
+        if type(event).__name__ == "BeginPass" and hasattr(model, "lr"):
+            model.lr = lr * lr_decay ** event.pass_id  # from the pass number alone, so a resume agrees
+        if type(event).__name__ == "BeginIteration":
+            at.update(pass_id=event.pass_id, step=event.batch_id)
+        handler(event)
+        if type(event).__name__ == "TestResult" or (test_reader is None and type(event).__name__ == "EndPass"):
+            handler.flush()
+
+    try:
+        train(provider, ["image", "label"], params["batch_size"], params["passes"], model=model,
+              event_handler=on_event, test_provider=test_reader, seed=params["seed"], checkpoint_dir=directory,
+              resume=params["resume"], overwrite=params["overwrite"],
+              checkpoint_every=params["checkpoint_every"] if directory else None,
+              config={"reader": reader_name, "model": params["model_name"], "classes": classes, "lr": lr,
+                      "lr_decay": lr_decay})
+    except CheckpointError as exc:
+        raise click.ClickException(in_flag_words(str(exc))) from None
+    except LabelRangeError as exc:
+        if exc.label < 0:
+            raise
+        raise click.ClickException(_label_advice(exc, at, train_reader, directory, params["classes"] is not None)) from None
+    finally:
+        handler.close()
+    if found is not None and not handler.passes:
+        click.echo(f"{who}the checkpoint in {directory} already holds {found[1]['pass']} passes; nothing to "
+                   f"train for --passes {params['passes']}", err=True)
+
+
+def _label_advice(exc: LabelRangeError, at: dict[str, int], reader: Any, directory: str | None, given: bool) -> str:
+    """The CLI's words for a label the model has no class for: which option to change, and why it happened."""
+    where = f" at pass {at['pass_id']}, step {at['step']}" if at else ""
+    whence = "from --classes" if given else "counted in the labels read before training"
+    advice = [f"label {exc.label}{where} is out of range for {exc.n_classes} classes ({whence}); pass --classes "
+              f"{exc.label + 1} or more"]
+    try:
+        len(reader)
+    except TypeError:
+        advice.append("the reader is a stream, so its classes were counted in its first 10,000 entries, and a "
+                      "stream sorted by class is shuffled poorly (in a 10,000-entry buffer): give an indexed "
+                      "reader (len and [i], e.g. readers.from_arrays) for a full shuffle")
+    if directory is not None:
+        advice.append("with --checkpoint-dir, add --overwrite: a resume keeps the classes it was made with")
+    return "; ".join(advice)
+
+
+def resume_command(params: dict[str, Any], resume: tuple[str, ...] = ("--resume",)) -> str:
+    """The command line of this run with ``resume`` (--resume) and without --resume or --overwrite, to print when
+    it is stopped.
+
+    The data folder it found through ``READERKIT_DATA`` is set on the line,
+    so the command finds the same data from any shell.
+
+    >>> import cli
+    >>> with cli.main.make_context("readerkit", ["train"]) as root:
+    ...     with cli.train.make_context("train", ["--passes", "3", "--overwrite"], parent=root) as ctx:
+    ...         resume_command(ctx.params)
+    'readerkit train --passes 3 --resume'
+    """
+    ctx = click.get_current_context()
+    root = ctx.find_root().info_name or "readerkit"
+    prog = ["python", sys.argv[0]] if root.endswith(".py") and os.path.basename(sys.argv[0]) == root else [root]
+    args = ctx.command_path.split()[1:] or ["train"]  # "train", or a group's "pipeline run"
+    for param in ctx.command.params:
+        value = params.get(param.name)
+        if not isinstance(param, click.Option) or param.name in ("resume", "overwrite") or value == param.default:
+            continue
+        if param.is_flag:
+            args.append(param.opts[0] if value else param.secondary_opts[0])
+        else:
+            args += [param.opts[0], str(value)]
+    env = []
+    if params.get("data_dir") is None and os.environ.get("READERKIT_DATA"):
+        env = [f"READERKIT_DATA={shlex.quote(os.environ['READERKIT_DATA'])}"]
+    return " ".join([*env, shlex.join([*prog, *args, *resume])])
+
+
+def _interrupted(directory: str | None, info: Any, params: dict[str, Any], started: float,
+                 stop: KeyboardInterrupt) -> None:
+    """Say where the run stopped and how to resume it; exit 130 (Ctrl-C) or 143 (SIGTERM)."""
+    what = "terminated (SIGTERM)" if isinstance(stop, Terminated) else "interrupted"
+    found = load_for_rank(directory, info.rank, info.world_size) if directory else None
+    own = os.path.join(rank_folder(directory, info.rank, info.world_size), FILE) if directory else ""
+    if found is not None and params["overwrite"] and (not os.path.exists(own) or os.path.getmtime(own) < started):
+        click.echo(f"\n{what}: no checkpoint of this run was saved yet; the earlier run's checkpoint in "
+                   f"{directory} is left as it was", err=True)
+    elif found is None:
+        where = "no --checkpoint-dir" if directory is None else f"no checkpoint was saved in {directory} yet"
+        click.echo(f"\n{what}: {where}; nothing to resume", err=True)
+    else:
+        meta = found[1]
+        where = f"step {meta['step']}" if "step" in meta else f"pass {meta['pass']}, entry {meta['cursor']}"
+        launcher = ("\n(run it under your launcher, as this run was: torchrun, srun or mpirun, with this or "
+                    "another number of processes)") if info.world_size > 1 else ""
+        click.echo(f"\n{what}: the checkpoint in {directory} holds {where}. "
+                   f"Resume with, from {os.getcwd()}:\n  {resume_command(params)}{launcher}", err=True)
+    click.get_current_context().exit(143 if isinstance(stop, Terminated) else 130)
