@@ -29,6 +29,7 @@ def _entry_length(entry: Any) -> int:
 
 class BucketByLength(Stage):
     name = "bucket_by_length"
+    batched = True
 
     def __init__(
         self,

@@ -25,6 +25,7 @@ __all__ = ["batch", "collated"]
 
 class Batched(Stage):
     name = "batch"
+    batched = True
 
     def __init__(self, reader: Any, batch_size: int, drop_last: bool):
         super().__init__(reader)

@@ -114,6 +114,7 @@ __all__ = [
     "node_shuffle",
     "np_array",
     "prefetch",
+    "random_map",
     "remote",
     "repeat",
     "round_share",
@@ -147,6 +148,7 @@ mix = Curried(_mix)
 multiprocess_reader = Curried(paddle_parallel.multiprocess_reader)
 node_shuffle = Curried(_node_shuffle)
 prefetch = Curried(parallel.prefetch)
+random_map = Curried(maps.random_map, reader_at=1)
 repeat = Curried(replay.repeat)
 round_share = Curried(rounds.round_share)
 shard = Curried(sharding.shard)

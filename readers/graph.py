@@ -1,21 +1,14 @@
-"""A pipeline as a graph of nodes: each stage's parents, its name and options, and its declarations.
+"""The stage graph: each stage's parents, its name and options, and the facts it declares.
 
 Every readerkit reader is a ``Node``. A node knows the readers it reads (its
-``parents``), shows itself in reprs, and *declares* the four facts that
-``readers.position`` reads to say where a pass is and to resume there:
-
-``positions``
-    how a cursor counts its passes: its own entries (None), or its parent's
-    positions, k per entry (1 for a map, ``batch_size`` for a batch);
-``seed``
-    the seed that orders its passes, recorded in every state;
-``share()``
-    the share of its input's pass it keeps, for a shard;
-``unresumable``
-    why no position of its passes can be saved, if none can.
-
-A fifth, ``per_entry``, tells a shard above it whether it may split the pass
-below this node instead. ``readers.stage.Stage`` adds running passes.
+``parents``), shows itself in reprs, and *declares* facts that the rest of
+readerkit reads instead of guessing: ``readers.position`` reads ``positions``,
+``seed``, ``share()`` and ``unresumable`` to say where a pass is and to resume
+there; ``readers.inspection`` reads them and ``batched``, ``unrepeatable`` and
+``draws_per_pass`` into one look at a pipeline; ``readers.identity`` reads
+``identity()``, ``digest()`` and ``stands_for()``. Every hook, with its
+contract, is in one table in ``readers.stage``'s docstring; ``readers.stage.Stage``
+adds running passes.
 """
 from __future__ import annotations
 
@@ -23,7 +16,7 @@ import functools
 from collections.abc import Callable, Iterator
 from typing import Any, ClassVar, NamedTuple
 
-__all__ = ["Node", "Share", "describe", "describe_partial", "walk"]
+__all__ = ["DrawnSeed", "Node", "Share", "describe", "describe_partial", "walk"]
 
 
 class Share(NamedTuple):
@@ -41,6 +34,18 @@ class Share(NamedTuple):
     index: int | None
     count: int
     follows_workers: bool
+
+
+class DrawnSeed(int):
+    """A seed drawn from the operating system (``seed=None``): each process, and each run, draws its own.
+
+    Its value is an ordinary int in states and reprs; its type tells a shard
+    that the processes of a job do not share the order it seeds, and a
+    checkpoint that a later run would not repeat it (``Node.unrepeatable``).
+
+    >>> DrawnSeed(7) + 1
+    8
+    """
 
 
 class Node:
@@ -71,12 +76,64 @@ class Node:
     #: ``positions == 1``): None, no; "same", its entries are its parent's, unchanged;
     #: "map", each is made from its parent's alone (so not below a padding shard).
     per_entry: str | None = None
+    #: Whether its entries themselves, not only their order, are drawn anew every pass from its seed
+    #: (``readers.random_map``): its random access then depends on the pass, which a pass binds
+    #: (``readers.stage.Stage.for_pass``), and a cache by sample ID cannot keep them.
+    draws_per_pass: bool = False
+    #: Whether its entries are minibatches (lists of entries), as ``batching.batch``'s are.
+    batched: bool = False
 
     def __init__(self, *parents: Any):
         self.parents = parents
 
     def share(self) -> Share | None:
         """The share of its input's pass this stage keeps, resolved now; None for a stage that keeps all."""
+        return None
+
+    @property
+    def unrepeatable(self) -> str | None:
+        """Why another run (another process) would not give this stage's passes again, or None when it would.
+
+        By default: a seed drawn from the operating system (``seed=None``). A
+        checkpoint refuses such a pipeline, and so does a shard over several
+        processes, each of which would draw its own.
+
+        >>> class Drawn(Node):
+        ...     name = "drawn"
+        ...     seed = DrawnSeed(12345)
+        >>> Drawn().unrepeatable
+        'drawn(seed=None) draws a new seed in every run'
+        """
+        if isinstance(self.seed, DrawnSeed):
+            return f"{self.name}(seed=None) draws a new seed in every run"
+        return None
+
+    def finish_pass(self) -> None:
+        """A pass of the pipeline this stage is in ran out or was closed: finish what it left to do.
+
+        Called on every stage of the pipeline (``readers.passes.end_pass``;
+        workers call it when their part ends). A stage that buffers writes
+        (``readers.cached``) writes them out; others need nothing.
+
+        >>> Node().finish_pass()
+        """
+
+    def stands_for(self) -> dict[str, list] | None:
+        """For a stage that reads a pipeline held elsewhere (``readers.remote``): that pipeline's
+        ``{"pipeline": [...], "digests": [...]}``, so its fingerprint is the local pipeline's; else None.
+
+        >>> Node().stands_for() is None
+        True
+        """
+        return None
+
+    def by_key(self) -> Any:
+        """For a timestamped stream whose entries end in ``(key, time)``: the indexed reader its keys index
+        (for Split-MNIST, the MNIST split), which trigger sets are read back from; else None.
+
+        >>> Node().by_key() is None
+        True
+        """
         return None
 
     def with_parents(self, *parents: Any) -> Node:

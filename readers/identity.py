@@ -136,7 +136,7 @@ def _parts(reader: Any) -> tuple[list[str], list[str | None]]:
     pipeline: list[str] = []
     digests: list[str | None] = []
     for stage in walk(reader):
-        served = stage.stands_for() if callable(getattr(stage, "stands_for", None)) else None
+        served = stage.stands_for() if isinstance(stage, Node) else None
         if served is not None:
             pipeline.extend(served["pipeline"])
             digests.extend(served["digests"])

@@ -7,7 +7,7 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
-from readers.graph import walk
+from readers.graph import Node, walk
 from readers.position import state_of
 
 __all__ = ["PassIterator", "close_iterator", "end_pass", "opened"]
@@ -30,16 +30,15 @@ def opened(it: Any) -> Any:
 
 
 def end_pass(reader: Any) -> None:
-    """Tell every stage of ``reader``'s pipeline that a pass of it ran out or was closed: each that defines
-    ``_end_pass`` (a cache that buffers writes) finishes its part. Pass iterators and workers call it.
+    """Tell every stage of ``reader``'s pipeline that a pass of it ran out or was closed: each stage's
+    ``finish_pass()`` runs (a cache that buffers writes ends them). Pass iterators and workers call it.
 
     >>> from readers import from_sequence
     >>> end_pass(from_sequence("ab"))
     """
     for stage in walk(reader):
-        hook = getattr(stage, "_end_pass", None)
-        if callable(hook):
-            hook()
+        if isinstance(stage, Node):
+            stage.finish_pass()
 
 
 def _end_of(flag: list, reader: Any) -> Iterator:

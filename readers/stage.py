@@ -8,64 +8,84 @@ source and the sample indices to read, which ``batch`` gathers with
 vectorised takes and ``shard`` splits by arithmetic), or over the stage itself
 when it has random access (``len`` and ``[i]``).
 
-Every hook a stage may define, each with its contract. Every stage:
+These tables are the whole contract: every hook a stage may define, each with
+its default in ``Stage`` or ``readers.graph.Node``. Nothing else in readerkit
+looks for an attribute a stage did not declare here. Every stage:
 
-=================  ==========================================================
-``name``           class attribute: the stage's name in reprs and errors
-``_options()``     the options shown in the repr
-``access``         "stream", "plan" or "index": how its passes run (above)
-``_stream(p)``     pass p as an iterator of entries ("stream")
-``_seek(p, c)``    pass p from cursor c; the default reads past c entries of
-                   ``_stream(p)``, and a stage that can jump overrides it
-``_plan(p, c)``    pass p from cursor c as an index ``Plan`` ("plan")
-``positions``      how its cursor counts: its own entries (None), or its
-                   parent's positions, k per entry (``readers.graph``)
-``seed``           the seed that orders its passes, recorded in states
-``_end_pass()``    called on every stage of a pipeline when a pass of it runs
-                   out or is closed (``readers.passes.end_pass``, also run by
-                   workers when their part ends): a stage that buffers writes
-                   (``readers.cached``) finishes them
-=================  ==========================================================
+==================  ==========================================================
+``name``            class attribute: the stage's name in reprs and errors
+``_options()``      the options shown in the repr ("buf_size=10, seed=0")
+``access``          "stream", "plan" or "index": how its passes run (above)
+``_stream(p)``      pass p as an iterator of entries ("stream")
+``_seek(p, c)``     pass p from cursor c; the default reads past c entries of
+                    ``_stream(p)``, and a stage that can jump overrides it
+``_plan(p, c)``     pass p from cursor c as an index ``Plan`` ("plan"); the
+                    default (for "index") plans this stage's own indices
+``positions``       how its cursor counts: its own entries (None), or its
+                    parent's positions, k per entry (1 for a map)
+``seed``            the seed that orders or draws its passes: pass p depends
+                    on (seed, p) only; recorded in states
+``finish_pass()``   called on every stage when a pass of its pipeline runs
+                    out or is closed (also by workers when their part ends): a
+                    stage that buffers writes (``readers.cached``) ends them
+``with_parents()``  a copy of the stage reading other parents (a shard that
+                    splits below it; a pass binding it); the default copies
+                    its fields, and a stage with per-copy state overrides it
+==================  ==========================================================
 
 A stream may define ``__len__`` too, when the exact number of entries of a
 pass is known before it (a batch over an indexed reader), and raise
 TypeError when it is not; ``readers.position`` takes it as the end of a pass.
 
-A stage with random access ("index"; ``IndexedReader`` is their base):
+A stage with random access ("index"; ``IndexedReader`` is their base). A
+pass reads random access through ``for_pass(p)``: the stage itself, or, when
+a stage of the pipeline draws per pass, a copy whose ``bound_pass`` is p:
 
-=================  ==========================================================
-``__len__()``      the number of entries
-``_get(i)``        entry i, for 0 <= i < len
-``gather(idx)``    the entries at many indices, as any iterable: a list made
-                   at once (vectorised), or an iterator making each as read
-``gather_columns`` one array per column for many indices, or None
-``sample_ids``     the source's sample IDs of many indices (a stage that
-                   moves indices maps them back)
-``gather_ahead``   (indices, columns) for each of many index chunks, in
-                   order; a source that fetches (``readers.remote``) has the
-                   next chunks under way while the consumer works
-=================  ==========================================================
+==================  ==========================================================
+``__len__()``       the number of entries
+``_get(i)``         entry i, for 0 <= i < len
+``gather(idx)``     the entries at many indices, as any iterable: a list made
+                    at once (vectorised), or an iterator making each as read
+``gather_columns``  one array per column for many indices, or None
+``sample_ids``      the source's sample IDs of many indices (a stage that
+                    moves indices maps them back)
+``gather_ahead``    (indices, columns) for each of many index chunks, in
+                    order; a source that fetches (``readers.remote``) has the
+                    next chunks under way while the consumer works
+``bound_pass``      read, not defined: the pass this copy's random access
+                    serves, None outside a pass (read as pass 0); a stage
+                    that draws per pass keys its draws on it
+==================  ==========================================================
 
-Stages that shard or run workers (``readers.graph.Node``):
+Stages that shard or run workers (``readers.ops.sharding``, ``readers.workers``):
 
-=================  ==========================================================
-``share()``        the share of its input's pass it keeps, or None
-``per_entry``      whether a shard above may split the pass below it
-``unresumable``    why no position of its passes can be saved, or None
-=================  ==========================================================
+==================  ==========================================================
+``share()``         the share of its input's pass it keeps, or None
+``per_entry``       whether a shard above may split the pass below it
+``unresumable``     why no position of its passes can be saved, or None
+==================  ==========================================================
 
-What the data is, for checkpoints (``readers.identity``):
+What the pipeline is (``readers.inspection``, ``readers.identity``):
 
-=================  ==========================================================
-``identity()``     the stage in the data's identity: its title, less the
-                   paths or folders its data was read from; a stage that
-                   holds a user function adds ``function_identity(func)``
-``digest()``       a source's digest of its data (a file's SHA-256, a
-                   sampled hash of arrays), or None when it cannot say
-=================  ==========================================================
+==================  ==========================================================
+``draws_per_pass``  whether its entries are drawn anew each pass from its
+                    seed (``readers.random_map``), not only reordered
+``unrepeatable``    why another run would not give its passes again (a seed
+                    drawn with seed=None), or None
+``batched``         whether its entries are minibatches (``batching.batch``)
+``identity()``      the stage in the data's identity: its title, less the
+                    paths or folders its data was read from; a stage that
+                    holds a user function adds ``function_identity(func)``
+``digest()``        a source's digest of its data (a file's SHA-256, a
+                    sampled hash of arrays), or None when it cannot say
+``stands_for()``    for a stage that reads a pipeline held elsewhere
+                    (``readers.remote``), that pipeline's identity parts
+``by_key()``        for a timestamped stream, the indexed reader its keys
+                    index (continual pipelines read trigger sets from it)
+==================  ==========================================================
 
 Instance state must pickle: threads and processes belong to a pass, never
-to the stage. The guide ``readers.guide`` works through two examples;
+to the stage. The guide ``readers.guide`` works through three examples;
 ``readers.parents`` has the helpers a stage uses on its parents.
 """
 from __future__ import annotations
@@ -78,7 +98,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from readers.checks import whole
-from readers.graph import Node
+from readers.graph import Node, walk
 from readers.passes import PassIterator
 from readers.plans import Plan, index_chunks, slice_chunks
 from readers.position import check_layout, check_state, is_native
@@ -132,10 +152,7 @@ class Stage(Node):
         """Pass ``pass_id`` from ``cursor`` as an index plan; by default, this stage's own indices in order."""
         if self.access != "index":
             raise NotImplementedError(f"{type(self).__name__} declares access={self.access!r} and defines no _plan")
-        return Plan(self, index_chunks(len(self), start=cursor))
-
-    def _end_pass(self) -> None:
-        """A pass of the pipeline ran out or was closed: finish what the pass left to do (writes buffered)."""
+        return Plan(self.for_pass(pass_id), index_chunks(len(self), start=cursor))
 
     # -- running passes ------------------------------------------------------------------
     def _reads_past(self, cursor: int) -> bool:
@@ -245,6 +262,31 @@ class Stage(Node):
         return map(self._get, range(len(self)))  # a sequence's entries, as before random access had its own __iter__
 
     # -- random access (access == "index") -----------------------------------------------
+    #: The pass this copy's random access serves (``for_pass``); None outside a pass, read as pass 0.
+    bound_pass: int | None = None
+
+    def for_pass(self, pass_id: int) -> Stage:
+        """This stage's random access as pass ``pass_id`` reads it.
+
+        It is the stage itself unless a stage of its pipeline draws per pass
+        (``draws_per_pass``): then a copy, over parents bound alike, whose
+        ``bound_pass`` is ``pass_id``. A pass's plan reads through it, so a
+        stage's ``_get`` and ``gather`` know the pass without being told.
+
+        >>> from readers import from_sequence, random_map
+        >>> plain = from_sequence("ab")
+        >>> plain.for_pass(3) is plain
+        True
+        >>> noisy = random_map(lambda entry, rng: entry, plain, seed=0)
+        >>> noisy.bound_pass, noisy.for_pass(3).bound_pass
+        (None, 3)
+        """
+        if self.bound_pass == pass_id or not any(isinstance(s, Node) and s.draws_per_pass for s in walk(self)):
+            return self
+        bound = self.with_parents(*(p.for_pass(pass_id) if isinstance(p, Stage) else p for p in self.parents))
+        bound.bound_pass = pass_id
+        return bound
+
     def _get(self, i: int) -> Any:
         """Entry ``i``, for 0 <= i < len(self)."""
         raise NotImplementedError(f"{type(self).__name__} defines no _get")

@@ -1,6 +1,7 @@
-"""Checks for writing your own stages: does a reader resume exactly at every step of a pass?
+"""Checks for writing your own stages: does a reader resume exactly at every step of a pass, and does a
+seeded one draw each pass afresh?
 
-One generic check for resumable readers, in the manner of Grain's checkpoint test helper.
+Generic checks for resumable readers, in the manner of Grain's checkpoint test helper.
 
 ``assert_resumes_at_every_step(make)`` takes a zero-argument factory of fresh
 readers, records passes 0 and 1, and then, at every step of pass 0 (or at a
@@ -8,6 +9,11 @@ bounded, evenly spread selection of them for long passes, always with the
 first steps and the end), saves the state, restores it into a fresh reader and
 into the same reader, and checks that the rest of pass 0 and then all of pass 1
 come out exactly as they did without interruption.
+
+``assert_seeded_passes(make)`` is for a pipeline with a seed: its passes must
+differ (a stage blind to the pass, such as an augmentation drawing from the
+sample alone in random access, gives every pass the same draws), and each
+pass must resume exactly at every step.
 """
 from __future__ import annotations
 
@@ -18,7 +24,9 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["assert_resumes_at_every_step", "assert_same", "steps_to_check"]
+from readers.position import seeds_of
+
+__all__ = ["assert_resumes_at_every_step", "assert_same", "assert_seeded_passes", "steps_to_check"]
 
 
 def assert_same(got: Any, want: Any, where: str = "output") -> None:
@@ -76,52 +84,107 @@ def _saved(it: Any, where: str) -> dict:
     return again
 
 
-def assert_resumes_at_every_step(make: Callable[[], Any], *, max_steps: int = 40) -> list[dict]:
+def assert_resumes_at_every_step(make: Callable[[], Any], *, max_steps: int = 40, pass_id: int = 0) -> list[dict]:
     """Check that a reader from ``make()`` resumes exactly at every step of a pass; return the states.
 
-    For each checked step i of pass 0: a fresh reader gives i entries and its
-    state is saved (through JSON); a second fresh reader restored from it must
-    give entries i.. of pass 0 and then, on its next call, pass 1; the first
-    reader restored from the same state must do the same. The state after the
-    whole pass has been read (the iterator exhausted) must resume at pass 1.
+    For each checked step i of pass ``pass_id`` (0 by default): a fresh
+    reader gives i entries and its state is saved (through JSON); a second
+    fresh reader restored from it must give entries i.. of the pass and then,
+    on its next call, the next pass; the first reader restored from the same
+    state must do the same. The state after the whole pass has been read (the
+    iterator exhausted) must resume at the next pass.
 
     >>> from readers import from_sequence, shuffle
     >>> states = assert_resumes_at_every_step(lambda: shuffle(from_sequence(range(5)), seed=0))
     >>> [s["cursor"] for s in states]
     [0, 1, 2, 3, 4, 5, 0]
     """
-    reader = make()
+    reader = _fresh(make, pass_id)
     expected = [list(reader()), list(reader())]
-    pass0 = expected[0]
+    this, after = pass_id, pass_id + 1
+    whole = expected[0]
     states = []
     last_cursor = -1
-    for i in steps_to_check(len(pass0), max_steps):
-        where = f"{reader!r}\nstep {i} of {len(pass0)}"
-        first = make()
+    for i in steps_to_check(len(whole), max_steps):
+        where = f"{reader!r}\nstep {i} of {len(whole)} of pass {this}"
+        first = _fresh(make, this)
         it = first()
         head = list(itertools.islice(it, i))
-        assert_same(head, pass0[:i], f"{where}: entries before saving")
+        assert_same(head, whole[:i], f"{where}: entries before saving")
         state = _saved(it, where)
         it.close()
-        if state.get("pass") != 0:
-            raise AssertionError(f"{where}: state {state!r} left pass 0 before its end was read")
+        if state.get("pass") != this:
+            raise AssertionError(f"{where}: state {state!r} left pass {this} before its end was read")
         if state["cursor"] < last_cursor:
             raise AssertionError(f"{where}: cursor went back from {last_cursor} to {state['cursor']}")
         last_cursor = state["cursor"]
         states.append(state)
         for label, target in (("a fresh reader", make()), ("the same reader", first)):
             target.set_state(state)
-            assert_same(list(target()), pass0[i:], f"{where}: rest of pass 0 in {label} restored from {state}")
-            assert_same(list(target()), expected[1], f"{where}: pass 1 in {label} restored from {state}")
-    # read to exhaustion: the state is the start of pass 1
-    first = make()
+            assert_same(list(target()), whole[i:], f"{where}: rest of pass {this} in {label} restored from {state}")
+            assert_same(list(target()), expected[1], f"{where}: pass {after} in {label} restored from {state}")
+    # read to exhaustion: the state is the start of the next pass
+    first = _fresh(make, this)
     it = first()
-    assert_same(list(it), pass0, f"{reader!r}: pass 0 read again")
-    state = _saved(it, f"{reader!r}: after pass 0")
-    if state.get("pass") != 1 or state.get("cursor") != 0:
-        raise AssertionError(f"{reader!r}: state after a whole pass is {state!r}, expected pass 1 at cursor 0")
+    assert_same(list(it), whole, f"{reader!r}: pass {this} read again")
+    state = _saved(it, f"{reader!r}: after pass {this}")
+    if state.get("pass") != after or state.get("cursor") != 0:
+        raise AssertionError(f"{reader!r}: state after a whole pass is {state!r}, expected pass {after} at cursor 0")
     states.append(state)
     restored = make()
     restored.set_state(state)
-    assert_same(list(restored()), expected[1], f"{reader!r}: pass 1 restored from {state}")
+    assert_same(list(restored()), expected[1], f"{reader!r}: pass {after} restored from {state}")
     return states
+
+
+def _fresh(make: Callable[[], Any], pass_id: int) -> Any:
+    reader = make()
+    if pass_id:
+        reader.set_pass(pass_id)
+    return reader
+
+
+def assert_seeded_passes(make: Callable[[], Any], *, passes: int = 3, max_steps: int = 20) -> None:
+    """Check a pipeline with a seed: its passes differ, and each of them resumes exactly at every step.
+
+    A pass of a seeded stage is a function of (seed, pass): the first
+    ``passes`` passes of a reader from ``make()`` must all differ from one
+    another (give it enough entries, ten or more, that two passes cannot agree
+    by chance), and ``assert_resumes_at_every_step`` must hold in each of them.
+    A stage that draws per entry but is blind to the pass in random access
+    (it ignores ``bound_pass``) gives every pass the same draws, and fails here.
+
+    >>> from readers import from_sequence, random_map, shuffle
+    >>> assert_seeded_passes(lambda: shuffle(from_sequence(range(10)), seed=0))
+    >>> def noise(entry, rng):
+    ...     return entry + rng.random()
+    >>> assert_seeded_passes(lambda: random_map(noise, from_sequence(range(10)), seed=0))
+    >>> from readers.stage import IndexedReader
+    >>> class BlindNoise(IndexedReader):  # draws from the sample alone: every pass alike
+    ...     name, seed = "blind_noise", 0
+    ...     def __len__(self):
+    ...         return 10
+    ...     def _get(self, i):
+    ...         return i + np.random.default_rng([self.seed, i]).random()
+    >>> assert_seeded_passes(BlindNoise)
+    Traceback (most recent call last):
+    ...
+    AssertionError: blind_noise(): passes 0 and 1 gave the same entries, though the pipeline has seeds 0: ...
+    """
+    reader = make()
+    seeds = seeds_of(reader)
+    if seeds is None:
+        raise AssertionError(f"{reader!r}: no stage declares a seed; a stage whose passes are random declares "
+                             "the seed they depend on (its seed attribute), so states record it")
+    runs = [list(reader()) for _ in range(passes)]
+    for a, b in itertools.combinations(range(passes), 2):
+        try:
+            assert_same(runs[b], runs[a])
+        except AssertionError:
+            continue
+        raise AssertionError(
+            f"{reader!r}: passes {a} and {b} gave the same entries, though the pipeline has seeds {seeds}: a "
+            "stage that draws must draw from (seed, pass): in a stream, _stream(pass_id) has the pass; in random "
+            "access, the stage's bound_pass (declare draws_per_pass = True; see readers.random_map)")
+    for pass_id in range(passes - 1):
+        assert_resumes_at_every_step(make, max_steps=max_steps, pass_id=pass_id)

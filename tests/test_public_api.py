@@ -8,7 +8,7 @@ import batching
 import readers
 import train
 from readers.testing import assert_same
-from tests.helpers.toys import add_one, is_odd, ten_reader
+from tests.helpers.toys import add_one, is_odd, tag_draw, ten_reader
 
 PACKAGES = [readers, batching, train]
 #: Exported type aliases: an alias reports the module of what it aliases (collections.abc), not ours.
@@ -65,6 +65,7 @@ CURRIED = {
     "multiprocess_reader": (readers.multiprocess_reader, (), {"start_method": "fork"}, [SOURCE]),
     "node_shuffle": (readers.node_shuffle, (), {"seed": 0}, SOURCE),
     "prefetch": (readers.prefetch, (), {"workers": 2}, SOURCE),
+    "random_map": (readers.random_map, (tag_draw,), {"seed": 0}, SOURCE),
     "repeat": (readers.repeat, (), {"times": 2}, SOURCE),
     "mix": (readers.mix, (), {"weights": [1, 2], "seed": 0}, [SOURCE, WORDS]),
     "round_share": (readers.round_share, (), {"assignment": {0: (0, 4)}, "client": 0}, SOURCE),

@@ -21,12 +21,11 @@ import batching
 import readers
 from readers.allocator import tune_allocator
 from readers.checks import check_reader, whole
-from readers.graph import describe, walk
-from readers.identity import fingerprint
-from readers.ops.sharding import check_equalize, is_sharded
-from readers.ops.shuffling import DrawnSeed
+from readers.graph import describe
+from readers.inspection import Inspection, inspect_pipeline
+from readers.ops.sharding import check_equalize
 from readers.plugins.registry import find_model
-from readers.position import check_resumable, start_of
+from readers.position import start_of
 from train.checkpoints.files import (
     CheckpointError,
     rank_folder,
@@ -35,7 +34,7 @@ from train.checkpoints.files import (
 )
 from train.checkpoints.resume import check_meta, claim, this_job
 from train.events import BeginIteration, BeginPass, EndIteration, EndPass, TestResult
-from train.feeds import check_unbatched, columns_of, feeds, infer_sizes, warn_unscaled
+from train.feeds import columns_of, feeds, infer_sizes, warn_unscaled
 
 __all__ = ["evaluate", "train"]
 
@@ -120,10 +119,10 @@ def _metrics(value: Any, model: Any) -> dict[str, Any]:
     return value
 
 
-def _distribute(provider: Any, columns: dict[str, Any], model: Any, shard: bool,
+def _distribute(provider: Any, facts: Inspection, columns: dict[str, Any], model: Any, shard: bool,
                 equalize: str | None) -> tuple[Any, dict[str, Any]]:
     """Shard the provider over the job's workers when there are several and it is not sharded yet."""
-    if not shard or is_sharded(provider) or readers.worker_info().total == 1:
+    if not shard or facts.sharded or readers.worker_info().total == 1:
         return provider, columns
     provider = readers.shard(provider, equalize=equalize)
     if equalize != "pad":
@@ -223,7 +222,10 @@ def train(
     [['pass', 'samples_per_s', 'seconds'], True]
     """
     check_reader(provider)
-    check_unbatched(provider)
+    facts = inspect_pipeline(provider)  # every later check reads these facts, not the pipeline
+    if facts.batched:
+        raise TypeError(f"train: the provider is batched already (it holds {facts.batched}); give it the reader of "
+                        "single entries and pass the batch size to train")
     check_equalize(equalize, "train")
     columns = columns_of(mapping)
     batch_size = whole(batch_size, "batch_size", "train", 1, floats=False)
@@ -237,28 +239,42 @@ def train(
     test = None
     if test_provider is not None:  # the test data is not sharded: no pad weights in its mapping
         test = functools.partial(evaluate, model, test_provider, dict(columns), test_batch_size, pad_value=pad_value)
-    reader, columns = _distribute(provider, columns, model, shard, equalize)
+    reader, columns = _distribute(provider, facts, columns, model, shard, equalize)
     minibatches = _minibatches(reader, batch_size, drop_last, pad_value)
     length = _length(reader)
     batches_in = None if length is None else length // batch_size if drop_last else -(-length // batch_size)
     loop = functools.partial(_passes, model, minibatches, columns, passes, batches_in, event_handler, test)
     if checkpoint_dir is None:
         return loop(None)
-    check_resumable(minibatches)  # before any work, not at the first checkpoint
-    _check_seeds(provider)
+    _check_checkpointable(facts)  # before any work, not at the first checkpoint
     settings = _as_json({"batch_size": batch_size, "seed": seed, "drop_last": bool(drop_last),
                          "model": _model_settings(model), "config": dict(config or {})})
     info = readers.worker_info()
     with claim(checkpoint_dir, resume=resume, overwrite=overwrite, rank=info.rank,
                world_size=info.world_size) as found:
-        data = fingerprint(provider)  # under the lock: it may read a source's first entries
-        if is_sharded(provider):  # a shard's length depends on the number of processes, which may change
-            data["length"] = None
-        saved = _Saved(checkpoint_dir, info, model, {**settings, "data": data}, checkpoint_every,
+        saved = _Saved(checkpoint_dir, info, model, {**settings, "data": _data_of(facts)}, checkpoint_every,
                        replace=overwrite)
         if found is not None:
             saved.restore(*found)
         return loop(saved)
+
+
+def _check_checkpointable(facts: Inspection) -> None:
+    """Refuse checkpoints of a pipeline that cannot say where it is, or that another run would not repeat."""
+    if facts.unresumable:
+        raise ValueError(f"cannot save or restore a position of {describe(facts.reader)}: {facts.unresumable}")
+    if facts.unrepeatable:
+        raise ValueError(f"train: the provider's {facts.unrepeatable}, so a resume could not continue its order; "
+                         "give it a seed (e.g. seed=0) to checkpoint the run")
+
+
+def _data_of(facts: Inspection) -> dict[str, Any]:
+    """What a checkpoint records of the data: the fingerprint, taken under the folder's lock (it may read a
+    source's first entries), less a shard's length, which depends on the number of processes."""
+    data = dict(facts.fingerprint)
+    if facts.sharded:
+        data["length"] = None
+    return data
 
 
 def _as_json(run: dict[str, Any]) -> dict[str, Any]:
@@ -276,16 +292,6 @@ def _model_settings(model: Any) -> dict[str, Any]:
     """The model's class and, when it says (``settings()``), what it was built with: a resume compares them."""
     settings = getattr(model, "settings", None)
     return {"class": type(model).__qualname__, **(settings() if callable(settings) else {})}
-
-
-def _check_seeds(provider: Any) -> None:
-    """Refuse checkpoints of a pipeline whose shuffle draws its seed: a resume would draw another order."""
-    drawn = [s for s in walk(provider) if isinstance(getattr(s, "seed", None), DrawnSeed)
-             and getattr(s, "buf_size", None) not in (0, 1)]  # a buffer of one entry keeps the order
-    if drawn:
-        name = getattr(drawn[0], "name", describe(drawn[0]))
-        raise ValueError(f"train: the provider's {name}(seed=None) draws a new seed in every run, so a resume "
-                         f"could not continue its order; give it a seed ({name}(..., seed=0)) to checkpoint the run")
 
 
 class _Saved:

@@ -1,10 +1,10 @@
 """From a reader's entries to a model's inputs: the mapping, the feeds, and what the entries tell.
 
 ``columns_of`` reads a mapping, ``feeds`` turns collated minibatches into
-``{input name: array}`` dicts. Before training, ``check_unbatched`` refuses a
-provider that is batched already, ``infer_sizes`` reads the input size and
-the class count of a built-in model from up to 10,000 entries, and
-``warn_unscaled`` warns once when an input looks unscaled (raw pixels).
+``{input name: array}`` dicts. Before training, ``infer_sizes`` reads the
+input size and the class count of a built-in model from up to 10,000
+entries, and ``warn_unscaled`` warns once when an input looks unscaled (raw
+pixels).
 """
 from __future__ import annotations
 
@@ -19,14 +19,11 @@ from typing import Any
 
 import numpy as np
 
-from batching.bucket import BucketByLength
 from batching.collate import Padded
-from batching.minibatch import Batched
-from readers.graph import describe, walk
 from readers.plans import CHUNK
 from readers.stage import Stage
 
-__all__ = ["check_unbatched", "columns_of", "feeds", "infer_sizes", "user_stacklevel", "warn_unscaled"]
+__all__ = ["columns_of", "feeds", "infer_sizes", "user_stacklevel", "warn_unscaled"]
 
 #: Entries read to find the classes of a built-in model, and the largest |value| an input is expected to have.
 SCAN = 10_000
@@ -105,22 +102,6 @@ def feeds(batches: Iterator, mapping: dict[str, Any]) -> Iterator[dict[str, Any]
             else:
                 feed[name] = value
         yield feed
-
-
-def check_unbatched(provider: Any, where: str = "train") -> None:
-    """Refuse a provider whose entries are minibatches already: train batches entries itself.
-
-    >>> import readers, batching
-    >>> check_unbatched(readers.from_sequence([1, 2]))
-    >>> check_unbatched(batching.batch(readers.from_sequence([1, 2]), 2))
-    Traceback (most recent call last):
-    ...
-    TypeError: train: the provider is batched already (it holds batch(batch_size=2, drop_last=False)); give it the reader of single entries and pass the batch size to train
-    """
-    for stage in walk(provider):
-        if isinstance(stage, (Batched, BucketByLength)):
-            raise TypeError(f"{where}: the provider is batched already (it holds {describe(stage)}); give it the "
-                            f"reader of single entries and pass the batch size to {where}")
 
 
 def _shown(value: Any) -> str:

@@ -40,7 +40,7 @@ import numpy as np
 from readers.caching.disk import DiskStore, row_keys
 from readers.caching.memory import MISSING, MemoryTier
 from readers.checks import check_reader, whole
-from readers.graph import describe
+from readers.graph import Node, describe, walk
 from readers.identity import fingerprint, function_digest, function_identity
 from readers.ops.maps import Mapped
 from readers.parents import access_of, as_indexed, iterate, open_plan
@@ -233,7 +233,7 @@ class CachedMap(Mapped):
             yield from self._through([self._key_of(e) for e in window], window, None)
             size = min(2 * size, _WINDOW)
 
-    def _end_pass(self) -> None:
+    def finish_pass(self) -> None:
         if self.store is not None:
             self.store.flush()
 
@@ -356,6 +356,11 @@ def cached(reader: Any, func: Callable, *, directory: str | os.PathLike | None =
         raise TypeError(f"cached: func must be callable, got {type(func).__name__} {func!r}")
     check_reader(reader, "cached reader")
     reader = as_indexed(reader) or reader
+    drawn = next((s for s in walk(reader) if isinstance(s, Node) and s.draws_per_pass), None)
+    if drawn is not None:
+        raise ValueError(f"cached: {describe(drawn)} below it draws its entries anew every pass, and a cache keeps "
+                         "a sample's first result for good: put the random stage above the cache, e.g. "
+                         "random_map(augment, cached(reader, func), seed=0)")
     if key is not None and not callable(key):
         raise TypeError(f"cached: key must be a function of an entry, got {type(key).__name__} {key!r}")
     if key is None and access_of(reader) == "stream":

@@ -16,6 +16,7 @@ import numpy as np
 
 from readers.identity import served_fingerprint
 from readers.network.wire import MAX_FRAME, VERSION, ProtocolError, pack_columns
+from readers.parents import is_indexed
 from readers.stage import Stage
 
 __all__ = ["BODY", "RequestError", "Served"]
@@ -60,7 +61,7 @@ class Served:
     """
 
     def __init__(self, reader: Any, info: dict[str, Any] | None = None):
-        if getattr(reader, "access", None) != "index":
+        if not is_indexed(reader):
             shown = reader.title() if isinstance(reader, Stage) else repr(reader)
             raise TypeError(f"a server serves an indexed reader (len and [i]), not {shown}; build it from "
                             "readers.tokens, readers.from_arrays or a registered reader with random access")

@@ -1,4 +1,4 @@
-"""Entry-by-entry decorators: map_readers and with_index.
+"""Entry-by-entry decorators: map_readers, random_map and with_index.
 
 Entry i of each is made from entry i of its parent, so each keeps its
 parent's access: over an indexed reader it is indexed (``len``, ``[i]``,
@@ -17,11 +17,12 @@ import numpy as np
 from readers.checks import check_reader
 from readers.graph import describe
 from readers.identity import function_identity
+from readers.ops.shuffling import check_seed
 from readers.parents import access_of, as_indexed, iterate, open_plan
 from readers.plans import Plan
 from readers.stage import Stage
 
-__all__ = ["append_column", "map_readers", "with_index"]
+__all__ = ["append_column", "map_readers", "random_map", "sample_rng", "with_index"]
 
 
 def append_column(entry: Any, value: Any, key: str = "weight") -> Any:
@@ -57,7 +58,7 @@ class _EntryByEntry(Stage):
         if self.access == "index":
             return super()._plan(pass_id, cursor)
         plan = open_plan(self.parents[0], pass_id, cursor)  # the same indices, this stage over their source
-        return Plan(self.with_parents(plan.source), plan.chunks)
+        return Plan(self.with_parents(plan.source).for_pass(pass_id), plan.chunks)
 
 
 # -- map ---------------------------------------------------------------------------
@@ -140,6 +141,107 @@ def map_readers(func: Callable, *readers: Any) -> Stage:
     if len(readers) == 1:
         readers = (as_indexed(readers[0]) or readers[0],)
     return Mapped(func, *readers)
+
+
+# -- random_map --------------------------------------------------------------------
+
+
+def sample_rng(seed: int, pass_id: int, sample_id: int) -> np.random.Generator:
+    """The random generator of one sample in one pass: a function of ``(seed, pass_id, sample_id)`` alone.
+
+    Its stream is independent of every other sample's and pass's (numpy's
+    ``SeedSequence`` with the pass and the sample as its spawn key), so a
+    sample drawn in any worker, shard, rank or resumed run draws the same.
+
+    >>> a, b = sample_rng(0, 1, 7).random(), sample_rng(0, 1, 7).random()
+    >>> a == b, a != sample_rng(0, 2, 7).random(), a != sample_rng(0, 1, 8).random()
+    (True, True, True)
+    """
+    return np.random.Generator(np.random.PCG64(np.random.SeedSequence(seed, spawn_key=(pass_id, sample_id))))
+
+
+class RandomMapped(_EntryByEntry):
+    """``func(entry, rng)`` with a generator per sample and pass (see ``random_map``)."""
+
+    name = "random_map"
+    draws_per_pass = True
+
+    def __init__(self, func: Callable, reader: Any, seed: int):
+        super().__init__(reader)
+        self.func, self.seed = func, seed
+
+    @property
+    def positions(self) -> int | None:
+        return None if self.access == "stream" else 1  # a stream's draws are keyed by its own entries' positions
+
+    def _rng(self, sample_id: int) -> np.random.Generator:
+        return sample_rng(self.seed, self.bound_pass or 0, sample_id)
+
+    def _get(self, i: int) -> Any:
+        parent = self.parents[0]
+        return self.func(parent.at(i), self._rng(int(parent.sample_ids(np.array([i], np.int64))[0])))
+
+    def gather(self, indices: np.ndarray) -> Iterator:
+        parent = self.parents[0]
+        return map(self.func, parent.gather(indices), map(self._rng, parent.sample_ids(indices).tolist()))
+
+    def _seek(self, pass_id: int, cursor: int) -> Iterator:
+        rngs = (sample_rng(self.seed, pass_id, k) for k in itertools.count(cursor))
+        return map(self.func, iterate(self.parents[0], pass_id, cursor), rngs)
+
+    def _options(self) -> str:
+        return f"{describe(self.func)}, seed={self.seed}"
+
+    def identity(self) -> str:
+        """The stage by its function's name and code, and its seed: other draws are other data.
+
+        >>> from readers import from_sequence
+        >>> random_map(lambda e, rng: e, from_sequence([1]), seed=3).identity()
+        'random_map(<lambda> ..., seed=3)'
+        """
+        return f"{self.name}({function_identity(self.func)}, seed={self.seed})"
+
+
+def random_map(func: Callable, reader: Any, *, seed: int | None) -> Stage:
+    """Apply ``func(entry, rng)`` to each entry, ``rng`` a numpy Generator drawn from (seed, pass, sample ID).
+
+    For random augmentation: each pass draws afresh, and a sample gets the
+    same draw wherever it is read (any number of thread or process workers,
+    any shard or rank, after a resume), because its generator is
+    ``sample_rng(seed, pass, sample ID)`` and nothing else. Over an indexed
+    reader it stays indexed (``len``, ``[i]``, ``gather``), so a ``shuffle``,
+    ``shard`` or ``batch`` above keeps its fast paths, and the sample ID is the
+    source's index; over a stream the ID is the entry's position in the pass.
+    Random access outside a pass (``r[i]``) reads pass 0.
+
+    It exists because the usual way draws alike: numpy's global generator is
+    copied into every DataLoader worker, so torch users get the same "random"
+    crop in every worker, and again after a restart. ``seed=None`` draws a seed
+    from the operating system, different in every run (no checkpoint then).
+
+    >>> import numpy as np
+    >>> from readers import from_arrays, shuffle
+    >>> def jitter(entry, rng):
+    ...     image, label = entry
+    ...     return image + rng.normal(0, 0.1, image.shape).astype(image.dtype), label
+    >>> noisy = random_map(jitter, from_arrays(np.zeros((4, 2), np.float32), np.arange(4)), seed=0)
+    >>> first, second = list(noisy()), list(noisy())
+    >>> bool(np.array_equal(first[0][0], second[0][0]))  # each pass draws afresh
+    False
+    >>> again = random_map(jitter, from_arrays(np.zeros((4, 2), np.float32), np.arange(4)), seed=0)
+    >>> bool(np.array_equal(again[2][0], first[2][0]))  # sample 2 of pass 0, read by index
+    True
+    >>> by_label = {int(label): image for image, label in shuffle(noisy, seed=1)()}  # pass 0, shuffled
+    >>> bool(np.array_equal(by_label[3], first[3][0]))  # sample 3 draws as it did in order
+    True
+
+    See Also:
+        map_readers: the same without randomness.
+    """
+    if not callable(func):
+        raise TypeError(f"random_map: func must be callable as func(entry, rng), got {type(func).__name__} {func!r}")
+    check_reader(reader, "random_map reader")
+    return RandomMapped(func, as_indexed(reader) or reader, check_seed(seed, "random_map"))
 
 
 # -- with_index ----------------------------------------------------------------------

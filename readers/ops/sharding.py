@@ -21,7 +21,6 @@ from readers.checks import check_reader, whole
 from readers.graph import Node, Share, describe, walk
 from readers.launch import worker_info
 from readers.ops.maps import append_column
-from readers.ops.shuffling import DrawnSeed
 from readers.parents import access_of, iterate, open_plan
 from readers.passes import close_iterator
 from readers.plans import CHUNK, Plan, rechunk
@@ -89,7 +88,7 @@ def _splits(reader: Any) -> Iterator[Share]:
 def _check_seeds(shard: Any) -> None:
     """Ranks split one order only if they drew it alike: refuse a seed each process drew for itself."""
     for stage in walk(shard.parents[0]):
-        if isinstance(stage, Node) and isinstance(stage.seed, DrawnSeed):
+        if isinstance(stage, Node) and stage.unrepeatable:
             raise ValueError(
                 f"{describe(stage)} drew its seed from the operating system, so each of this job's processes "
                 f"shuffles differently and {describe(shard)} would give some samples twice and others never; "

@@ -15,13 +15,13 @@ import numpy as np
 import toolz
 
 from readers.checks import check_reader, whole
-from readers.graph import describe
+from readers.graph import DrawnSeed, describe
 from readers.ops.permutation import KeyedPermutation
 from readers.parents import access_of, as_indexed, iterate, open_plan
 from readers.plans import Plan, index_chunks, rechunk, slice_chunks
 from readers.stage import Stage
 
-__all__ = ["DrawnSeed", "check_seed", "shuffle"]
+__all__ = ["check_seed", "shuffle"]
 
 #: Sample indices mapped through the permutation at a time: large enough that
 #: numpy's per-call overhead vanishes, small enough to stay O(1) in memory.
@@ -33,14 +33,6 @@ SMALL = 1 << 16
 
 def _rng(seed: int, pass_id: int) -> np.random.Generator:
     return np.random.Generator(np.random.PCG64([seed, pass_id]))
-
-
-class DrawnSeed(int):
-    """A seed drawn from the operating system (``seed=None``): each process draws its own.
-
-    Its value is an ordinary int in states and reprs; its type tells a shard that
-    the processes of a job do not share the order it seeds.
-    """
 
 
 def check_seed(seed: Any, where: str) -> int:
@@ -74,7 +66,7 @@ class GlobalShuffle(Stage):
         return len(self.parents[0])
 
     def _plan(self, pass_id: int, cursor: int) -> Plan:
-        source = self.parents[0]
+        source = self.parents[0].for_pass(pass_id)
         n = len(source)
         if n <= SMALL:
             # a Feistel network reaches only some orders of a tiny set (even permutations,
@@ -103,6 +95,10 @@ class BufferShuffle(Stage):
     @property
     def positions(self) -> int | None:
         return 1 if self.buf_size <= 1 else None  # no shuffling: its entries are its parent's
+
+    @property
+    def unrepeatable(self) -> str | None:
+        return None if self.buf_size <= 1 else super().unrepeatable  # a buffer of one entry keeps the order
 
     def __len__(self) -> int:
         return len(self.parents[0])

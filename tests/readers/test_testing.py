@@ -1,13 +1,23 @@
-"""readers.testing: the restore-at-every-step check passes good stages and catches broken ones."""
+"""readers.testing: the restore-at-every-step and seeded-pass checks pass good stages and catch broken ones."""
+import importlib
+import inspect
 import itertools
+import pkgutil
+import re
 
 import numpy as np
 import pytest
 
 import readers
+from readers.graph import walk
 from readers.parents import iterate
 from readers.stage import Stage
-from readers.testing import assert_resumes_at_every_step, assert_same, steps_to_check
+from readers.testing import (
+    assert_resumes_at_every_step,
+    assert_same,
+    assert_seeded_passes,
+    steps_to_check,
+)
 
 
 class ForgetsTheCursor(Stage):
@@ -76,3 +86,97 @@ def test_assert_same_is_strict_about_types_and_dtypes():
     with pytest.raises(AssertionError, match="int64"):
         assert_same(np.zeros(2, np.int64), np.zeros(2, np.int32))
     assert_same([float("nan")], [float("nan")])  # NaN equals NaN here
+
+
+# -- every seeded stage of the package draws each pass afresh and resumes in each ------------------------------
+
+def _numbers():
+    yield from range(20)
+
+
+def _noise(entry, rng):
+    return entry + rng.integers(1000)
+
+
+SEEDED = {
+    "shuffle, buffer, over a stream": lambda: readers.shuffle(_numbers, 4, seed=1),
+    "shuffle, buffer, over an indexed reader": lambda: readers.shuffle(readers.from_sequence(range(20)), 4, seed=1),
+    "shuffle, global": lambda: readers.shuffle(readers.from_sequence(range(20)), seed=1),
+    "node_shuffle": lambda: readers.node_shuffle(readers.from_sequence(range(20)), seed=1),
+    "random_map, indexed": lambda: readers.random_map(_noise, readers.from_sequence(range(20)), seed=1),
+    "random_map, planned": lambda: readers.random_map(_noise, readers.shard(readers.from_sequence(range(40)), 1, 2),
+                                                      seed=1),
+    "random_map, stream": lambda: readers.random_map(_noise, _numbers, seed=1),
+    "random_map, below a shuffle and a shard": lambda: readers.shard(
+        readers.shuffle(readers.random_map(_noise, readers.from_sequence(range(40)), seed=1), seed=2), 0, 2),
+}
+#: Seeded stages whose seed fixes one order for every pass, by design: the resume half of the check applies.
+SAME_EVERY_PASS = {
+    "mix": lambda: readers.mix([readers.from_sequence(range(10)), readers.from_sequence(range(100, 110))], seed=1),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SEEDED))
+def test_every_seeded_stage_draws_each_pass_afresh_and_resumes_exactly_in_each(name):
+    assert_seeded_passes(SEEDED[name])
+
+
+@pytest.mark.parametrize("name", sorted(SAME_EVERY_PASS))
+def test_a_stage_whose_seed_fixes_one_order_resumes_exactly_in_every_pass(name):
+    for pass_id in range(2):
+        assert_resumes_at_every_step(SAME_EVERY_PASS[name], pass_id=pass_id)
+
+
+def _stage_classes() -> set[type]:
+    for module in pkgutil.walk_packages(readers.__path__, "readers."):
+        importlib.import_module(module.name)
+    importlib.import_module("batching")
+    found, pending = set(), [Stage]
+    while pending:
+        cls = pending.pop()
+        found.add(cls)
+        pending.extend(cls.__subclasses__())
+    return {cls for cls in found if cls.__module__.startswith(("readers.", "batching."))}
+
+
+def _declares_a_seed(cls: type) -> bool:
+    """A class that sets a seed of its own: an attribute ``seed`` in its body, or ``self.seed`` assigned."""
+    source = inspect.getsource(cls)
+    return "seed" in vars(cls) or re.search(r"self\.seed\b[^=\n]*=[^=]", source) is not None
+
+
+def test_the_seeded_checks_cover_every_class_of_the_package_that_declares_a_seed():
+    covered = {type(stage) for make in {**SEEDED, **SAME_EVERY_PASS}.values() for stage in walk(make())
+               if isinstance(stage, Stage) and stage.seed is not None}
+    seeded = {cls for cls in _stage_classes() if _declares_a_seed(cls)}
+    assert seeded, "no seeded stage class found: the search is broken"
+    assert seeded <= covered, f"seeded stages the checks above do not run: {sorted(c.__name__ for c in seeded - covered)}"
+
+
+class BlindAugmentation(readers.IndexedReader):
+    """An augmentation written before random access knew the pass: it draws from (seed, sample) alone."""
+
+    name = "blind"
+    seed = 5
+
+    def __init__(self, reader):
+        super().__init__(reader)
+
+    def __len__(self):
+        return len(self.parents[0])
+
+    def _get(self, i):
+        return self.parents[0].at(i) + np.random.default_rng([self.seed, i]).integers(1000)
+
+
+def test_the_seeded_check_catches_an_augmentation_blind_to_the_pass_which_the_resume_check_passes():
+    """Regression from issue 26: the blind augmentation gave the same noise every pass, and resumed 'exactly'."""
+    make = lambda: readers.shuffle(BlindAugmentation(readers.from_sequence(range(20))), seed=0)  # noqa: E731
+    assert_resumes_at_every_step(make)
+    with pytest.raises(AssertionError, match="gave the same entries"):
+        assert_seeded_passes(lambda: BlindAugmentation(readers.from_sequence(range(20))))
+
+
+def test_the_seeded_check_refuses_a_pipeline_without_a_seed():
+    with pytest.raises(AssertionError, match="no stage declares a seed"):
+        assert_seeded_passes(lambda: readers.from_sequence(range(10)))

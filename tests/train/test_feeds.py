@@ -11,7 +11,7 @@ import batching
 import readers
 from readers.plans import CHUNK
 from train.driver import train
-from train.feeds import check_unbatched, infer_sizes, warn_unscaled
+from train.feeds import infer_sizes, warn_unscaled
 
 
 def blobs(n=120, features=6, classes=3, dtype=np.float32):
@@ -73,10 +73,6 @@ def test_warn_unscaled_ignores_labels_and_per_entry_values():
         warnings.simplefilter("error")
         assert not warn_unscaled({"label": np.array([200, 3]), "target": np.array([900.0, 1.0]),
                                   "image": np.zeros((2, 3))})
-
-
-def test_check_unbatched_passes_readers_of_single_entries():
-    check_unbatched(readers.shuffle(readers.from_sequence(range(4)), seed=0))
 
 
 def test_infer_sizes_needs_the_image_and_label_inputs():

@@ -20,6 +20,7 @@ import numpy as np
 import readers
 from readers.tokenized.runfiles import LocalData, load_run
 from readers.tokenized.schedule import BatchSchedule
+from readers.tokenized.windows import Tokens
 from train.checkpoints.files import CheckpointError
 from train.commands.console import in_flag_words, keep_passes_before
 from train.models.language import NextTokenMLP, TokenRangeError
@@ -42,7 +43,7 @@ def infer_vocabulary(reader: Any) -> tuple[int, str]:
     >>> infer_vocabulary(r)
     (301, 'largest token id 300 in all 2 windows')
     """
-    if callable(getattr(reader, "max_token", None)):
+    if isinstance(reader, Tokens):
         top = reader.max_token()
         return max(top + 1, 256), f"largest token id {top} in the {sum(reader.sizes):,} tokens"
     n = len(reader)

@@ -24,7 +24,7 @@ import readers
 from readers.checks import check_reader, whole
 from readers.continual.schema import as_json
 from readers.continual.store import PipelineStore
-from readers.graph import describe
+from readers.graph import Node, describe
 from readers.parents import as_indexed
 from train.continual.strategies import Strategy, parse_strategy
 from train.continual.stream_columns import entry_problem, split_by_task, stream_chunks
@@ -168,12 +168,12 @@ def _mapping(problems: list[str], mapping: Any) -> tuple[dict[str, Any], int]:
 def _source(problems: list[str], stream: Any, source: Any, entry: Any, label: int) -> tuple[Any, Any]:
     """The indexed reader the keys index, and its entry for the stream's first key (or Nones, noted)."""
     if source is None:
-        if not callable(getattr(stream, "by_key", None)):
+        source = stream.by_key() if isinstance(stream, Node) else None
+        if source is None:
             problems.append(f"source: the stream {describe(stream)} has no by_key(); give source=, the indexed reader "
                             "its keys index: entry source[key] is the sample named key, with the mapped columns "
                             "(e.g. readers.from_arrays(images, labels), whose entry i is (images[i], labels[i]))")
             return None, None
-        source = stream.by_key()
     indexed = as_indexed(source)
     if indexed is None:
         problems.append(f"source must be an indexed reader (len and [i]) that the stream's keys index, got "

@@ -25,6 +25,7 @@ from tests.conftest import HANG
 from tests.helpers import cache_nodes as nodes
 from tests.helpers.cache_jobs import Gate
 from tests.helpers.layouts import as_rank
+from tests.helpers.toys import add_one, tag_draw
 
 N = 60
 
@@ -399,3 +400,11 @@ def test_cached_fingerprint_shows_function_and_version_never_the_folder(tmp_path
     assert found == readers.fingerprint(pipeline(tmp_path / "b"))
     assert re.fullmatch(r"cached\(feature [0-9a-f]+, version='3'\)", found["pipeline"][1])
     assert str(tmp_path) not in json.dumps(found) and "directory" not in json.dumps(found)
+
+
+def test_cached_refuses_a_reader_that_draws_anew_every_pass():
+    """A cache by sample ID would keep the first pass's draws for good (issue 26)."""
+    noisy = readers.random_map(tag_draw, readers.from_sequence(range(4)), seed=0)
+    with pytest.raises(ValueError, match=r"random_map\(tag_draw, seed=0\) below it draws its entries anew"):
+        readers.cached(noisy, add_one)
+    assert len(list(readers.random_map(tag_draw, readers.cached(readers.from_sequence(range(4)), add_one), seed=0)()))

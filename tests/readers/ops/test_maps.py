@@ -1,10 +1,19 @@
-"""readers.ops.maps: map_readers and with_index, over streams, index plans and indexed readers."""
+"""readers.ops.maps: map_readers, random_map and with_index, over streams, index plans and indexed readers."""
+import pickle
+
 import numpy as np
 import pytest
+import toolz
 
+import batching
 import readers
-from readers.ops.maps import append_column
-from tests.helpers.toys import double, ten_reader
+from readers.identity import fingerprint
+from readers.inspection import inspect_pipeline
+from readers.ops.maps import append_column, sample_rng
+from readers.parents import is_indexed, is_planned
+from readers.testing import assert_seeded_passes
+from tests.helpers.layouts import set_env
+from tests.helpers.toys import double, tag_draw, ten_reader
 
 
 def test_map_readers_applies_function_to_each_entry():
@@ -82,3 +91,113 @@ def test_with_index_columns_gain_an_int64_id_column():
     r = readers.with_index(readers.skip(readers.from_arrays(np.arange(5) * 10), 2))
     (values, ids) = r.gather_columns(np.array([0, 2]))
     assert values.tolist() == [20, 40] and ids.tolist() == [2, 4] and ids.dtype == np.int64
+
+
+# -- random_map ------------------------------------------------------------------------------------------------
+
+def _draws(entries):
+    """{sample: draw} of random_map(tag_draw, ...)'s entries, whatever their order; each sample once."""
+    entries = list(entries)
+    found = dict(entries)
+    assert len(found) == len(entries), "a sample came twice"
+    return found
+
+
+def _noisy(n=40, seed=0):
+    return readers.random_map(tag_draw, readers.from_sequence(range(n)), seed=seed)
+
+
+def test_random_map_draws_from_seed_pass_and_sample_alone():
+    r = _noisy()
+    first, second = _draws(r()), _draws(r())
+    assert sorted(first) == list(range(40)) and all(first[k] != second[k] for k in first)
+    assert all(first[k] == sample_rng(0, 0, k).random() and second[k] == sample_rng(0, 1, k).random() for k in first)
+    assert _draws(_noisy()()) == first  # another reader, the same seed: the same draws
+    assert _draws(_noisy(seed=1)()) != first
+
+
+def test_random_map_gives_a_sample_the_same_draw_in_any_order_shard_or_batch():
+    want = _draws(_noisy().run(3))
+    shuffled = readers.shuffle(_noisy(), seed=7)
+    shuffled.set_pass(3)
+    assert _draws(shuffled()) == want
+    parts = [readers.shard(readers.shuffle(_noisy(), seed=7), k, 3, equalize=None) for k in range(3)]
+    for part in parts:
+        part.set_pass(3)
+    assert _draws(e for part in parts for e in part()) == want
+    batched = batching.batch(readers.shuffle(_noisy(), buf_size=5, seed=2), 8)
+    batched.set_pass(3)
+    assert _draws(e for b in batched() for e in b) == want
+
+
+@pytest.mark.parametrize("world", [1, 2, 3])
+def test_random_map_gives_a_sample_the_same_draw_on_every_rank(world, monkeypatch):
+    want = _draws(_noisy().run(1))
+    got = []
+    for rank in range(world):
+        set_env(monkeypatch, RANK=rank, WORLD_SIZE=world)
+        r = readers.shard(readers.shuffle(_noisy(), seed=4))  # the rank's share, from the launcher
+        r.set_pass(1)
+        got += list(r())
+    assert _draws(got) == want
+
+
+@pytest.mark.parametrize("mode, method", [("thread", None), ("process", "fork"), ("process", "spawn")])
+def test_random_map_gives_a_sample_the_same_draw_in_any_number_of_workers(mode, method, no_leaks):
+    want = _draws(_noisy().run(2))
+    for workers in (1, 3):
+        options = {"mode": mode} if method is None else {"mode": mode, "start_method": method}
+        r = readers.prefetch(readers.shuffle(_noisy(), seed=5), workers, **options)
+        r.set_pass(2)
+        assert _draws(r()) == want
+        stream = readers.prefetch(readers.random_map(tag_draw, ten_reader(), seed=0), workers, **options)
+        assert list(stream()) == list(readers.random_map(tag_draw, ten_reader(), seed=0)())
+
+
+def test_random_map_over_a_stream_is_keyed_by_the_position_in_the_pass():
+    r = readers.random_map(tag_draw, ten_reader(), seed=3)
+    entries = list(r())
+    assert [draw for _, draw in entries] == [sample_rng(3, 0, k).random() for k in range(10)]
+    assert list(r()) != entries and r.positions is None
+    assert_seeded_passes(lambda: readers.random_map(tag_draw, ten_reader(), seed=3))
+
+
+def test_random_map_keeps_random_access_and_the_fast_paths_above_it():
+    r = _noisy()
+    assert len(r) == 40 and is_indexed(r) and r[5] == (5, sample_rng(0, 0, 5).random())  # outside a pass: pass 0
+    assert list(r.gather(np.array([5, 2]))) == [r[5], r[2]]
+    assert is_planned(readers.shuffle(r, seed=0)) and is_planned(readers.shard(r, 0, 2))
+    plan = readers.shuffle(r, seed=0).plan(4)
+    assert plan.source.bound_pass == 4 and plan.source.parents[0] is r.parents[0]  # bound, over its own source
+    over_a_shuffle = readers.random_map(tag_draw, readers.shuffle(readers.from_sequence(range(40)), seed=1), seed=0)
+    assert is_planned(over_a_shuffle) and _draws(over_a_shuffle.run(2)) == _draws(r.run(2))
+
+
+def test_random_map_keys_a_sample_by_its_id_in_the_source_through_slices_and_chains():
+    r = readers.random_map(tag_draw, readers.skip(readers.from_sequence(range(40)), 10), seed=0)
+    assert r[0] == (10, sample_rng(0, 0, 10).random())
+
+
+def test_random_map_is_curried_pickles_and_knows_its_function_and_seed():
+    r = toolz.pipe(readers.from_sequence(range(10)), readers.random_map(tag_draw, seed=2))
+    assert list(r()) == list(readers.random_map(tag_draw, readers.from_sequence(range(10)), seed=2)())
+    assert list(pickle.loads(pickle.dumps(r))()) == list(r())
+    assert repr(r).splitlines()[0] == "random_map(tag_draw, seed=2)"
+    prints = {fingerprint(readers.random_map(f, readers.from_sequence(range(10)), seed=s))["pipeline"][0]
+              for f in (tag_draw, double) for s in (1, 2)}
+    assert len(prints) == 4
+
+
+@pytest.mark.parametrize("call, error, match", [
+    (lambda: readers.random_map(5, ten_reader(), seed=0), TypeError, "func must be callable as func"),
+    (lambda: readers.random_map(tag_draw, ten_reader(), seed=-1), ValueError, "seed must be an int >= 0"),
+    (lambda: readers.random_map(tag_draw, ten_reader()), TypeError, "missing 1 required keyword-only argument: 'seed'"),
+])
+def test_random_map_refuses_bad_arguments_at_once(call, error, match):
+    with pytest.raises(error, match=match):
+        call()
+
+
+def test_random_map_with_a_drawn_seed_cannot_be_checkpointed(tmp_path):
+    r = readers.random_map(tag_draw, readers.from_sequence(range(8)), seed=None)
+    assert "draws a new seed in every run" in inspect_pipeline(r).unrepeatable
