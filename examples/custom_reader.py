@@ -23,7 +23,7 @@ import toolz
 
 import readers
 import train
-from train.models.classifiers import MLP
+from train import MLP
 
 
 def csv_reader(path, *, test):

@@ -34,7 +34,7 @@ import numpy as np
 import readers
 import train
 from readers.sources import mnist
-from train.models.classifiers import SoftmaxRegression
+from train import SoftmaxRegression
 
 WIDTH = 512
 _PROJECTION = np.random.default_rng(0).normal(scale=784 ** -0.5, size=(784, WIDTH)).astype(np.float32)

@@ -21,7 +21,7 @@ import batching
 import readers
 import train
 from readers.sources import mnist
-from train.models.classifiers import MLP
+from train import MLP
 
 script = globals().get("__file__")
 args = sys.argv[1:] if script else []

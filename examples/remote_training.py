@@ -35,7 +35,7 @@ from pathlib import Path
 
 import readers
 import train
-from train.models.classifiers import MLP
+from train import MLP
 
 ROOT = Path(__file__).resolve().parents[1]
 SIBLING = ROOT.parent / "shared" / "data" / "mnist"

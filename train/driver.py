@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import json
 import math
+import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -33,6 +34,7 @@ from train.checkpoints.files import (
     save_checkpoint,
 )
 from train.checkpoints.resume import check_meta, claim, this_job
+from train.checkpoints.settings import Checkpoints, checkpoints_of
 from train.events import BeginIteration, BeginPass, EndIteration, EndPass, TestResult
 from train.feeds import columns_of, feeds, infer_sizes, warn_unscaled
 
@@ -155,16 +157,12 @@ def train(
     event_handler: EventHandler | None = None,
     test_provider: Any = None,
     seed: int = 0,
-    checkpoint_dir: str | None = None,
-    resume: bool = False,
-    checkpoint_every: int | None = None,
+    checkpoints: Checkpoints | str | os.PathLike | None = None,
     drop_last: bool = False,
     test_batch_size: int = 1024,
     pad_value: Any = 0,
-    config: Mapping[str, Any] | None = None,
     shard: bool = True,
     equalize: str | None = "pad",
-    overwrite: bool = False,
 ) -> list[dict[str, Any]]:
     """Train ``model`` for ``passes`` passes over ``provider``; return one record per pass.
 
@@ -178,19 +176,20 @@ def train(
     of 10,000 entries spread over an indexed provider, else of its first 10,000).
     An input far outside [0, 1] (raw uint8 pixels) draws one RuntimeWarning.
 
-    With ``checkpoint_dir`` the model and the position are saved after every
-    pass and every ``checkpoint_every`` steps. The folder is locked for the
-    run (a second run into it fails at once). A new run into a folder that
-    holds a checkpoint is refused unless ``overwrite`` (which replaces it at
-    the first save);
-    ``resume`` continues from the last checkpoint there (refusing a folder
-    without one), and refuses one made with another batch size, seed,
+    With ``checkpoints`` (a ``train.Checkpoints``, or a folder's path for its
+    defaults) the model and the position are saved after every pass and every
+    ``checkpoints.every`` steps. The folder is locked for the run (a second
+    run into it fails at once). A new run into a folder that holds a
+    checkpoint is refused unless ``overwrite`` (which replaces it at the first
+    save); ``resume`` continues from the last checkpoint there (refusing a
+    folder without one), and refuses one made with another batch size, seed,
     drop_last, model (its class, and what its ``settings()`` returns: the
     built-in models' sizes and learning rate), ``config`` (a JSON-able dict of
     the caller's own settings) or data, since any of them would break "every
-    sample once per pass" or the run's results. The data is known by ``readers.fingerprint``: the
-    pipeline, the length and the sources' content, not the paths it was read
-    from, so the same files in another folder resume.
+    sample once per pass" or the run's results. The data is known by
+    ``readers.fingerprint``: the pipeline, the length and the sources'
+    content, not the paths it was read from, so the same files in another
+    folder resume.
 
     Before the first pass it calls ``readers.tune_allocator()``, which tunes
     glibc malloc for the process so that per-batch arrays reuse heap pages
@@ -230,12 +229,8 @@ def train(
     columns = columns_of(mapping)
     batch_size = whole(batch_size, "batch_size", "train", 1, floats=False)
     passes = whole(passes, "passes", "train", floats=False)
-    if checkpoint_every is not None:
-        checkpoint_every = whole(checkpoint_every, "checkpoint_every", "train", 1, floats=False)
-    if (resume or overwrite) and checkpoint_dir is None:
-        raise ValueError(f"train: {'resume' if resume else 'overwrite'}=True needs checkpoint_dir, the folder "
-                         f"to {'resume from' if resume else 'overwrite'}")
-    model = _resolve_model(model, seed, columns, checkpoint_dir is not None, provider)
+    checkpoints = checkpoints_of(checkpoints, "train")
+    model = _resolve_model(model, seed, columns, checkpoints is not None, provider)
     test = None
     if test_provider is not None:  # the test data is not sharded: no pad weights in its mapping
         test = functools.partial(evaluate, model, test_provider, dict(columns), test_batch_size, pad_value=pad_value)
@@ -244,16 +239,16 @@ def train(
     length = _length(reader)
     batches_in = None if length is None else length // batch_size if drop_last else -(-length // batch_size)
     loop = functools.partial(_passes, model, minibatches, columns, passes, batches_in, event_handler, test)
-    if checkpoint_dir is None:
+    if checkpoints is None:
         return loop(None)
     _check_checkpointable(facts)  # before any work, not at the first checkpoint
     settings = _as_json({"batch_size": batch_size, "seed": seed, "drop_last": bool(drop_last),
-                         "model": _model_settings(model), "config": dict(config or {})})
+                         "model": _model_settings(model), "config": checkpoints.config})
     info = readers.worker_info()
-    with claim(checkpoint_dir, resume=resume, overwrite=overwrite, rank=info.rank,
+    with claim(checkpoints.folder, resume=checkpoints.resume, overwrite=checkpoints.overwrite, rank=info.rank,
                world_size=info.world_size) as found:
-        saved = _Saved(checkpoint_dir, info, model, {**settings, "data": _data_of(facts)}, checkpoint_every,
-                       replace=overwrite)
+        saved = _Saved(checkpoints.folder, info, model, {**settings, "data": _data_of(facts)}, checkpoints.every,
+                       replace=checkpoints.overwrite)
         if found is not None:
             saved.restore(*found)
         return loop(saved)
@@ -283,7 +278,7 @@ def _as_json(run: dict[str, Any]) -> dict[str, Any]:
     def plain(value: Any) -> Any:
         if isinstance(value, np.generic):
             return value.item()
-        raise TypeError(f"train: the run's settings (config=, the model's settings()) must be JSON data; "
+        raise TypeError(f"train: the run's settings (Checkpoints' config=, the model's settings()) must be JSON data; "
                         f"{value!r} ({type(value).__name__}) is not: give numbers, strings, lists or dicts")
     return json.loads(json.dumps(run, default=plain))
 

@@ -13,6 +13,7 @@ processes starts at the same data index.
 from __future__ import annotations
 
 import math
+import os
 import queue
 import threading
 import time
@@ -23,7 +24,8 @@ import numpy as np
 
 import batching
 import readers
-from readers.identity import differences, fingerprint
+from readers.identity import differences
+from readers.inspection import inspect_pipeline
 from readers.tokenized.rounds import assign_batches, round_share
 from readers.tokenized.schedule import BatchSchedule
 from train.checkpoints.files import (
@@ -34,6 +36,7 @@ from train.checkpoints.files import (
 )
 from train.checkpoints.folders import START_OVER
 from train.checkpoints.resume import claim, setting_differences, this_job
+from train.checkpoints.settings import Checkpoints, checkpoints_of
 
 __all__ = ["round_seed", "train_steps"]
 
@@ -100,8 +103,7 @@ def _check(folder: str, meta: dict[str, Any], run: dict[str, Any], steps: int) -
 
 def train_steps(reader: Any, *, model: Any, schedule: BatchSchedule, steps: int, seed: int = 0,
                 on_log: Callable[[dict[str, Any]], None] | None = None, log_every: int = 10,
-                checkpoint_dir: str | None = None, checkpoint_every: int | None = None, resume: bool = False,
-                overwrite: bool = False, config: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
+                checkpoints: Checkpoints | str | os.PathLike | None = None) -> list[dict[str, Any]]:
     """Train ``model`` for ``steps`` steps of ``schedule`` over ``reader``; return the log records.
 
     ``reader`` is an indexed reader of windows (``readers.tokens``, usually
@@ -111,10 +113,11 @@ def train_steps(reader: Any, *, model: Any, schedule: BatchSchedule, steps: int,
     "tokens_per_s"}`` goes to ``on_log`` and the returned list: ``step`` the
     steps done, ``loss`` the mean cross-entropy per token over those steps.
 
-    With ``checkpoint_dir`` the model and the step are saved every
-    ``checkpoint_every`` steps and at the end, with the folder guarded as
-    ``train.train`` guards it (a lock; ``resume`` and ``overwrite``); a
-    resume refuses another schedule, seed, model, ``config`` or data.
+    With ``checkpoints`` (a ``train.Checkpoints``, or a folder's path) the
+    model and the step are saved every ``checkpoints.every`` steps and at the
+    end, with the folder guarded as ``train.train`` guards it (a lock;
+    ``resume`` and ``overwrite``); a resume refuses another schedule, seed,
+    model, ``config`` or data.
 
     >>> from readers.tokenized.schedule import BatchSchedule
     >>> from train.models.language import NextTokenMLP
@@ -128,19 +131,18 @@ def train_steps(reader: Any, *, model: Any, schedule: BatchSchedule, steps: int,
     for name, value in (("steps", steps), ("log_every", log_every)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"train_steps: {name} must be an int >= 1, got {value!r}")
-    if (resume or overwrite) and checkpoint_dir is None:
-        raise ValueError(f"train_steps: {'resume' if resume else 'overwrite'}=True needs checkpoint_dir")
+    checkpoints = checkpoints_of(checkpoints, "train_steps")
     info = readers.worker_info()
     settings = getattr(model, "settings", None)
     run = {"schedule": [schedule.start, schedule.end, schedule.warmup_tokens, schedule.seq_len], "seed": int(seed),
            "model": {"class": type(model).__qualname__, **(settings() if callable(settings) else {})},
-           "config": dict(config or {})}
-    if checkpoint_dir is None:
+           "config": {} if checkpoints is None else checkpoints.config}
+    if checkpoints is None:
         return _loop(reader, model, schedule, steps, seed, info, on_log, log_every, None)
-    with claim(checkpoint_dir, resume=resume, overwrite=overwrite, rank=info.rank,
+    with claim(checkpoints.folder, resume=checkpoints.resume, overwrite=checkpoints.overwrite, rank=info.rank,
                world_size=info.world_size) as found:
-        run["data"] = fingerprint(reader)
-        saved = _Saved(checkpoint_dir, info, run, checkpoint_every or steps, overwrite)
+        run["data"] = inspect_pipeline(reader).fingerprint
+        saved = _Saved(checkpoints.folder, info, run, checkpoints.every or steps, checkpoints.overwrite)
         if found is not None:
             state, meta = found
             _check(saved.folder, meta, run, steps)

@@ -12,6 +12,7 @@ import readers
 from tests.helpers import paths as _paths
 from tests.helpers.recording import MAPPING, N, RecordingModel, dataset
 from train.checkpoints.files import CheckpointError, load_checkpoint, load_for_rank
+from train.checkpoints.settings import Checkpoints
 from train.driver import train
 from train.events import BeginIteration, BeginPass, EndIteration, EndPass, TestResult
 from train.models.classifiers import SoftmaxRegression
@@ -62,14 +63,24 @@ def test_train_bad_mapping_names_the_problem(mapping, match):
         train(readers.from_arrays(x, y), mapping, 4, 1, model=SoftmaxRegression(4, 2))
 
 
-@pytest.mark.parametrize("kwargs, match", [({"batch_size": 0}, "batch_size must be"), ({"passes": -1}, "passes must be"),
-                                           ({"resume": True}, "resume=True needs checkpoint_dir")])
-def test_train_bad_options_raise(kwargs, match):
+@pytest.mark.parametrize("kwargs, error, match", [
+    ({"batch_size": 0}, ValueError, "batch_size must be"), ({"passes": -1}, ValueError, "passes must be"),
+    ({"checkpoints": True}, TypeError, r"checkpoints must be a train.Checkpoints\(folder, ...\), a folder's path"),
+])
+def test_train_bad_options_raise(kwargs, error, match):
     x, y = separable(8)
     args = {"batch_size": 4, "passes": 1, **kwargs}
-    with pytest.raises(ValueError, match=match):
+    with pytest.raises(error, match=match):
         train(readers.from_arrays(x, y), ["image", "label"], args.pop("batch_size"), args.pop("passes"),
               model=SoftmaxRegression(4, 2), **args)
+
+
+def test_train_takes_a_folder_as_its_checkpoints_and_its_settings_in_one_object(tmp_path):
+    x, y = separable(16)
+    train(readers.from_arrays(x, y), ["image", "label"], 4, 1, model=SoftmaxRegression(4, 2), checkpoints=tmp_path)
+    assert load_checkpoint(str(tmp_path))[1]["pass"] == 1
+    with pytest.raises(ValueError, match="resume=True continues the run in the folder and overwrite=True replaces"):
+        Checkpoints(tmp_path, resume=True, overwrite=True)
 
 
 def test_train_same_seed_same_weights():
@@ -99,7 +110,7 @@ def test_checkpoint_after_every_pass_and_every_n_steps(tmp_path):
             saved.append(None if found is None else found[1]["cursor"])
 
     train(dataset(), MAPPING, 16, 1, model=RecordingModel(), event_handler=handler,
-          checkpoint_dir=str(tmp_path), checkpoint_every=5)
+          checkpoints=Checkpoints(str(tmp_path), every=5))
     # the checkpoint of step k is written after EndIteration(k) is handled
     assert saved[5] == 80 and saved[10] == 160 and saved[4] is None
     state, meta = load_checkpoint(str(tmp_path))
@@ -112,7 +123,7 @@ def test_checkpoints_of_a_shuffle_that_draws_its_seed_are_refused_at_the_start(t
     x, y = np.zeros((8, 5), np.float32), np.zeros(8, np.int64)
     provider = readers.with_index(readers.shuffle(readers.from_arrays(x, y)))
     with pytest.raises(ValueError, match=r"shuffle\(seed=None\) draws a new seed in every run.*seed=0"):
-        train(provider, MAPPING, 4, 1, model=RecordingModel(), checkpoint_dir=str(tmp_path))
+        train(provider, MAPPING, 4, 1, model=RecordingModel(), checkpoints=Checkpoints(str(tmp_path)))
     assert not os.listdir(tmp_path)
     train(provider, MAPPING, 4, 1, model=RecordingModel())  # without checkpoints it is fine
 
@@ -128,11 +139,12 @@ def test_checkpoints_of_a_shuffle_that_draws_its_seed_are_refused_at_the_start(t
 ])
 def test_resume_refuses_a_checkpoint_of_another_run(tmp_path, change, match):
     """A resume under other settings would train some samples twice and others never (review of issue 3)."""
-    train(dataset(), MAPPING, 16, 1, model=RecordingModel(), checkpoint_dir=str(tmp_path), checkpoint_every=3)
+    train(dataset(), MAPPING, 16, 1, model=RecordingModel(), checkpoints=Checkpoints(str(tmp_path), every=3))
     args = {"provider": dataset(), "batch_size": 16, **change}
+    checkpoints = Checkpoints(str(tmp_path), resume=True, config=args.pop("config", None))
     with pytest.raises(CheckpointError, match=re.escape(match)):
         train(args.pop("provider"), MAPPING, args.pop("batch_size"), 2, model=RecordingModel(),
-              checkpoint_dir=str(tmp_path), resume=True, **args)
+              checkpoints=checkpoints, **args)
 
 
 def test_resumed_pass_reports_its_total_and_first_batch(tmp_path):
@@ -140,7 +152,7 @@ def test_resumed_pass_reports_its_total_and_first_batch(tmp_path):
     subprocess.run([sys.executable, "-c", code, str(tmp_path)], cwd=ROOT,
                    env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=120)
     events = []
-    train(dataset(), MAPPING, 16, 1, model=RecordingModel(), checkpoint_dir=str(tmp_path), resume=True,
+    train(dataset(), MAPPING, 16, 1, model=RecordingModel(), checkpoints=Checkpoints(str(tmp_path), resume=True),
           event_handler=events.append)
     begin = events[0]
     assert (begin.batches, begin.first_batch) == (13, 8)
@@ -177,6 +189,7 @@ def test_a_step_that_returns_no_metrics_is_named():
 
 KILLED_RUN = """
 import os, signal, sys
+from train.checkpoints.settings import Checkpoints
 from train.driver import train
 from train.events import BeginIteration
 from tests.helpers.recording import MAPPING, RecordingModel, dataset
@@ -186,7 +199,7 @@ def handler(event):
         os.kill(os.getpid(), signal.SIGKILL)
 
 train(dataset(), MAPPING, 16, 3, model=RecordingModel(), event_handler=handler,
-      checkpoint_dir=sys.argv[1], checkpoint_every=4)
+      checkpoints=Checkpoints(sys.argv[1], every=4))
 """
 
 
@@ -205,7 +218,7 @@ def test_sigkill_mid_pass_then_resume_is_exactly_once_with_same_weights(tmp_path
         assert found is not None and (found[1]["pass"], found[1]["cursor"]) < (kill_pass, kill_batch * 16 + 1)
 
     resumed = RecordingModel()  # killed before its first checkpoint, the run starts afresh, as a new run
-    train(dataset(), MAPPING, 16, 3, model=resumed, checkpoint_dir=str(tmp_path), resume=found is not None)
+    train(dataset(), MAPPING, 16, 3, model=resumed, checkpoints=Checkpoints(str(tmp_path), resume=found is not None))
     for k in range(3):  # every pass: each sample exactly once, in the same order as the uninterrupted run
         assert sorted(resumed.seen[k * N:(k + 1) * N].tolist()) == list(range(N))
     assert np.array_equal(resumed.seen, reference.seen)
@@ -329,7 +342,7 @@ def test_train_resumes_on_another_world_size_exactly_once(tmp_path, before, afte
     dirs = [str(tmp_path / (f"rank{r}" if before > 1 else "")) for r in range(max(before, after))]
     for rank in range(before):
         with pytest.raises(_Crash):
-            run_rank(rank, before, checkpoint_dir=folder, checkpoint_every=4, then=crash_after(5), batch_size=8)
+            run_rank(rank, before, checkpoints=Checkpoints(folder, every=4), then=crash_after(5), batch_size=8)
     done_before = []
     states = []
     for rank in range(before):
@@ -345,7 +358,7 @@ def test_train_resumes_on_another_world_size_exactly_once(tmp_path, before, afte
     known = [len(load_checkpoint(d)[0]["seen_ids"]) for d in loads]
     done_after = []
     for rank in [*range(before, after), *range(min(before, after))]:
-        model, _ = run_rank(rank, after, checkpoint_dir=folder, resume=True, batch_size=8)
+        model, _ = run_rank(rank, after, checkpoints=Checkpoints(folder, resume=True), batch_size=8)
         done_after += model.seen[known[rank]:][model.weights[known[rank]:] == 1.0].tolist()
     assert sorted(done_before + done_after) == list(range(N))
 
@@ -366,7 +379,7 @@ def test_resume_warns_when_rank_checkpoints_disagree(tmp_path):
     folder = str(tmp_path)
     for rank in range(3):
         with pytest.raises(_Crash):
-            run_rank(rank, 3, checkpoint_dir=folder, checkpoint_every=2, then=crash_after(2 + 2 * (rank == 2)),
+            run_rank(rank, 3, checkpoints=Checkpoints(folder, every=2), then=crash_after(2 + 2 * (rank == 2)),
                      batch_size=8)
     as_rank(0, 3)
     with pytest.warns(RuntimeWarning, match=r"checkpoints are at different positions \(rank0: pass 0, entry 48"):
@@ -383,9 +396,9 @@ def test_resume_knows_the_data_by_content_not_by_path(tmp_path):
         folder.mkdir()
         write_mnist(folder, seed=seed, sizes=(("train", 100),))
 
-    def run(folder, passes, **options):
+    def run(folder, passes, resume=False):
         data = readers.shuffle(mnist.train(folder, download=False), seed=0)
-        return train(data, ["image", "label"], 16, passes, model="softmax", checkpoint_dir=str(ck), **options)
+        return train(data, ["image", "label"], 16, passes, model="softmax", checkpoints=Checkpoints(ck, resume=resume))
 
     run(first, 1)
     with pytest.raises(CheckpointError, match=r"other settings or data \(content: the data itself differs"):

@@ -235,7 +235,7 @@ def test_warn_unscaled_points_at_the_users_call_of_train(checkpoints, tmp_path):
     folder = str(tmp_path) if checkpoints else None
     with pytest.warns(RuntimeWarning, match="far outside") as caught:
         line = inspect.currentframe().f_lineno + 1
-        train(data, ["image", "label"], 16, 1, model="softmax", checkpoint_dir=folder)
+        train(data, ["image", "label"], 16, 1, model="softmax", checkpoints=folder)
     assert (caught[0].filename, caught[0].lineno) == (__file__, line)
 
 

@@ -5,6 +5,7 @@ import pytest
 import readers
 from readers.tokenized.schedule import BatchSchedule
 from train.checkpoints.files import CheckpointError, load_checkpoint
+from train.checkpoints.settings import Checkpoints
 from train.models.language import NextTokenMLP
 from train.steps import train_steps
 
@@ -66,12 +67,12 @@ def test_a_resumed_run_ends_with_the_weights_and_log_of_an_uninterrupted_one(tmp
     whole_model = _model()
     whole = train_steps(_data(), model=whole_model, schedule=SCHEDULE, steps=30, log_every=5)
     ck = str(tmp_path / "ck")
-    train_steps(_data(), model=_model(), schedule=SCHEDULE, steps=17, log_every=5, checkpoint_dir=ck,
-                checkpoint_every=5)  # as if stopped after step 17, with a checkpoint at step 17
+    train_steps(_data(), model=_model(), schedule=SCHEDULE, steps=17, log_every=5,
+                checkpoints=Checkpoints(ck, every=5))  # as if stopped after step 17, with a checkpoint at step 17
     assert load_checkpoint(ck)[1]["step"] == 17
     resumed_model = _model()
     resumed = train_steps(_data(), model=resumed_model, schedule=SCHEDULE, steps=30, log_every=5,
-                          checkpoint_dir=ck, resume=True)
+                          checkpoints=Checkpoints(ck, resume=True))
     for a, b in zip(whole_model.state_dict().values(), resumed_model.state_dict().values()):
         assert np.array_equal(a, b)
     assert [r["step"] for r in resumed] == [5, 10, 15, 17, 20, 25, 30]
@@ -81,21 +82,22 @@ def test_a_resumed_run_ends_with_the_weights_and_log_of_an_uninterrupted_one(tmp
 
 def test_a_resume_with_another_schedule_or_data_is_refused(tmp_path):
     ck = str(tmp_path / "ck")
-    train_steps(_data(), model=_model(), schedule=SCHEDULE, steps=5, checkpoint_dir=ck)
+    train_steps(_data(), model=_model(), schedule=SCHEDULE, steps=5, checkpoints=Checkpoints(ck))
     with pytest.raises(CheckpointError, match=r"schedule: \[4, 12, 200, 8\] then, \[4, 16, 200, 8\] now"):
-        train_steps(_data(), model=_model(), schedule=BatchSchedule(4, 16, 200, 8), steps=10, checkpoint_dir=ck,
-                    resume=True)
+        train_steps(_data(), model=_model(), schedule=BatchSchedule(4, 16, 200, 8), steps=10,
+                    checkpoints=Checkpoints(ck, resume=True))
     with pytest.raises(CheckpointError, match="pipeline: stage 0 was 'shuffle.*seed=0\\)', now '.*seed=1\\)'"):
-        train_steps(_data(seed=1), model=_model(), schedule=SCHEDULE, steps=10, checkpoint_dir=ck, resume=True)
+        train_steps(_data(seed=1), model=_model(), schedule=SCHEDULE, steps=10,
+                    checkpoints=Checkpoints(ck, resume=True))
     with pytest.raises(CheckpointError, match="holds a checkpoint"):
-        train_steps(_data(), model=_model(), schedule=SCHEDULE, steps=10, checkpoint_dir=ck)
+        train_steps(_data(), model=_model(), schedule=SCHEDULE, steps=10, checkpoints=Checkpoints(ck))
 
 
 def test_bad_arguments_are_named():
     with pytest.raises(ValueError, match="steps must be an int >= 1, got 0"):
         train_steps(_data(), model=_model(), schedule=SCHEDULE, steps=0)
-    with pytest.raises(ValueError, match="resume=True needs checkpoint_dir"):
-        train_steps(_data(), model=_model(), schedule=SCHEDULE, steps=3, resume=True)
+    with pytest.raises(TypeError, match="train_steps: checkpoints must be a train.Checkpoints"):
+        train_steps(_data(), model=_model(), schedule=SCHEDULE, steps=3, checkpoints=3)
 
 
 def test_the_next_steps_windows_are_read_while_the_model_trains_on_this_one():

@@ -22,6 +22,7 @@ from readers.tokenized.runfiles import LocalData, load_run
 from readers.tokenized.schedule import BatchSchedule
 from readers.tokenized.windows import Tokens
 from train.checkpoints.files import CheckpointError
+from train.checkpoints.settings import Checkpoints
 from train.commands.console import in_flag_words, keep_passes_before
 from train.models.language import NextTokenMLP, TokenRangeError
 from train.steps import train_steps
@@ -126,10 +127,11 @@ def config_run(info: Any, found: Any, params: dict[str, Any]) -> None:
         log.write(record)
 
     try:
+        checkpoints = None if params["checkpoint_dir"] is None else Checkpoints(
+            params["checkpoint_dir"], every=_checkpoint_every(params), resume=params["resume"],
+            overwrite=params["overwrite"])
         train_steps(data, model=model, schedule=schedule, steps=steps, seed=params["seed"], on_log=on_log,
-                    log_every=params["log_every"], checkpoint_dir=params["checkpoint_dir"],
-                    checkpoint_every=_checkpoint_every(params), resume=params["resume"],
-                    overwrite=params["overwrite"])
+                    log_every=params["log_every"], checkpoints=checkpoints)
     except CheckpointError as exc:
         raise click.ClickException(in_flag_words(str(exc))) from None
     except TokenRangeError as exc:

@@ -27,6 +27,7 @@ from readers.plugins.registry import find_model, reader_splits
 from train.checkpoints.files import CheckpointError, load_for_rank, rank_folder
 from train.checkpoints.folders import FILE
 from train.checkpoints.resume import claim
+from train.checkpoints.settings import Checkpoints
 from train.commands.console import Progress, in_flag_words
 from train.driver import train
 from train.feeds import infer_sizes
@@ -226,12 +227,12 @@ def _train(factory: Callable, info: Any, found: Any, params: dict[str, Any]) -> 
             handler.flush()
 
     try:
+        checkpoints = None if directory is None else Checkpoints(
+            directory, every=params["checkpoint_every"], resume=params["resume"], overwrite=params["overwrite"],
+            config={"reader": reader_name, "model": params["model_name"], "classes": classes, "lr": lr,
+                    "lr_decay": lr_decay})
         train(provider, ["image", "label"], params["batch_size"], params["passes"], model=model,
-              event_handler=on_event, test_provider=test_reader, seed=params["seed"], checkpoint_dir=directory,
-              resume=params["resume"], overwrite=params["overwrite"],
-              checkpoint_every=params["checkpoint_every"] if directory else None,
-              config={"reader": reader_name, "model": params["model_name"], "classes": classes, "lr": lr,
-                      "lr_decay": lr_decay})
+              event_handler=on_event, test_provider=test_reader, seed=params["seed"], checkpoints=checkpoints)
     except CheckpointError as exc:
         raise click.ClickException(in_flag_words(str(exc))) from None
     except LabelRangeError as exc:

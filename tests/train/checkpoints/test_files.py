@@ -18,6 +18,7 @@ from train.checkpoints.files import (
     remove_checkpoints,
     save_checkpoint,
 )
+from train.checkpoints.settings import Checkpoints
 from train.driver import train
 
 ROOT = _paths.ROOT
@@ -50,7 +51,7 @@ def test_save_refuses_state_that_is_not_numeric(tmp_path):
 
 def test_stale_part_files_are_swept_by_the_next_save(tmp_path):
     (tmp_path / ".checkpoint.dead.npz.part").write_bytes(b"half")
-    train(dataset(), MAPPING, 16, 1, model=RecordingModel(), checkpoint_dir=str(tmp_path))
+    train(dataset(), MAPPING, 16, 1, model=RecordingModel(), checkpoints=Checkpoints(str(tmp_path)))
     assert sorted(os.listdir(tmp_path)) == [".readerkit.lock", "checkpoint.npz"]
 
 
@@ -58,7 +59,7 @@ def test_stale_part_files_are_swept_by_the_next_save(tmp_path):
 def test_corrupt_checkpoint_is_a_checkpoint_error(tmp_path, content):
     (tmp_path / "checkpoint.npz").write_bytes(content)
     with pytest.raises(CheckpointError, match="not a readable checkpoint"):
-        train(dataset(), MAPPING, 16, 1, model=RecordingModel(), checkpoint_dir=str(tmp_path), resume=True)
+        train(dataset(), MAPPING, 16, 1, model=RecordingModel(), checkpoints=Checkpoints(str(tmp_path), resume=True))
 
 
 def test_checkpoint_whose_meta_is_not_an_object_is_a_checkpoint_error(tmp_path):
@@ -104,7 +105,7 @@ def test_a_folder_named_checkpoint_npz_is_an_error_not_no_checkpoint(tmp_path):
         load_checkpoint(str(tmp_path))
     for flags in ({}, {"overwrite": True}, {"resume": True}):  # each refused at the start, none at a save
         with pytest.raises(CheckpointError, match=r"checkpoint.npz is not a file \(a folder\?\)"):
-            train(dataset(), MAPPING, 16, 1, model=RecordingModel(), checkpoint_dir=str(tmp_path), **flags)
+            train(dataset(), MAPPING, 16, 1, model=RecordingModel(), checkpoints=Checkpoints(tmp_path, **flags))
     assert (tmp_path / "checkpoint.npz").is_dir()
 
 

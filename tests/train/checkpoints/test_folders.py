@@ -15,6 +15,7 @@ from train.checkpoints.folders import (
     lock_folder,
     rank_folders,
 )
+from train.checkpoints.settings import Checkpoints
 from train.driver import train
 
 ROOT = _paths.ROOT
@@ -24,8 +25,8 @@ def test_a_second_run_into_a_locked_folder_fails_naming_the_holder(tmp_path):
     """New-user trial (issue 12): two runs in one folder deleted each other's part files and crashed."""
     with lock_folder(str(tmp_path)):
         with pytest.raises(FolderInUse, match=rf"another run is using {tmp_path} \(pid {os.getpid()}\)"):
-            train(dataset(), MAPPING, 16, 1, model=RecordingModel(), checkpoint_dir=str(tmp_path))
-    train(dataset(), MAPPING, 16, 1, model=RecordingModel(), checkpoint_dir=str(tmp_path))  # released
+            train(dataset(), MAPPING, 16, 1, model=RecordingModel(), checkpoints=Checkpoints(str(tmp_path)))
+    train(dataset(), MAPPING, 16, 1, model=RecordingModel(), checkpoints=Checkpoints(str(tmp_path)))  # released
 
 
 def test_the_lock_is_released_when_its_holder_dies(tmp_path):

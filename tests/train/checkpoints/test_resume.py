@@ -14,6 +14,7 @@ from train.checkpoints.files import (
     save_checkpoint,
 )
 from train.checkpoints.resume import check_meta, claim, open_run
+from train.checkpoints.settings import Checkpoints
 from train.driver import train
 
 DATA = {"pipeline": ["from_sequence(str of 2)"], "length": 2, "content": "ab"}
@@ -23,17 +24,18 @@ META = {"pass": 1, "cursor": 0, "reader_state": {"pass": 1, "cursor": 0}, "total
 
 def test_new_run_into_a_folder_with_a_checkpoint_is_refused_and_leaves_it_byte_identical(tmp_path):
     """New-user trial (issue 12): --passes 1 on a 5-pass checkpoint silently trained afresh over it."""
-    train(dataset(), MAPPING, 16, 2, model=RecordingModel(), checkpoint_dir=str(tmp_path))
+    train(dataset(), MAPPING, 16, 2, model=RecordingModel(), checkpoints=Checkpoints(str(tmp_path)))
     before = (tmp_path / "checkpoint.npz").read_bytes()
     with pytest.raises(CheckpointError, match="holds a checkpoint .*add resume=True to continue that run, or overwrite=True"):
-        train(dataset(), MAPPING, 16, 1, model=RecordingModel(), checkpoint_dir=str(tmp_path))
+        train(dataset(), MAPPING, 16, 1, model=RecordingModel(), checkpoints=Checkpoints(str(tmp_path)))
     assert (tmp_path / "checkpoint.npz").read_bytes() == before
 
 
 def test_overwrite_starts_over_and_removes_the_old_checkpoints(tmp_path):
-    train(dataset(), MAPPING, 16, 2, model=RecordingModel(), checkpoint_dir=str(tmp_path))
+    train(dataset(), MAPPING, 16, 2, model=RecordingModel(), checkpoints=Checkpoints(str(tmp_path)))
     save_checkpoint(str(tmp_path / "rank3"), {"w": np.zeros(1)}, {"pass": 9})  # of an earlier, larger job
-    history = train(dataset(), MAPPING, 16, 1, model=RecordingModel(), checkpoint_dir=str(tmp_path), overwrite=True)
+    history = train(dataset(), MAPPING, 16, 1, model=RecordingModel(),
+                    checkpoints=Checkpoints(str(tmp_path), overwrite=True))
     assert [r["pass"] for r in history] == [0]
     assert not (tmp_path / "rank3" / "checkpoint.npz").exists()
 
@@ -42,7 +44,7 @@ def test_resume_without_a_checkpoint_is_an_error_naming_the_folder(tmp_path):
     """New-user trial (issue 12): a mistyped --resume folder quietly started over."""
     typo = tmp_path / "chekpoints"
     with pytest.raises(CheckpointError, match=f"resume=True: {typo} does not exist; check the folder's name"):
-        train(dataset(), MAPPING, 16, 1, model=RecordingModel(), checkpoint_dir=str(typo), resume=True)
+        train(dataset(), MAPPING, 16, 1, model=RecordingModel(), checkpoints=Checkpoints(str(typo), resume=True))
 
 
 def test_resume_and_overwrite_together_are_refused(tmp_path):
@@ -105,7 +107,8 @@ def test_a_one_process_run_cannot_clear_a_live_jobs_folders(tmp_path):
         save_checkpoint(str(tmp_path / f"rank{rank}"), {"w": np.zeros(1)}, {"pass": 1})
     with hold_run(str(tmp_path), 1, 2):  # rank 1 of the job is live
         with pytest.raises(FolderInUse, match=f"another run is using {tmp_path} "):
-            train(dataset(), MAPPING, 16, 1, model=RecordingModel(), checkpoint_dir=str(tmp_path), overwrite=True)
+            train(dataset(), MAPPING, 16, 1, model=RecordingModel(),
+                  checkpoints=Checkpoints(str(tmp_path), overwrite=True))
     assert (tmp_path / "rank0" / "checkpoint.npz").exists() and (tmp_path / "rank1" / "checkpoint.npz").exists()
     with lock_folder(str(tmp_path)):  # and a job cannot start while a one-process run holds the folder
         with pytest.raises(FolderInUse):
@@ -117,7 +120,8 @@ def test_resume_into_a_folder_in_use_says_so_not_that_it_holds_no_checkpoint(tmp
     """Review of issue 12: a --resume while another run had not saved yet said "holds no checkpoint"."""
     with lock_folder(str(tmp_path)):
         with pytest.raises(FolderInUse, match="another run is using"):
-            train(dataset(), MAPPING, 16, 1, model=RecordingModel(), checkpoint_dir=str(tmp_path), resume=True)
+            train(dataset(), MAPPING, 16, 1, model=RecordingModel(),
+                  checkpoints=Checkpoints(str(tmp_path), resume=True))
 
 
 class _FailsAt:
@@ -142,46 +146,49 @@ class _FailsAt:
 def test_overwrite_keeps_the_old_checkpoint_until_the_new_run_saves(tmp_path, where):
     """Reviews of issue 12: --overwrite removed the checkpoint at the start, then before its own first
     save, so a run that failed first (at a step, or in that save) lost it."""
-    train(dataset(), MAPPING, 16, 2, model=RecordingModel(), checkpoint_dir=str(tmp_path))
+    train(dataset(), MAPPING, 16, 2, model=RecordingModel(), checkpoints=Checkpoints(str(tmp_path)))
     before = (tmp_path / "checkpoint.npz").read_bytes()
     with pytest.raises((RuntimeError, TypeError)):
-        train(dataset(), MAPPING, 16, 1, model=_FailsAt(where), checkpoint_dir=str(tmp_path), overwrite=True,
-              checkpoint_every=1)
+        train(dataset(), MAPPING, 16, 1, model=_FailsAt(where),
+              checkpoints=Checkpoints(str(tmp_path), every=1, overwrite=True))
     assert (tmp_path / "checkpoint.npz").read_bytes() == before
-    train(dataset(), MAPPING, 16, 1, model=RecordingModel(), checkpoint_dir=str(tmp_path), overwrite=True)
+    train(dataset(), MAPPING, 16, 1, model=RecordingModel(), checkpoints=Checkpoints(str(tmp_path), overwrite=True))
     assert (tmp_path / "checkpoint.npz").read_bytes() != before
 
 
 def test_settings_compare_as_json_and_what_json_cannot_hold_fails_at_the_start(tmp_path):
     """Review of issue 12: a tuple in config (or settings()) refused the resume of the same run, and a
     numpy number failed only at the first save."""
-    train(dataset(), MAPPING, 16, 1, model=RecordingModel(), checkpoint_dir=str(tmp_path),
-          config={"sizes": (4, 2), "scale": np.float32(0.5)})
-    history = train(dataset(), MAPPING, 16, 2, model=RecordingModel(), checkpoint_dir=str(tmp_path), resume=True,
-                    config={"sizes": (4, 2), "scale": np.float32(0.5)})
+    train(dataset(), MAPPING, 16, 1, model=RecordingModel(),
+          checkpoints=Checkpoints(str(tmp_path), config={"sizes": (4, 2), "scale": np.float32(0.5)}))
+    history = train(dataset(), MAPPING, 16, 2, model=RecordingModel(),
+                    checkpoints=Checkpoints(str(tmp_path), resume=True,
+                                            config={"sizes": (4, 2), "scale": np.float32(0.5)}))
     assert [r["pass"] for r in history] == [0, 1]
     with pytest.raises(TypeError, match="must be JSON data; <object object at .*> \\(object\\) is not"):
-        train(dataset(), MAPPING, 16, 3, model=RecordingModel(), checkpoint_dir=str(tmp_path), resume=True,
-              config={"sizes": object()})
+        train(dataset(), MAPPING, 16, 3, model=RecordingModel(),
+              checkpoints=Checkpoints(str(tmp_path), resume=True, config={"sizes": object()}))
 
 
 def test_a_nested_claim_must_use_the_outer_claims_flags(tmp_path):
     """Review of issue 12: inside a resume claim a new run resumed; inside a new-run claim a resume started over."""
-    train(dataset(), MAPPING, 16, 1, model=RecordingModel(), checkpoint_dir=str(tmp_path))
+    train(dataset(), MAPPING, 16, 1, model=RecordingModel(), checkpoints=Checkpoints(str(tmp_path)))
     with claim(str(tmp_path), resume=True, overwrite=False, rank=0, world_size=1):
         with pytest.raises(ValueError, match="claimed already in this thread with resume=True, overwrite=False"):
-            train(dataset(), MAPPING, 16, 2, model=RecordingModel(), checkpoint_dir=str(tmp_path))
+            train(dataset(), MAPPING, 16, 2, model=RecordingModel(), checkpoints=Checkpoints(str(tmp_path)))
 
 
 def test_runs_inside_one_claim_see_what_the_runs_before_them_saved(tmp_path):
     """Review of issue 12: a second run inside one claim got the claim's stale view of the folder."""
     with claim(str(tmp_path), resume=False, overwrite=False, rank=0, world_size=1):
-        train(dataset(), MAPPING, 16, 1, model=RecordingModel(), checkpoint_dir=str(tmp_path))
+        train(dataset(), MAPPING, 16, 1, model=RecordingModel(), checkpoints=Checkpoints(str(tmp_path)))
         with pytest.raises(CheckpointError, match="holds a checkpoint"):
-            train(dataset(), MAPPING, 16, 1, model=RecordingModel(), checkpoint_dir=str(tmp_path))
+            train(dataset(), MAPPING, 16, 1, model=RecordingModel(), checkpoints=Checkpoints(str(tmp_path)))
     with claim(str(tmp_path), resume=True, overwrite=False, rank=0, world_size=1):
-        first = train(dataset(), MAPPING, 16, 2, model=RecordingModel(), checkpoint_dir=str(tmp_path), resume=True)
-        second = train(dataset(), MAPPING, 16, 3, model=RecordingModel(), checkpoint_dir=str(tmp_path), resume=True)
+        first = train(dataset(), MAPPING, 16, 2, model=RecordingModel(),
+                      checkpoints=Checkpoints(str(tmp_path), resume=True))
+        second = train(dataset(), MAPPING, 16, 3, model=RecordingModel(),
+                       checkpoints=Checkpoints(str(tmp_path), resume=True))
     assert [r["pass"] for r in first] == [0, 1] and [r["pass"] for r in second] == [0, 1, 2]
     assert second[:2] == first
 
@@ -191,20 +198,21 @@ def test_resume_with_another_learning_rate_is_refused_in_the_api_too(tmp_path):
     from train.models.classifiers import MLP
     x = np.random.default_rng(0).normal(size=(64, 5)).astype(np.float32)
     data = readers.shuffle(readers.from_arrays(x, (x[:, 0] > 0).astype(np.int64)), seed=0)
-    train(data, ["image", "label"], 16, 1, model=MLP(5, (8,), 2, lr=0.01), checkpoint_dir=str(tmp_path))
+    train(data, ["image", "label"], 16, 1, model=MLP(5, (8,), 2, lr=0.01), checkpoints=Checkpoints(str(tmp_path)))
     with pytest.raises(CheckpointError, match=r"model\.lr: 0\.01 then, 0\.5 now"):
-        train(data, ["image", "label"], 16, 2, model=MLP(5, (8,), 2, lr=0.5), checkpoint_dir=str(tmp_path),
-              resume=True)
+        train(data, ["image", "label"], 16, 2, model=MLP(5, (8,), 2, lr=0.5),
+              checkpoints=Checkpoints(str(tmp_path), resume=True))
 
 
 def test_a_claim_is_reentrant_in_its_thread_and_loads_the_checkpoint_once(tmp_path, monkeypatch):
-    train(dataset(), MAPPING, 16, 1, model=RecordingModel(), checkpoint_dir=str(tmp_path))
+    train(dataset(), MAPPING, 16, 1, model=RecordingModel(), checkpoints=Checkpoints(str(tmp_path)))
     import train.checkpoints.files as checkpoint
     loads = []
     real = checkpoint.load_checkpoint
     monkeypatch.setattr(checkpoint, "load_checkpoint", lambda d: loads.append(d) or real(d))
     with claim(str(tmp_path), resume=True, overwrite=False, rank=0, world_size=1) as found:
-        history = train(dataset(), MAPPING, 16, 2, model=RecordingModel(), checkpoint_dir=str(tmp_path), resume=True)
+        history = train(dataset(), MAPPING, 16, 2, model=RecordingModel(),
+                        checkpoints=Checkpoints(str(tmp_path), resume=True))
     assert found[1]["pass"] == 1 and [r["pass"] for r in history] == [0, 1] and len(loads) == 1
 
 
@@ -212,7 +220,7 @@ def test_a_claim_is_reentrant_in_its_thread_and_loads_the_checkpoint_once(tmp_pa
 def test_a_checkpoint_of_an_earlier_version_resumes_with_a_warning(tmp_path, era):
     """Reviews of issue 12: checkpoints made before fingerprints (a repr and a length), or before model
     settings were recorded, were refused."""
-    train(dataset(), MAPPING, 16, 1, model=RecordingModel(), checkpoint_dir=str(tmp_path), checkpoint_every=3)
+    train(dataset(), MAPPING, 16, 1, model=RecordingModel(), checkpoints=Checkpoints(str(tmp_path), every=3))
     from train.checkpoints.files import load_checkpoint
     state, meta = load_checkpoint(str(tmp_path))
     old = {k: v for k, v in meta.items() if k not in ("model", "job")}
@@ -220,14 +228,16 @@ def test_a_checkpoint_of_an_earlier_version_resumes_with_a_warning(tmp_path, era
         old = {**{k: v for k, v in old.items() if k != "data"}, "provider": "shuffle(...)", "length": meta["data"]["length"]}
     save_checkpoint(str(tmp_path), state, old)
     with pytest.warns(RuntimeWarning, match="made by an earlier readerkit, which did not record") as caught:
-        history = train(dataset(), MAPPING, 16, 2, model=RecordingModel(), checkpoint_dir=str(tmp_path), resume=True)
+        history = train(dataset(), MAPPING, 16, 2, model=RecordingModel(),
+                        checkpoints=Checkpoints(str(tmp_path), resume=True))
     assert ("only the length" in str(caught[0].message)) == (era == "repr and length")
     assert [r["pass"] for r in history] == [0, 1]
     assert {"data", "model", "job"} <= set(load_checkpoint(str(tmp_path))[1])
     if era == "repr and length":
         save_checkpoint(str(tmp_path), state, {**old, "length": 3})
         with pytest.raises(CheckpointError, match="length: 3 entries per pass"), pytest.warns(RuntimeWarning):
-            train(dataset(), MAPPING, 16, 2, model=RecordingModel(), checkpoint_dir=str(tmp_path), resume=True)
+            train(dataset(), MAPPING, 16, 2, model=RecordingModel(),
+                  checkpoints=Checkpoints(str(tmp_path), resume=True))
 
 
 @pytest.mark.parametrize("field, value, wanted", [
@@ -257,11 +267,11 @@ def test_check_meta_names_what_differs_in_the_data():
 
 
 def test_a_reader_state_that_does_not_fit_names_the_field(tmp_path):
-    train(dataset(), MAPPING, 16, 2, model=RecordingModel(), checkpoint_dir=str(tmp_path), checkpoint_every=3)
+    train(dataset(), MAPPING, 16, 2, model=RecordingModel(), checkpoints=Checkpoints(str(tmp_path), every=3))
     from train.checkpoints.files import load_checkpoint
     state, meta = load_checkpoint(str(tmp_path))
     meta.update({"pass": 1, "cursor": 5, "reader_state": {"pass": 1, "cursor": 5, "layout": [[1]]}})
     save_checkpoint(str(tmp_path), state, meta)
     with pytest.raises(CheckpointError, match="field 'reader_state' does not fit this pipeline"):
-        train(dataset(), MAPPING, 16, 3, model=RecordingModel(), checkpoint_dir=str(tmp_path), resume=True)
+        train(dataset(), MAPPING, 16, 3, model=RecordingModel(), checkpoints=Checkpoints(str(tmp_path), resume=True))
     assert os.path.exists(tmp_path / "checkpoint.npz")

@@ -1,0 +1,82 @@
+"""``Checkpoints``: a run's checkpoint and resume settings, in one object that ``train`` and ``train_steps`` take."""
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from readers.checks import whole
+
+__all__ = ["Checkpoints", "checkpoints_of"]
+
+
+class Checkpoints:
+    """Where a run saves its checkpoints, how often, and whether it resumes or replaces what is there.
+
+    ``folder`` holds the checkpoints (locked for the run: a second run into it
+    fails at once; under a launcher with several processes each saves in a
+    ``rank<r>`` subfolder). ``every``: steps between checkpoints within a pass
+    (``train`` also saves after every pass; ``train_steps`` at the end);
+    None, only those. ``resume`` continues from the last checkpoint there,
+    refusing a folder without one, or one made with other settings or data.
+    ``overwrite`` starts a new run in a folder that holds a checkpoint, which is
+    replaced at the first save (else refused). ``config``: a JSON dict of your
+    own settings, which a resume must find the same.
+
+    >>> Checkpoints("runs/mnist", every=200, resume=True)
+    Checkpoints('runs/mnist', every=200, resume=True)
+    >>> Checkpoints("runs/mnist", resume=True, overwrite=True)
+    Traceback (most recent call last):
+    ...
+    ValueError: Checkpoints: resume=True continues the run in the folder and overwrite=True replaces it; give one of them
+    """
+
+    __slots__ = ("folder", "every", "resume", "overwrite", "config")
+
+    def __init__(self, folder: str | os.PathLike, *, every: int | None = None, resume: bool = False,
+                 overwrite: bool = False, config: Mapping[str, Any] | None = None):
+        if not isinstance(folder, (str, os.PathLike)) or not os.fspath(folder):
+            raise TypeError(f"Checkpoints: folder must be a path (a str or os.PathLike), got {folder!r}")
+        for name, value in (("resume", resume), ("overwrite", overwrite)):
+            if not isinstance(value, bool):
+                raise TypeError(f"Checkpoints: {name} must be True or False, got {value!r}")
+        if resume and overwrite:
+            raise ValueError("Checkpoints: resume=True continues the run in the folder and overwrite=True replaces "
+                             "it; give one of them")
+        if config is not None and not isinstance(config, Mapping):
+            raise TypeError(f"Checkpoints: config must be a dict of your own settings (JSON data), got "
+                            f"{type(config).__name__} {config!r}")
+        self.folder = os.fspath(folder)
+        self.every = None if every is None else whole(every, "every", "Checkpoints", 1, floats=False)
+        self.resume, self.overwrite, self.config = resume, overwrite, dict(config or {})
+
+    def __repr__(self) -> str:
+        options = [repr(self.folder)] + [f"{name}={getattr(self, name)!r}" for name, default in
+                                         (("every", None), ("resume", False), ("overwrite", False), ("config", {}))
+                                         if getattr(self, name) != default]
+        return f"Checkpoints({', '.join(options)})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Checkpoints) and repr(self) == repr(other)
+
+    def __hash__(self) -> int:
+        return hash(repr(self))
+
+
+def checkpoints_of(value: Any, where: str) -> Checkpoints | None:
+    """``checkpoints=`` as given to ``train`` or ``train_steps``: a ``Checkpoints``, a folder's path (its
+    defaults), or None for a run without checkpoints.
+
+    >>> checkpoints_of("runs/a", "train")
+    Checkpoints('runs/a')
+    >>> checkpoints_of(True, "train")
+    Traceback (most recent call last):
+    ...
+    TypeError: train: checkpoints must be a train.Checkpoints(folder, ...), a folder's path or None, got bool True
+    """
+    if value is None or isinstance(value, Checkpoints):
+        return value
+    if isinstance(value, (str, os.PathLike)):
+        return Checkpoints(value)
+    raise TypeError(f"{where}: checkpoints must be a train.Checkpoints(folder, ...), a folder's path or None, got "
+                    f"{type(value).__name__} {value!r}")
