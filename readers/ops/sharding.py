@@ -103,12 +103,8 @@ class _Weighted(IndexedReader):
 
     name = "weighted"
 
-    def __init__(self, source: Stage):
-        super().__init__(source)
-        self.source = source
-
     def __len__(self) -> int:
-        return len(self.source)
+        return len(self.parents[0])
 
     @staticmethod
     def _split(indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -116,21 +112,21 @@ class _Weighted(IndexedReader):
         return np.where(real, indices, -1 - indices), real
 
     def _get(self, i: int) -> tuple:
-        return append_column(self.source.at(i), 1.0)
+        return append_column(self.parents[0].at(i), 1.0)
 
     def gather(self, indices: np.ndarray) -> Iterator:
         idx, real = self._split(indices)
-        return map(append_column, self.source.gather(idx), real.astype(float).tolist())
+        return map(append_column, self.parents[0].gather(idx), real.astype(float).tolist())
 
     def gather_columns(self, indices: np.ndarray) -> tuple | None:
         idx, real = self._split(indices)
-        columns = self.source.gather_columns(idx)
+        columns = self.parents[0].gather_columns(idx)
         if columns is None:
             return None
         return (columns if isinstance(columns, tuple) else (columns,)) + (real.astype(np.float64),)
 
     def sample_ids(self, indices: np.ndarray) -> np.ndarray:
-        return self.source.sample_ids(self._split(indices)[0])
+        return self.parents[0].sample_ids(self._split(indices)[0])
 
 
 def pad_with_weights(source: Stage) -> Stage:

@@ -201,3 +201,13 @@ def test_random_map_refuses_bad_arguments_at_once(call, error, match):
 def test_random_map_with_a_drawn_seed_cannot_be_checkpointed(tmp_path):
     r = readers.random_map(tag_draw, readers.from_sequence(range(8)), seed=None)
     assert "draws a new seed in every run" in inspect_pipeline(r).unrepeatable
+
+
+def test_random_map_below_a_padding_shard_and_a_map_draws_as_in_order():
+    want = _draws(_noisy().run(1))
+    got = []
+    for k in range(3):
+        r = readers.map_readers(tuple, readers.shard(readers.shuffle(_noisy(), seed=2), k, 3, equalize="pad"))
+        r.set_pass(1)
+        got += [(value, draw) for value, draw, weight in r() if weight == 1.0]
+    assert _draws(got) == want
