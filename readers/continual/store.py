@@ -21,9 +21,7 @@ import json
 import math
 import os
 import sqlite3
-import threading
 import time
-from collections.abc import Iterator
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -32,6 +30,7 @@ from readers.checks import whole
 from readers.continual.owners import OwnersMixin, PipelineBusy
 from readers.continual.schema import as_json, decode_set, encode_set, listed, open_store
 from readers.continual.trainings import TrainingsMixin
+from readers.storage.sqlite import Database
 
 __all__ = ["PipelineBusy", "PipelineStore", "StoredSet"]
 
@@ -87,8 +86,8 @@ class PipelineStore(OwnersMixin, TrainingsMixin):
 
     def __init__(self, path: str | os.PathLike, *, create: bool = True):
         self.path = os.path.abspath(os.fspath(path))  # a copy unpickled in another folder opens this file
-        self._lock = threading.RLock()
-        self._db: sqlite3.Connection | None = open_store(self.path, create)
+        self._db = Database(open_store(self.path, create),
+                            f"the pipeline store {self.path} is closed: open it again with PipelineStore(path)")
 
     def __repr__(self) -> str:
         return f"PipelineStore({self.path!r})"
@@ -114,27 +113,11 @@ class PipelineStore(OwnersMixin, TrainingsMixin):
         ...
         ValueError: the pipeline store .../pipelines.db is closed: open it again with PipelineStore(path)
         """
-        with self._lock:
-            if self._db is not None:
-                self._db.close()
-                self._db = None
+        self._db.close()
 
-    @contextlib.contextmanager
-    def _using(self, write: bool) -> Iterator[sqlite3.Connection]:
-        """One transaction in this thread's turn on the connection: ``BEGIN IMMEDIATE`` to write (the write lock
-        is taken at the start, so a busy file waits there), a plain ``BEGIN`` to read several rows of one moment."""
-        with self._lock:
-            if self._db is None:
-                raise ValueError(f"the pipeline store {self.path} is closed: open it again with PipelineStore(path)")
-            db = self._db
-            try:  # BEGIN and COMMIT inside: a signal between them and the body still leaves no transaction open
-                db.execute("BEGIN IMMEDIATE" if write else "BEGIN")
-                yield db
-                db.execute("COMMIT")
-            except BaseException:
-                if db.in_transaction:  # (sqlite has rolled back by itself after some errors: a full disk)
-                    db.execute("ROLLBACK")
-                raise
+    def _using(self, write: bool) -> contextlib.AbstractContextManager[sqlite3.Connection]:
+        """One transaction in this thread's turn on the connection (``Database.transaction``)."""
+        return self._db.transaction(write)
 
     # -- pipelines ------------------------------------------------------------------------
     def register_pipeline(self, config: dict) -> int:

@@ -264,7 +264,8 @@ class CommitInterrupted:
 def test_an_interrupt_at_commit_leaves_no_transaction_open(store):
     p = trained(store)
     t = store.start_training(p, 0)
-    store._db = connection = CommitInterrupted(store._db)
+    database = store._db
+    database._connection = connection = CommitInterrupted(database._connection)
     connection.armed = True
     with pytest.raises(KeyboardInterrupt):
         store.update_training(t, progress=0.5)
