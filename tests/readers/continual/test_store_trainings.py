@@ -1,4 +1,4 @@
-"""readers.continual.trainings: a training's status, progress and metrics; its model, stored as it finishes."""
+"""readers.continual.store, its trainings: a training's status, progress and metrics; its model, stored as it finishes."""
 import multiprocessing
 import os
 import signal
