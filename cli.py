@@ -256,8 +256,7 @@ def serve(reader_name: str, data_dir: str | None, download: bool, config: str | 
           port: int, secret_file: str | None, tls_cert: str | None, tls_key: str | None, idle_timeout: float) -> None:
     """Serve an indexed reader's entries to readers.remote clients over TCP, until SIGTERM or Ctrl-C."""
     from readers.allocator import tune_allocator
-    from readers.network.hosting import run_until_signal, tls_context
-    from readers.network.server import Server
+    from readers.network.server import Server, run_until_signal, tls_context
     from readers.network.wire import read_secret, show_address
 
     if (tls_cert is None) != (tls_key is None):

@@ -47,7 +47,7 @@ from readers.interop.torch_dataset import torch_dataset
 from readers.interop.torch_loader import torch_loader
 from readers.launch import WorkerInfo, worker_context, worker_info
 from readers.network.client import RemoteUnavailable, remote
-from readers.network.hosting import serve
+from readers.network.server import serve
 from readers.network.wire import NotAuthorised, RemoteError, UnsupportedVersion
 from readers.ops import combine, maps, replay, sharding, shuffling
 from readers.ops import slicing as selection

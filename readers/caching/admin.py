@@ -24,6 +24,7 @@ import time
 from typing import Any
 
 from readers.caching.database import FILE, NotACache, open_database
+from readers.storage.sqlite import transaction
 
 __all__ = ["cache_info", "clear_cache", "cleared_line", "info_lines"]
 
@@ -107,13 +108,10 @@ def cache_info(directory: str | os.PathLike) -> dict[str, Any]:
     size = _file_bytes(path)
     db = _open(path, "check the folder, or delete that file if nothing else uses it")
     try:
-        db.execute("BEGIN")  # one snapshot: the limit and every namespace as of one commit
-        try:
+        with transaction(db, write=False):  # one snapshot: the limit and every namespace as of one commit
             limit = db.execute("SELECT value FROM meta WHERE key = 'disk_bytes'").fetchone()
             rows = db.execute("SELECT ns, about, created, entries, bytes, computed, compute_s "
                               "FROM spaces ORDER BY ns").fetchall()
-        finally:
-            db.execute("COMMIT")
     finally:
         db.close()
     spaces = [_space(row) for row in rows]
@@ -176,28 +174,23 @@ def clear_cache(directory: str | os.PathLike, ns: int | None = None, *, timeout:
         db.execute(f"PRAGMA busy_timeout = {int(timeout * 1000)}")
         where, args = ("", ()) if ns is None else (" WHERE ns = ?", (ns,))
         try:
-            db.execute("BEGIN IMMEDIATE")
-        except sqlite3.OperationalError as exc:
+            with transaction(db):
+                spaces = db.execute(f"SELECT name, bytes FROM spaces{where}", args).fetchall()
+                names = [name for name, _ in spaces]
+                if ns is not None and not names:
+                    known = [n for (n,) in db.execute("SELECT ns FROM spaces ORDER BY ns")]
+                    raise ValueError(f"the cache in {path} has no namespace {ns}; it has {known or 'none'} "
+                                     f"(see `python cli.py cache info {directory}`)")
+                entries = db.execute(f"DELETE FROM entries{where}", args).rowcount
+                # the triggers zeroed entries and bytes; the compute record goes with what it was a record of
+                db.execute(f"UPDATE spaces SET computed = 0, compute_s = 0{where}", args)
+                if ns is None:  # the whole cache: its bound goes too (a process that gives one sets it again)
+                    db.execute("DELETE FROM meta WHERE key = 'disk_bytes'")
+        except sqlite3.OperationalError as exc:  # (the write lock is held from BEGIN IMMEDIATE to the commit)
             if "locked" not in str(exc):
                 raise
             raise TimeoutError(f"another process has held the write lock of the cache in {path} for over {timeout:g} s "
                                f"({exc}): try again when it is done") from None
-        try:
-            spaces = db.execute(f"SELECT name, bytes FROM spaces{where}", args).fetchall()
-            names = [name for name, _ in spaces]
-            if ns is not None and not names:
-                known = [n for (n,) in db.execute("SELECT ns FROM spaces ORDER BY ns")]
-                raise ValueError(f"the cache in {path} has no namespace {ns}; it has {known or 'none'} "
-                                 f"(see `python cli.py cache info {directory}`)")
-            entries = db.execute(f"DELETE FROM entries{where}", args).rowcount
-            # the triggers zeroed entries and bytes; the compute record goes with what it was a record of
-            db.execute(f"UPDATE spaces SET computed = 0, compute_s = 0{where}", args)
-            if ns is None:  # the whole cache: its bound goes too (a process that gives one sets it again)
-                db.execute("DELETE FROM meta WHERE key = 'disk_bytes'")
-        except BaseException:
-            db.execute("ROLLBACK")
-            raise
-        db.execute("COMMIT")
         # after the commit no row says a dense file holds anything; unlinked, not truncated, under a process
         # that maps it (a process making one again gets a new, empty file)
         for file in _dense_files(path) if ns is None else [f for name in names for f in _dense_files(path, name)]:

@@ -1,7 +1,10 @@
 """The database of ``readers.cached``'s disk tier: its tables, how it is opened, how keys map to rows.
 
 A cache folder holds ``cache.sqlite3`` (with its ``-wal`` and ``-shm`` files),
-in WAL mode: readers never wait for a writer, and writers take turns.
+in WAL mode: readers never wait for a writer, and writers take turns. It is
+opened, checked and written in transactions as ``readers.storage.sqlite``
+does for every readerkit file; here are what it holds and how it refuses a
+file that is not a cache.
 
 ``spaces``
     one row per namespace: a function over a dataset (``name`` is the digest
@@ -24,18 +27,18 @@ in WAL mode: readers never wait for a writer, and writers take turns.
 """
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import os
 import sqlite3
-import time
 from typing import Any
 
 import numpy as np
 
+from readers.storage.sqlite import FileFormat, Marks, connect
+
 __all__ = [
     "FILE", "ID_BITS", "ID_MASK", "MAX_SPACES", "SELECT", "STEP", "UPSERT", "WAL_BYTES", "NotACache", "database_bytes",
-    "evict", "open_database", "release", "row_keys", "transaction",
+    "evict", "open_database", "release", "row_keys",
 ]
 
 FILE = "cache.sqlite3"
@@ -84,6 +87,37 @@ class NotACache(ValueError):
         super().__init__(message or f"{path} is not a readerkit cache ({reason}): give another directory")
 
 
+class _CacheFile(FileFormat):
+    """A cache's ``cache.sqlite3``: what it holds, and how a file that is not one is refused (``NotACache``)."""
+
+    tables, schema = _TABLES, SCHEMA
+    first_pragmas = ("auto_vacuum = INCREMENTAL",)
+    pragmas = (f"journal_size_limit = {WAL_BYTES}",)
+
+    def check(self, path: str, marks: Marks, create: bool) -> None:
+        version, tables = marks.version, marks.tables
+        if version != SCHEMA:
+            if "spaces" in tables and version:
+                raise NotACache(path, None, f"{path} was made by another version of readerkit's cache (schema "
+                                            f"{version}; this one reads {SCHEMA}): delete it, with its -wal and -shm "
+                                            "files and the folder's dense-*.npy files, or give another directory")
+            if tables - _OURS or version or not create:  # (our tables at version 0: another process is making it)
+                reason = "it holds other tables" if tables - _OURS else "another schema" if version else "it is empty"
+                raise NotACache(path, reason)
+
+    def no_wal(self, path: str) -> Exception:
+        return NotACache(path, "it cannot be put in WAL mode, as on some network file systems",
+                         f"{path} cannot be put in WAL mode (a network file system?): give a folder on a local disk")
+
+    def failed(self, path: str, exc: sqlite3.DatabaseError) -> BaseException | None:
+        if not isinstance(exc, sqlite3.OperationalError):
+            return NotACache(path, str(exc))
+        if "unable to open" in str(exc) or "readonly" in str(exc) or "read-only" in str(exc):
+            return OSError(f"cannot open the cache in {path} ({exc}): a cache's folder must be writable by every "
+                           "process that uses it (sqlite keeps the -wal and -shm files beside the database)")
+        return None  # (busy past the timeout, say: as sqlite says it)
+
+
 def open_database(directory: str | os.PathLike, create: bool = True) -> sqlite3.Connection:
     """A connection to the cache in ``directory`` (made, with the folder, when ``create``), in WAL mode.
 
@@ -107,82 +141,7 @@ def open_database(directory: str | os.PathLike, create: bool = True) -> sqlite3.
                                      "process can write") from None
     elif not os.path.exists(path):
         raise FileNotFoundError(f"{directory} holds no readerkit cache (no {FILE}): check the folder")
-    db = None
-    try:
-        db = sqlite3.connect(path, timeout=60, isolation_level=None, check_same_thread=False)
-        db.execute("PRAGMA busy_timeout = 60000")
-        version = db.execute("PRAGMA user_version").fetchone()[0]
-        tables = {name for name, in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-        if version != SCHEMA:
-            if "spaces" in tables and version:
-                raise NotACache(path, None, f"{path} was made by another version of readerkit's cache (schema "
-                                            f"{version}; this one reads {SCHEMA}): delete it, with its -wal and -shm "
-                                            "files and the folder's dense-*.npy files, or give another directory")
-            if tables - _OURS or version or not create:  # (our tables at version 0: another process is making it)
-                reason = "it holds other tables" if tables - _OURS else "another schema" if version else "it is empty"
-                raise NotACache(path, reason)
-        if version == 0 and not tables:  # (only before the first table: it decides how the file is laid out)
-            db.execute("PRAGMA auto_vacuum = INCREMENTAL")
-        _wal(db, path)
-        db.execute("PRAGMA synchronous = NORMAL")
-        db.execute(f"PRAGMA journal_size_limit = {WAL_BYTES}")
-        if version == 0:
-            # every statement is "if not exists", so processes that make it at once agree
-            db.executescript("BEGIN IMMEDIATE;" + _TABLES + f"PRAGMA user_version = {SCHEMA}; COMMIT;")
-    except NotACache:
-        db.close()
-        raise
-    except sqlite3.OperationalError as exc:
-        if db is not None:
-            db.close()
-        if "unable to open" in str(exc) or "readonly" in str(exc) or "read-only" in str(exc):
-            raise OSError(f"cannot open the cache in {path} ({exc}): a cache's folder must be writable by every "
-                          "process that uses it (sqlite keeps the -wal and -shm files beside the database)") from None
-        raise
-    except sqlite3.DatabaseError as exc:
-        if db is not None:
-            db.close()
-        raise NotACache(path, str(exc)) from None
-    return db
-
-
-def _wal(db: sqlite3.Connection, path: str) -> None:
-    """Put the database in WAL mode, unless it is: the change waits for no busy timeout, so it is tried again
-    while other processes opening the new cache at once hold it."""
-    deadline = time.monotonic() + 60
-    while db.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
-        try:
-            if db.execute("PRAGMA journal_mode = WAL").fetchone()[0] == "wal":
-                return
-            raise NotACache(path, "it cannot be put in WAL mode, as on some network file systems",
-                            f"{path} cannot be put in WAL mode (a network file system?): give a folder on a local disk")
-        except sqlite3.OperationalError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.01)
-
-
-@contextlib.contextmanager
-def transaction(db: sqlite3.Connection):
-    """``BEGIN IMMEDIATE`` ... ``COMMIT``, rolled back on an error: the write lock is taken at the start, so a
-    busy database waits (``busy_timeout``) there, not at the commit.
-
-    >>> import tempfile
-    >>> with tempfile.TemporaryDirectory() as d:
-    ...     db = open_database(d)
-    ...     with transaction(db):
-    ...         _ = db.execute("INSERT INTO meta VALUES ('x', '1')")
-    ...     db.execute("SELECT value FROM meta WHERE key = 'x'").fetchone()
-    ...     db.close()
-    ('1',)
-    """
-    db.execute("BEGIN IMMEDIATE")
-    try:
-        yield db
-    except BaseException:
-        db.execute("ROLLBACK")
-        raise
-    db.execute("COMMIT")
+    return connect(path, _CacheFile(), create)
 
 
 def _named(ns: int, key: Any) -> tuple[int, str]:

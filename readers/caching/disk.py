@@ -21,7 +21,6 @@ import threading
 import time
 import warnings
 import weakref
-import zlib
 from typing import Any
 
 import numpy as np
@@ -37,10 +36,10 @@ from readers.caching.database import (
     open_database,
     release,
     row_keys,
-    transaction,
 )
 from readers.caching.dense import MAX_BYTES, MAX_ROWS, DenseFile, layout_of
-from readers.storage.codec import CorruptEntry, decode, encode
+from readers.storage.codec import decode, encode
+from readers.storage.sqlite import blob_crc, check_crc, transaction
 
 __all__ = ["DiskStore", "open_database", "row_keys"]
 
@@ -206,10 +205,9 @@ class DiskStore:
                         rows_of.setdefault(k >> ID_BITS, []).append((k & ID_MASK, crc))
                         continue
                     try:
-                        if zlib.crc32(blob) != crc:
-                            raise CorruptEntry("checksum mismatch")
+                        check_crc(crc, "a cached entry", "it is computed again", blob)
                         found[k] = decode(blob)
-                    except CorruptEntry:
+                    except ValueError:  # damaged: its CRC-32 does not match, or it does not decode (CorruptEntry)
                         corrupt.append(k)
         for ns, rows in rows_of.items():  # rows another process wrote to a dense file since this one looked
             dense = self._denses.get(ns) or self._dense(ns)
@@ -341,7 +339,7 @@ class DiskStore:
                 dense_rows.append((dense, k & ID_MASK, crc))
                 rows.append((k, ns, None, crc, size, now, None))
             else:
-                rows.append((k, ns, blob, zlib.crc32(blob), size, now, name))
+                rows.append((k, ns, blob, blob_crc(blob), size, now, name))
             c = costs.setdefault(ns, [0, 0.0])
             c[0] += 1
             c[1] += cost

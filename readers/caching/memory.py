@@ -110,8 +110,8 @@ os.register_at_fork(after_in_child=_new_locks)
 
 
 class MemoryTier:
-    """Entries by key, least recently used first out, their sizes (``cache_codec.size_of``) never over ``budget``
-    bytes. An entry bigger than the whole budget is not kept. Safe to share between threads; a copy made by
+    """Entries by key, least recently used first out, their sizes (``readers.storage.codec.size_of``) never over
+    ``budget`` bytes. An entry bigger than the whole budget is not kept. Safe to share between threads; a copy made by
     pickling (a worker process) starts empty.
 
     >>> m = MemoryTier(budget=1000)

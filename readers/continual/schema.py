@@ -27,10 +27,11 @@ trigger ids go 0, 1, 2, ... per pipeline, and sets may overlap. Each
 A set is one row, not a row per key: it is written once and read whole, so
 a 60,000-key set is one insert of 480 kB (about a millisecond) where rows
 would take 60,000 inserts and an index, and a reader gets it in one read.
-The file is in WAL mode with ``synchronous = NORMAL``: readers never wait
-for the writer; a process killed at any point loses no committed
-transaction, and a power cut may lose the last ones but never leaves half of
-one. ``PRAGMA application_id`` marks the file as a pipeline store and
+The file is opened as ``readers.storage.sqlite`` opens every readerkit
+file: in WAL mode with ``synchronous = NORMAL``, so readers never wait for
+the writer; a process killed at any point loses no committed transaction,
+and a power cut may lose the last ones but never leaves half of one.
+``PRAGMA application_id`` marks the file as a pipeline store and
 ``user_version`` is its schema.
 """
 from __future__ import annotations
@@ -38,13 +39,19 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
-import time
-import zlib
 from typing import Any
 
 import numpy as np
 
 from readers.storage.codec import CorruptEntry, decode, encode
+from readers.storage.sqlite import (
+    FileFormat,
+    Marks,
+    blob_crc,
+    check_crc,
+    connect,
+    damaged,
+)
 
 __all__ = ["APPLICATION_ID", "SCHEMA", "NotAPipelineStore", "as_json", "decode_set", "decode_state", "encode_set",
            "encode_state", "listed", "open_store"]
@@ -140,6 +147,7 @@ def listed(ids: list[int]) -> str:
 def encode_set(keys: Any, weights: Any = None, where: str = "add_trigger") -> tuple[bytes, bytes | None, int]:
     """A set as stored: (keys as little-endian int64 bytes, weights as float32 bytes or None for all 1, CRC-32).
 
+    >>> import zlib
     >>> k, w, crc = encode_set([3, 1], [0.5, 2])
     >>> len(k), len(w), crc == zlib.crc32(w, zlib.crc32(k))
     (16, 8, True)
@@ -165,7 +173,7 @@ def encode_set(keys: Any, weights: Any = None, where: str = "add_trigger") -> tu
         if bad.any():
             raise ValueError(f"{where}: weights must be finite and >= 0, got {w[bad][0]} (for key {k[bad][0]})")
         weights_blob = w.astype("<f4").tobytes()
-    return keys_blob, weights_blob, zlib.crc32(weights_blob or b"", zlib.crc32(keys_blob))
+    return keys_blob, weights_blob, blob_crc(keys_blob, weights_blob)
 
 
 def decode_set(keys: bytes, weights: bytes | None, crc: int, what: str) -> tuple[np.ndarray, np.ndarray]:
@@ -179,9 +187,7 @@ def decode_set(keys: bytes, weights: bytes | None, crc: int, what: str) -> tuple
     ...
     ValueError: trigger 0 of pipeline 1 is damaged (its CRC-32 does not match): the file was changed outside readerkit; write the set again
     """
-    if zlib.crc32(weights or b"", zlib.crc32(keys)) != crc:
-        raise ValueError(f"{what} is damaged (its CRC-32 does not match): the file was changed outside readerkit; "
-                         "write the set again")
+    check_crc(crc, what, "write the set again", keys, weights)
     k = np.frombuffer(keys, "<i8").astype(np.int64)
     return k, np.ones(len(k), np.float32) if weights is None else np.frombuffer(weights, "<f4").astype(np.float32)
 
@@ -196,6 +202,7 @@ def _state_value(value: Any) -> bool:
 def encode_state(state: Any, where: str = "finish_training") -> tuple[bytes, int]:
     """A model state as stored: (``readers.storage.codec`` blob, never pickle; its CRC-32).
 
+    >>> import zlib
     >>> blob, crc = encode_state({"w": np.zeros((2, 2), np.float32), "step": 3})
     >>> crc == zlib.crc32(blob)
     True
@@ -216,7 +223,7 @@ def encode_state(state: Any, where: str = "finish_training") -> tuple[bytes, int
                             "numpy arrays, ints and floats (a model's state_dict()): convert it, e.g. "
                             "np.asarray(value) (a torch tensor: t.detach().cpu().numpy())")
     blob = encode(state)
-    return blob, zlib.crc32(blob)
+    return blob, blob_crc(blob)
 
 
 def decode_state(blob: bytes, crc: int, what: str) -> dict:
@@ -230,51 +237,43 @@ def decode_state(blob: bytes, crc: int, what: str) -> dict:
     ...
     ValueError: the model of training 1 in runs.db is damaged (its CRC-32 does not match): the file was changed outside readerkit; train again on the training's trigger set
     """
-    damaged = (f"{what} is damaged (its CRC-32 does not match): the file was changed outside readerkit; train again "
-               "on the training's trigger set")
-    if zlib.crc32(blob) != crc:
-        raise ValueError(damaged)
+    remedy = "train again on the training's trigger set"
+    check_crc(crc, what, remedy, blob)
     try:
         state = decode(blob)
     except CorruptEntry:
-        raise ValueError(damaged.replace("its CRC-32 does not match", "it does not decode")) from None
+        raise damaged(what, remedy, "it does not decode") from None
     if not isinstance(state, dict):
-        raise ValueError(damaged.replace("its CRC-32 does not match", f"it holds a {type(state).__name__}"))
+        raise damaged(what, remedy, f"it holds a {type(state).__name__}")
     return {name: np.array(v) if isinstance(v, np.ndarray) else v for name, v in state.items()}
 
 
-def _wal(db: sqlite3.Connection, path: str) -> None:
-    """WAL mode; the change waits for no busy timeout, so it is tried again while others opening the file hold it."""
-    deadline = time.monotonic() + 60
-    while db.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
-        try:
-            if db.execute("PRAGMA journal_mode = WAL").fetchone()[0] != "wal":
-                raise NotAPipelineStore(path, "it cannot be put in WAL mode, as on some network file systems")
-        except sqlite3.OperationalError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.01)
+class _StoreFile(FileFormat):
+    """A pipeline store's file: its tables and marks, and how a file that is not one is refused."""
+
+    tables, schema, application_id = _TABLES, SCHEMA, APPLICATION_ID
+
+    def check(self, path: str, marks: Marks, create: bool) -> None:
+        app, version, tables = marks
+        if app == APPLICATION_ID and version != SCHEMA:
+            raise NotAPipelineStore(path, f"made by another version of readerkit: schema {version}, and this one "
+                                          f"reads {SCHEMA}")
+        if app != APPLICATION_ID and (app or version or tables - _OURS or not (create or tables)):
+            raise NotAPipelineStore(path, "it holds other tables" if tables - _OURS else "it is empty" if marks.empty
+                                    else "it is another program's database")
+
+    def no_wal(self, path: str) -> Exception:
+        return NotAPipelineStore(path, "it cannot be put in WAL mode, as on some network file systems")
+
+    def failed(self, path: str, exc: sqlite3.DatabaseError) -> BaseException | None:
+        if isinstance(exc, sqlite3.OperationalError) and "unable to open" in str(exc):
+            return OSError(f"cannot open the pipeline store {path} ({exc}): its folder must be writable (sqlite keeps "
+                           "the -wal and -shm files beside it)")
+        return NotAPipelineStore(path, str(exc))
 
 
 #: Seconds an empty file is watched, when opened to read, for the process that is making it to write its tables.
 EMPTY_WAIT = 2.0
-
-
-def _marks(db: sqlite3.Connection, create: bool) -> tuple[int, int, set[str]]:
-    """The file's application_id, user_version and tables, read in one moment (another process may be making
-    it). Opened only to read, an empty file is watched for up to EMPTY_WAIT s: a pipeline that has just made it
-    has its tables written within milliseconds."""
-    deadline = time.monotonic() + EMPTY_WAIT
-    while True:
-        db.execute("BEGIN")
-        try:
-            app, version = (db.execute(f"PRAGMA {p}").fetchone()[0] for p in ("application_id", "user_version"))
-            tables = {name for name, in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-        finally:
-            db.execute("COMMIT")
-        if create or app or version or tables or time.monotonic() > deadline:
-            return app, version, tables
-        time.sleep(0.02)
 
 
 def open_store(path: str, create: bool = True) -> sqlite3.Connection:
@@ -282,7 +281,10 @@ def open_store(path: str, create: bool = True) -> sqlite3.Connection:
 
     Statements run in autocommit unless a transaction is begun; a busy file
     is waited on for up to a minute. A file that is not a pipeline store is
-    refused (``NotAPipelineStore``) before anything in it changes.
+    refused (``NotAPipelineStore``) before anything in it changes. Opened
+    only to read, an empty file is watched for up to ``EMPTY_WAIT`` seconds:
+    a pipeline that has just made it has its tables written within
+    milliseconds.
 
     >>> import tempfile
     >>> folder = tempfile.TemporaryDirectory()
@@ -300,31 +302,4 @@ def open_store(path: str, create: bool = True) -> sqlite3.Connection:
             raise FileNotFoundError(f"no pipeline store at {path!r} (cwd {os.getcwd()!r}): check the path; a pipeline "
                                     "makes it with PipelineStore(path)")
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    db = None
-    try:
-        db = sqlite3.connect(path, timeout=60, isolation_level=None, check_same_thread=False)
-        db.execute("PRAGMA busy_timeout = 60000")
-        app, version, tables = _marks(db, create)
-        if app == APPLICATION_ID and version != SCHEMA:
-            raise NotAPipelineStore(path, f"made by another version of readerkit: schema {version}, and this one "
-                                          f"reads {SCHEMA}")
-        if app != APPLICATION_ID and (app or version or tables - _OURS or not (create or tables)):
-            raise NotAPipelineStore(path, "it holds other tables" if tables - _OURS else "it is empty" if not (
-                app or version or tables) else "it is another program's database")
-        _wal(db, path)
-        db.execute("PRAGMA synchronous = NORMAL")
-        if app != APPLICATION_ID:  # every statement is "if not exists": processes that make it at once agree
-            db.executescript(f"BEGIN IMMEDIATE;{_TABLES}PRAGMA user_version = {SCHEMA};"
-                             f"PRAGMA application_id = {APPLICATION_ID}; COMMIT;")
-    except sqlite3.DatabaseError as exc:
-        if db is not None:
-            db.close()
-        if isinstance(exc, sqlite3.OperationalError) and "unable to open" in str(exc):
-            raise OSError(f"cannot open the pipeline store {path} ({exc}): its folder must be writable (sqlite keeps "
-                          "the -wal and -shm files beside it)") from None
-        raise NotAPipelineStore(path, str(exc)) from None
-    except BaseException:
-        if db is not None:
-            db.close()
-        raise
-    return db
+    return connect(path, _StoreFile(), create, wait=EMPTY_WAIT)

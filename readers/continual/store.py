@@ -1,4 +1,4 @@
-"""``PipelineStore``: continual-learning pipelines, their triggers' training sets and their trainings, in one file.
+"""``PipelineStore``: continual-learning pipelines, their triggers' training sets, trainings and owners, in one file.
 
 A pipeline process registers itself, claims the pipeline (``claim_pipeline``:
 one process runs a pipeline at a time), stores each trigger's training set
@@ -9,31 +9,67 @@ killed mid-trigger leaves the earlier triggers whole and none of its set; a
 restarted pipeline claims the pipeline again (refused while its old process
 lives), asks ``last_trigger`` where to go on and ``last_finished`` for the
 model to go on from, and calls ``mark_abandoned`` for the trainings the dead
-process left "running". The tables and the file's layout are
-``readers.continual.schema``'s; the owners' and the trainings' methods are
-``readers.continual.owners``'s and ``readers.continual.trainings``'s.
+process left "running".
+
+``PipelineStore`` is one class, its methods in four parts: pipelines,
+triggers (their sets), owners (claims and heartbeats) and trainings (status,
+progress, metrics and finished models). The tables and the file's layout are
+``readers.continual.schema``'s; the rules that judge an owner (who this
+process is, whether another lives) are ``readers.continual.owners``'s.
+
+Every method runs its SQL in one ``transaction`` of the store's
+``readers.storage.sqlite.Database`` and never opens or begins anything
+itself: the database is the one seam for a second backend (a server
+database that machines share). What is sqlite's own besides it: the tables
+(``schema``), ``?`` placeholders, the ``lastrowid`` of an insert
+(``register_pipeline``, ``start_training``), ``LIMIT -1`` (``_drop_models``)
+and ``CAST(... AS BLOB)`` (``model_state``).
 """
 from __future__ import annotations
 
-import contextlib
 import functools
 import json
 import math
 import os
 import sqlite3
-import threading
 import time
-from collections.abc import Iterator
 from typing import Any, NamedTuple
 
 import numpy as np
 
 from readers.checks import whole
-from readers.continual.owners import OwnersMixin, PipelineBusy
-from readers.continual.schema import as_json, decode_set, encode_set, listed, open_store
-from readers.continual.trainings import TrainingsMixin
+from readers.continual import schema
+from readers.continual.owners import (
+    PipelineBusy,
+    alive,
+    busy,
+    check_stale_after,
+    me,
+    split_owner,
+)
+from readers.storage.sqlite import Database
 
 __all__ = ["PipelineBusy", "PipelineStore", "StoredSet"]
+
+_TRAINING = ("training_id", "pipeline_id", "trigger_id", "status", "progress", "metrics", "started", "ended", "error")
+
+
+def _progress(progress: Any) -> str:
+    """A training's progress as stored: a float from 0 to 1, or a dict (JSON)."""
+    if isinstance(progress, dict):
+        return schema.as_json(progress, "progress", "update_training")
+    if isinstance(progress, (int, float, np.integer, np.floating)) and not isinstance(progress, (bool, np.bool_)) \
+            and 0 <= progress <= 1:
+        return json.dumps(float(progress))
+    raise ValueError(f"update_training: progress must be a float from 0 to 1 or a dict (e.g. {{'step': 10, "
+                     f"'steps': 100}}), got {progress!r}")
+
+
+def _drop_models(db: sqlite3.Connection, pipeline_id: int, keep: int) -> int:
+    """Delete the pipeline's models but the ``keep`` latest, inside the caller's transaction; the number deleted."""
+    return db.execute("DELETE FROM models WHERE training_id IN (SELECT m.training_id FROM models m JOIN trainings t "
+                      "ON t.training_id = m.training_id WHERE t.pipeline_id = ? ORDER BY t.trigger_id DESC, "
+                      "t.training_id DESC LIMIT -1 OFFSET ?)", (pipeline_id, keep)).rowcount
 
 
 class StoredSet(NamedTuple):
@@ -53,8 +89,8 @@ def _now() -> float:
     return time.time()
 
 
-class PipelineStore(OwnersMixin, TrainingsMixin):
-    """Pipelines, their triggers' training sets and trainings, in the sqlite3 file ``path`` (see the module).
+class PipelineStore:
+    """Pipelines, their triggers' training sets, trainings and owners, in the sqlite3 file ``path`` (see the module).
 
     Ids: pipelines and trainings count from 1; each pipeline's triggers, from
     0. One store serves a writer thread and reader threads (they take turns
@@ -87,8 +123,8 @@ class PipelineStore(OwnersMixin, TrainingsMixin):
 
     def __init__(self, path: str | os.PathLike, *, create: bool = True):
         self.path = os.path.abspath(os.fspath(path))  # a copy unpickled in another folder opens this file
-        self._lock = threading.RLock()
-        self._db: sqlite3.Connection | None = open_store(self.path, create)
+        self._db = Database(schema.open_store(self.path, create),
+                            f"the pipeline store {self.path} is closed: open it again with PipelineStore(path)")
 
     def __repr__(self) -> str:
         return f"PipelineStore({self.path!r})"
@@ -114,27 +150,7 @@ class PipelineStore(OwnersMixin, TrainingsMixin):
         ...
         ValueError: the pipeline store .../pipelines.db is closed: open it again with PipelineStore(path)
         """
-        with self._lock:
-            if self._db is not None:
-                self._db.close()
-                self._db = None
-
-    @contextlib.contextmanager
-    def _using(self, write: bool) -> Iterator[sqlite3.Connection]:
-        """One transaction in this thread's turn on the connection: ``BEGIN IMMEDIATE`` to write (the write lock
-        is taken at the start, so a busy file waits there), a plain ``BEGIN`` to read several rows of one moment."""
-        with self._lock:
-            if self._db is None:
-                raise ValueError(f"the pipeline store {self.path} is closed: open it again with PipelineStore(path)")
-            db = self._db
-            try:  # BEGIN and COMMIT inside: a signal between them and the body still leaves no transaction open
-                db.execute("BEGIN IMMEDIATE" if write else "BEGIN")
-                yield db
-                db.execute("COMMIT")
-            except BaseException:
-                if db.in_transaction:  # (sqlite has rolled back by itself after some errors: a full disk)
-                    db.execute("ROLLBACK")
-                raise
+        self._db.close()
 
     # -- pipelines ------------------------------------------------------------------------
     def register_pipeline(self, config: dict) -> int:
@@ -147,15 +163,16 @@ class PipelineStore(OwnersMixin, TrainingsMixin):
         (1, 2)
         >>> store.close()
         """
-        text = as_json(config, "config", "register_pipeline")
-        with self._using(write=True) as db:
+        text = schema.as_json(config, "config", "register_pipeline")
+        with self._db.transaction(write=True) as db:
             return db.execute("INSERT INTO pipelines (config, created) VALUES (?, ?)", (text, _now())).lastrowid
 
     def _known(self, db: sqlite3.Connection, pipeline_id: Any, where: str) -> int:
         pipeline_id = whole(pipeline_id, "pipeline_id", where, floats=False)
         if db.execute("SELECT 1 FROM pipelines WHERE pipeline_id = ?", (pipeline_id,)).fetchone() is None:
             ids = [i for i, in db.execute("SELECT pipeline_id FROM pipelines ORDER BY pipeline_id")]
-            raise LookupError(f"{where}: no pipeline {pipeline_id} in {self.path} (its pipelines: {listed(ids)})")
+            raise LookupError(f"{where}: no pipeline {pipeline_id} in {self.path} (its pipelines: "
+                              f"{schema.listed(ids)})")
         return pipeline_id
 
     def pipeline(self, pipeline_id: int) -> dict:
@@ -170,7 +187,7 @@ class PipelineStore(OwnersMixin, TrainingsMixin):
         {'config': {'model': 'mlp'}, 'owner': None}
         >>> store.close()
         """
-        with self._using(write=False) as db:
+        with self._db.transaction(write=False) as db:
             pipeline_id = self._known(db, pipeline_id, "pipeline")
         return next(p for p in self.pipelines() if p["pipeline_id"] == pipeline_id)
 
@@ -186,7 +203,7 @@ class PipelineStore(OwnersMixin, TrainingsMixin):
         >>> store.close()
         """
         columns = ("pipeline_id", "config", "created", "owner", "heartbeat")
-        with self._using(write=False) as db:
+        with self._db.transaction(write=False) as db:
             rows = db.execute(f"SELECT {', '.join(columns)} FROM pipelines ORDER BY pipeline_id").fetchall()
         return [{**dict(zip(columns, row)), "config": json.loads(row[1])} for row in rows]
 
@@ -224,10 +241,10 @@ class PipelineStore(OwnersMixin, TrainingsMixin):
         if time is not None and not (isinstance(time, (int, float, np.number)) and math.isfinite(time)):
             raise ValueError(f"{where}: time must be a finite number (the stream's time at the trigger) or None, "
                              f"got {time!r}")
-        keys_blob, weights_blob, crc = encode_set(keys, weights, where)
-        info_text = as_json({} if info is None else info, "info", where)
+        keys_blob, weights_blob, crc = schema.encode_set(keys, weights, where)
+        info_text = schema.as_json({} if info is None else info, "info", where)
         row = (trigger_id, len(keys_blob) // 8, keys_blob, weights_blob, crc, position, time, info_text, _now())
-        with self._using(write=True) as db:
+        with self._db.transaction(write=True) as db:
             pipeline_id = self._known(db, pipeline_id, where)
             last = db.execute("SELECT trigger_id, position, time FROM triggers WHERE pipeline_id = ? ORDER BY "
                               "trigger_id DESC LIMIT 1", (pipeline_id,)).fetchone()
@@ -264,7 +281,7 @@ class PipelineStore(OwnersMixin, TrainingsMixin):
             ids = [i for i, in db.execute("SELECT trigger_id FROM triggers WHERE pipeline_id = ? ORDER BY trigger_id",
                                           (pipeline_id,))]
             raise LookupError(f"{where}: pipeline {pipeline_id} has no trigger {trigger_id} in {self.path} (its "
-                              f"triggers: {listed(ids)})")
+                              f"triggers: {schema.listed(ids)})")
         return row
 
     def trigger(self, pipeline_id: int, trigger_id: int) -> StoredSet:
@@ -280,10 +297,11 @@ class PipelineStore(OwnersMixin, TrainingsMixin):
         ([4, 2], [0.5, 1.0], 9, {'note': 'x'})
         >>> store.close()
         """
-        with self._using(write=False) as db:
+        with self._db.transaction(write=False) as db:
             keys, weights, crc, position, info = self._stored(db, pipeline_id, trigger_id,
                                                               "keys, weights, crc, position, info", "trigger")
-        keys, weights = decode_set(keys, weights, crc, f"trigger {trigger_id} of pipeline {pipeline_id} in {self.path}")
+        keys, weights = schema.decode_set(keys, weights, crc,
+                                          f"trigger {trigger_id} of pipeline {pipeline_id} in {self.path}")
         return StoredSet(keys, weights, position, json.loads(info))
 
     def trigger_meta(self, pipeline_id: int, trigger_id: int) -> dict:
@@ -299,7 +317,7 @@ class PipelineStore(OwnersMixin, TrainingsMixin):
         {'size': 2, 'weighted': False, 'position': 9, 'time': 86400.0, 'info': {}}
         >>> store.close()
         """
-        with self._using(write=False) as db:
+        with self._db.transaction(write=False) as db:
             size, weighted, position, when, info, created = self._stored(
                 db, pipeline_id, trigger_id, "size, weights IS NOT NULL, position, time, info, created", "trigger_meta")
         return {"size": size, "weighted": bool(weighted), "position": position, "time": when,
@@ -317,7 +335,7 @@ class PipelineStore(OwnersMixin, TrainingsMixin):
         [0, 1, 2]
         >>> store.close()
         """
-        with self._using(write=False) as db:
+        with self._db.transaction(write=False) as db:
             pipeline_id = self._known(db, pipeline_id, "triggers")
             return [i for i, in db.execute("SELECT trigger_id FROM triggers WHERE pipeline_id = ? ORDER BY trigger_id",
                                            (pipeline_id,))]
@@ -335,9 +353,390 @@ class PipelineStore(OwnersMixin, TrainingsMixin):
         (0, 50)
         >>> store.close()
         """
-        with self._using(write=False) as db:
+        with self._db.transaction(write=False) as db:
             pipeline_id = self._known(db, pipeline_id, "last_trigger")
             row = db.execute("SELECT trigger_id, position FROM triggers WHERE pipeline_id = ? ORDER BY trigger_id "
                              "DESC LIMIT 1", (pipeline_id,)).fetchone()
         return None if row is None else (row[0], row[1])
 
+    # -- owners ---------------------------------------------------------------------------------
+    def claim_pipeline(self, pipeline_id: int, *, stale_after: float = 120.0) -> None:
+        """Record this process as the one that runs the pipeline, its heartbeat now; refused while another lives.
+
+        The owner is this host and pid. Another owner on this host is alive
+        while its pid is (a pid that is this process's is not another); one
+        on another host cannot be asked, so it is alive while its heartbeat,
+        which each of its writes refreshes, is fresher than ``stale_after``
+        seconds (so a pipeline run from several hosts reports, with
+        ``update_training``, more often than that). A dead owner's claim is
+        taken over. Refused with ``PipelineBusy``, naming the owner and when
+        it was last seen.
+
+        >>> import os, socket, tempfile
+        >>> folder = tempfile.TemporaryDirectory()
+        >>> store = PipelineStore(os.path.join(folder.name, "pipelines.db"))
+        >>> p = store.register_pipeline({})
+        >>> store.claim_pipeline(p)
+        >>> store.pipeline(p)["owner"] == f"{socket.gethostname()}:{os.getpid()}"
+        True
+        >>> store.release_pipeline(p), store.pipeline(p)["owner"]
+        (True, None)
+        >>> store.close()
+        """
+        where = "claim_pipeline"
+        check_stale_after(stale_after, where)
+        with self._db.transaction(write=True) as db:
+            pipeline_id = self._known(db, pipeline_id, where)
+            owner, heartbeat = db.execute("SELECT owner, heartbeat FROM pipelines WHERE pipeline_id = ?",
+                                          (pipeline_id,)).fetchone()
+            if owner is not None:
+                host, pid = split_owner(owner)
+                if alive(host, pid, heartbeat, stale_after):
+                    raise busy(pipeline_id, self.path, host, pid, heartbeat, stale_after)
+            db.execute("UPDATE pipelines SET owner = ?, heartbeat = ? WHERE pipeline_id = ?",
+                       (me(), _now(), pipeline_id))
+
+    def release_pipeline(self, pipeline_id: int) -> bool:
+        """Clear the pipeline's owner if it is this process (True), else leave it (False).
+
+        >>> import os, tempfile
+        >>> folder = tempfile.TemporaryDirectory()
+        >>> store = PipelineStore(os.path.join(folder.name, "pipelines.db"))
+        >>> p = store.register_pipeline({})
+        >>> store.release_pipeline(p)
+        False
+        >>> store.claim_pipeline(p); store.release_pipeline(p)
+        True
+        >>> store.close()
+        """
+        with self._db.transaction(write=True) as db:
+            pipeline_id = self._known(db, pipeline_id, "release_pipeline")
+            return db.execute("UPDATE pipelines SET owner = NULL, heartbeat = NULL WHERE pipeline_id = ? AND "
+                              "owner = ?", (pipeline_id, me())).rowcount == 1
+
+    def heartbeat(self, pipeline_id: int) -> bool:
+        """Refresh the pipeline's heartbeat if this process holds it (True), else change nothing (False): a
+        pipeline busy with no writes for a while (replaying its stream) keeps its claim from other hosts.
+
+        >>> import os, tempfile
+        >>> folder = tempfile.TemporaryDirectory()
+        >>> store = PipelineStore(os.path.join(folder.name, "pipelines.db"))
+        >>> p = store.register_pipeline({})
+        >>> store.heartbeat(p), (store.claim_pipeline(p), store.heartbeat(p))[1]
+        (False, True)
+        >>> store.close()
+        """
+        with self._db.transaction(write=True) as db:
+            pipeline_id = self._known(db, pipeline_id, "heartbeat")
+            return db.execute("UPDATE pipelines SET heartbeat = ? WHERE pipeline_id = ? AND owner = ?",
+                              (_now(), pipeline_id, me())).rowcount == 1
+
+    def owner_alive(self, pipeline_id: int, *, stale_after: float = 120.0) -> bool | None:
+        """Whether the process that holds the pipeline is alive (this process is), as ``claim_pipeline`` judges
+        it; None when no process holds it. A "running" training of a pipeline whose owner is gone never ends.
+
+        >>> import os, tempfile
+        >>> folder = tempfile.TemporaryDirectory()
+        >>> store = PipelineStore(os.path.join(folder.name, "pipelines.db"))
+        >>> p = store.register_pipeline({})
+        >>> store.owner_alive(p), (store.claim_pipeline(p), store.owner_alive(p))[1]
+        (None, True)
+        >>> store.close()
+        """
+        check_stale_after(stale_after, "owner_alive")
+        with self._db.transaction(write=False) as db:
+            pipeline_id = self._known(db, pipeline_id, "owner_alive")
+            owner, heartbeat = db.execute("SELECT owner, heartbeat FROM pipelines WHERE pipeline_id = ?",
+                                          (pipeline_id,)).fetchone()
+        if owner is None:
+            return None
+        if owner == me():
+            return True
+        host, pid = split_owner(owner)
+        return alive(host, pid, heartbeat, stale_after)
+
+    def _beat(self, db: sqlite3.Connection, pipeline_id: int) -> None:
+        """Refresh the pipeline's heartbeat, inside the caller's transaction, if this process holds it."""
+        db.execute("UPDATE pipelines SET heartbeat = ? WHERE pipeline_id = ? AND owner = ?",
+                   (_now(), pipeline_id, me()))
+
+    def mark_abandoned(self, pipeline_id: int) -> list[int]:
+        """Turn the pipeline's "running" trainings into "failed" with the error "interrupted"; return their ids.
+
+        A restarted pipeline calls it before it trains again: whatever its
+        dead process left running will never finish. Only the process that
+        holds the pipeline (``claim_pipeline``, which is refused while its
+        old process lives) may: a live pipeline's training is never marked.
+        (A process still alive that reports on one afterwards is refused.)
+
+        >>> import os, tempfile
+        >>> folder = tempfile.TemporaryDirectory()
+        >>> store = PipelineStore(os.path.join(folder.name, "pipelines.db"))
+        >>> p = store.register_pipeline({})
+        >>> store.add_trigger(p, 0, [1], position=1)
+        >>> t = store.start_training(p, 0)
+        >>> store.mark_abandoned(p)
+        Traceback (most recent call last):
+        ...
+        ValueError: mark_abandoned: this process (...) does not hold pipeline 1 in .../pipelines.db (no process does): call claim_pipeline(1) first, which is refused while another process runs the pipeline
+        >>> store.claim_pipeline(p)
+        >>> store.mark_abandoned(p), store.training(t)["status"], store.training(t)["error"]
+        ([1], 'failed', 'interrupted')
+        >>> store.close()
+        """
+        with self._db.transaction(write=True) as db:
+            pipeline_id = self._known(db, pipeline_id, "mark_abandoned")
+            owner, = db.execute("SELECT owner FROM pipelines WHERE pipeline_id = ?", (pipeline_id,)).fetchone()
+            if owner != me():
+                host, pid = split_owner(owner or ":0")
+                held = "no process does" if owner is None else f"process {pid} on host {host!r} does"
+                raise ValueError(f"mark_abandoned: this process ({me()}) does not hold pipeline {pipeline_id} in "
+                                 f"{self.path} ({held}): call claim_pipeline({pipeline_id}) first, which is refused "
+                                 "while another process runs the pipeline")
+            ids = [i for i, in db.execute("SELECT training_id FROM trainings WHERE pipeline_id = ? AND status = "
+                                          "'running' ORDER BY training_id", (pipeline_id,))]
+            db.execute("UPDATE trainings SET status = 'failed', error = 'interrupted', ended = ? WHERE pipeline_id = ? "
+                       "AND status = 'running'", (_now(), pipeline_id))
+            self._beat(db, pipeline_id)
+        return ids
+
+    # -- trainings ------------------------------------------------------------------------------
+    def start_training(self, pipeline_id: int, trigger_id: int) -> int:
+        """A new training on a stored trigger's set, "running" from now; return its training_id.
+
+        >>> import os, tempfile
+        >>> folder = tempfile.TemporaryDirectory()
+        >>> store = PipelineStore(os.path.join(folder.name, "pipelines.db"))
+        >>> p = store.register_pipeline({})
+        >>> store.add_trigger(p, 0, [1, 2], position=2)
+        >>> t = store.start_training(p, 0)
+        >>> store.training(t)["status"], store.training(t)["trigger_id"]
+        ('running', 0)
+        >>> store.close()
+        """
+        with self._db.transaction(write=True) as db:
+            pipeline_id, trigger_id = self._stored(db, pipeline_id, trigger_id, "pipeline_id, trigger_id",
+                                                   "start_training")
+            training_id = db.execute("INSERT INTO trainings (pipeline_id, trigger_id, status, progress, metrics, "
+                                     "started) VALUES (?, ?, 'running', '0.0', '{}', ?)",
+                                     (pipeline_id, trigger_id, _now())).lastrowid
+            self._beat(db, pipeline_id)
+            return training_id
+
+    def _change(self, training_id: Any, where: str, metrics: dict | None, model: tuple[bytes, int] | None = None,
+                keep_models: int | None = None, **fields: Any) -> None:
+        """Change a running training: ``metrics`` merged into its own, ``fields`` set, ``model`` (blob, CRC)
+        stored and the pipeline's models cut to the ``keep_models`` latest, all in one transaction."""
+        training_id = whole(training_id, "training_id", where, floats=False)
+        added = None if metrics is None else json.loads(schema.as_json(metrics, "metrics", where))
+        with self._db.transaction(write=True) as db:
+            row = db.execute("SELECT status, metrics, error, pipeline_id FROM trainings WHERE training_id = ?",
+                             (training_id,)).fetchone()
+            if row is None:
+                raise self._no_training(db, training_id, where)
+            if row[0] != "running":
+                raise ValueError(f"{where}: training {training_id} is {row[0]} already"
+                                 f"{f' ({row[2]})' if row[2] else ''}; only a running training changes")
+            if added:
+                fields["metrics"] = json.dumps({**json.loads(row[1]), **added})
+            if fields:
+                sets = ", ".join(f"{name} = ?" for name in fields)
+                db.execute(f"UPDATE trainings SET {sets} WHERE training_id = ?", (*fields.values(), training_id))
+            if model is not None:
+                self._insert_model(db, training_id, *model)
+            if keep_models is not None:
+                _drop_models(db, row[3], keep_models)
+            self._beat(db, row[3])
+
+    def _no_training(self, db: sqlite3.Connection, training_id: int, where: str) -> LookupError:
+        """The error for a training the store does not hold, naming those it does."""
+        ids = [i for i, in db.execute("SELECT training_id FROM trainings ORDER BY training_id")]
+        return LookupError(f"{where}: no training {training_id} in {self.path} (its trainings: "
+                           f"{schema.listed(ids)})")
+
+    def _insert_model(self, db: sqlite3.Connection, training_id: int, blob: bytes, crc: int) -> None:
+        # (its own method, inside the transaction: the crash tests kill a process here)
+        db.execute("INSERT INTO models (training_id, state, crc) VALUES (?, ?, ?)", (training_id, blob, crc))
+
+    def update_training(self, training_id: int, *, progress: float | dict | None = None,
+                        metrics: dict | None = None) -> None:
+        """Report a running training's progress (a float from 0 to 1, or a JSON dict) and metrics (merged into
+        its own: a key given again is replaced, the others kept).
+
+        >>> import os, tempfile
+        >>> folder = tempfile.TemporaryDirectory()
+        >>> store = PipelineStore(os.path.join(folder.name, "pipelines.db"))
+        >>> p = store.register_pipeline({})
+        >>> store.add_trigger(p, 0, [1], position=1)
+        >>> t = store.start_training(p, 0)
+        >>> store.update_training(t, progress=0.25, metrics={"loss": 0.9, "lr": 0.1})
+        >>> store.update_training(t, metrics={"loss": 0.5})
+        >>> store.training(t)["progress"], store.training(t)["metrics"]
+        (0.25, {'loss': 0.5, 'lr': 0.1})
+        >>> store.close()
+        """
+        fields = {} if progress is None else {"progress": _progress(progress)}
+        self._change(training_id, "update_training", metrics, **fields)
+
+    def finish_training(self, training_id: int, metrics: dict | None = None, *,
+                        model_state: dict | None = None, keep_models: int | None = None) -> None:
+        """Mark a running training "finished", its final ``metrics`` merged into its own, and store its model.
+
+        ``model_state``, when given, is a dict of str names to numpy arrays
+        and numbers (a model's ``state_dict()``), stored in the transaction
+        that marks the training finished: a finished training given a model
+        always has it, and a training whose model could not be stored is
+        still running. It is kept in the file (whole, as one sqlite BLOB of
+        at most 1 GB); ``model_state(training_id)`` reads it back. With
+        ``keep_models=k`` only the pipeline's k latest models (by trigger,
+        then training) stay: the older ones are deleted in the same
+        transaction (``drop_models``; the file keeps its size, and later
+        writes reuse the freed pages); None keeps them all.
+
+        >>> import os, tempfile
+        >>> folder = tempfile.TemporaryDirectory()
+        >>> store = PipelineStore(os.path.join(folder.name, "pipelines.db"))
+        >>> p = store.register_pipeline({})
+        >>> store.add_trigger(p, 0, [1], position=1)
+        >>> t = store.start_training(p, 0)
+        >>> store.finish_training(t, {"accuracy": 0.9}, model_state={"w": np.eye(2), "step": 10})
+        >>> store.training(t)["status"], store.model_state(t)["w"].tolist()
+        ('finished', [[1.0, 0.0], [0.0, 1.0]])
+        >>> store.close()
+        """
+        model = None if model_state is None else schema.encode_state(model_state, "finish_training")
+        if keep_models is not None:
+            keep_models = whole(keep_models, "keep_models", "finish_training", 1, floats=False)
+        self._change(training_id, "finish_training", metrics, model, keep_models, status="finished",
+                     ended=_now())
+
+    def drop_models(self, pipeline_id: int, keep: int = 1) -> int:
+        """Delete the pipeline's stored models but the ``keep`` latest (by trigger, then training); return how
+        many went. (The file keeps its size; the freed pages are reused by later writes.)
+
+        >>> import os, tempfile
+        >>> folder = tempfile.TemporaryDirectory()
+        >>> store = PipelineStore(os.path.join(folder.name, "pipelines.db"))
+        >>> p = store.register_pipeline({})
+        >>> for trigger in range(3):
+        ...     store.add_trigger(p, trigger, [trigger], position=trigger + 1)
+        ...     store.finish_training(store.start_training(p, trigger), model_state={"w": np.zeros(2)})
+        >>> store.drop_models(p), [store.model_state(t) is None for t in (1, 2, 3)]
+        (2, [True, True, False])
+        >>> store.close()
+        """
+        keep = whole(keep, "keep", "drop_models", 0, floats=False)
+        with self._db.transaction(write=True) as db:
+            return _drop_models(db, self._known(db, pipeline_id, "drop_models"), keep)
+
+    def fail_training(self, training_id: int, error: str) -> None:
+        """Mark a running training "failed", with ``error`` saying why.
+
+        >>> import os, tempfile
+        >>> folder = tempfile.TemporaryDirectory()
+        >>> store = PipelineStore(os.path.join(folder.name, "pipelines.db"))
+        >>> p = store.register_pipeline({})
+        >>> store.add_trigger(p, 0, [1], position=1)
+        >>> t = store.start_training(p, 0)
+        >>> store.fail_training(t, "loss is nan")
+        >>> store.finish_training(t)
+        Traceback (most recent call last):
+        ...
+        ValueError: finish_training: training 1 is failed already (loss is nan); only a running training changes
+        >>> store.close()
+        """
+        self._change(training_id, "fail_training", None, status="failed", ended=_now(), error=str(error))
+
+    def _rows(self, db: sqlite3.Connection, condition: str, values: tuple) -> list[dict]:
+        """The trainings that meet ``condition`` (SQL, with its ORDER BY), as ``training(id)`` gives them."""
+        rows = db.execute(f"SELECT {', '.join(_TRAINING)} FROM trainings WHERE {condition}", values).fetchall()
+        return [{**dict(zip(_TRAINING, row)), "progress": json.loads(row[4]), "metrics": json.loads(row[5])}
+                for row in rows]
+
+    def training(self, training_id: int) -> dict:
+        """A training's status: ``{"training_id", "pipeline_id", "trigger_id", "status", "progress", "metrics",
+        "started", "ended", "error"}`` (times in seconds since the epoch; ended and error None while running).
+
+        >>> import os, tempfile
+        >>> folder = tempfile.TemporaryDirectory()
+        >>> store = PipelineStore(os.path.join(folder.name, "pipelines.db"))
+        >>> store.training(1)
+        Traceback (most recent call last):
+        ...
+        LookupError: training: no training 1 in .../pipelines.db (its trainings: none)
+        >>> store.close()
+        """
+        training_id = whole(training_id, "training_id", "training", floats=False)
+        with self._db.transaction(write=False) as db:
+            found = self._rows(db, "training_id = ?", (training_id,))
+            if not found:
+                raise self._no_training(db, training_id, "training")
+        return found[0]
+
+    def trainings(self, pipeline_id: int | None = None) -> list[dict]:
+        """Every training (of one pipeline, when given), as ``training(id)`` gives it, in the order started.
+
+        >>> import os, tempfile
+        >>> folder = tempfile.TemporaryDirectory()
+        >>> store = PipelineStore(os.path.join(folder.name, "pipelines.db"))
+        >>> a, b = store.register_pipeline({}), store.register_pipeline({})
+        >>> for p in (a, b): store.add_trigger(p, 0, [1], position=1); _ = store.start_training(p, 0)
+        >>> [t["pipeline_id"] for t in store.trainings()], [t["training_id"] for t in store.trainings(b)]
+        ([1, 2], [2])
+        >>> store.close()
+        """
+        with self._db.transaction(write=False) as db:
+            if pipeline_id is not None:
+                pipeline_id = self._known(db, pipeline_id, "trainings")
+            return self._rows(db, "? IS NULL OR pipeline_id = ? ORDER BY training_id", (pipeline_id, pipeline_id))
+
+    def last_finished(self, pipeline_id: int) -> dict | None:
+        """The pipeline's finished training on its latest trigger (ties: the last started), as ``training(id)``
+        gives it, or None: where a restarted pipeline takes its model from.
+
+        >>> import os, tempfile
+        >>> folder = tempfile.TemporaryDirectory()
+        >>> store = PipelineStore(os.path.join(folder.name, "pipelines.db"))
+        >>> p = store.register_pipeline({})
+        >>> store.last_finished(p) is None
+        True
+        >>> for t in range(2): store.add_trigger(p, t, [t], position=t + 1)
+        >>> a, b = store.start_training(p, 1), store.start_training(p, 0)
+        >>> store.finish_training(b); store.finish_training(a); store.last_finished(p)["training_id"]
+        1
+        >>> store.close()
+        """
+        with self._db.transaction(write=False) as db:
+            pipeline_id = self._known(db, pipeline_id, "last_finished")
+            found = self._rows(db, "pipeline_id = ? AND status = 'finished' ORDER BY trigger_id DESC, training_id "
+                                   "DESC LIMIT 1", (pipeline_id,))
+        return found[0] if found else None
+
+    def model_state(self, training_id: int) -> dict | None:
+        """The model state ``finish_training`` stored for a training (its arrays writable), or None if none was.
+
+        >>> import os, tempfile
+        >>> folder = tempfile.TemporaryDirectory()
+        >>> store = PipelineStore(os.path.join(folder.name, "pipelines.db"))
+        >>> p = store.register_pipeline({})
+        >>> store.add_trigger(p, 0, [1], position=1)
+        >>> a, b = store.start_training(p, 0), store.start_training(p, 0)
+        >>> store.finish_training(a, model_state={"b": np.zeros(3, np.float32), "step": 7})
+        >>> store.model_state(a)["step"], store.model_state(b)
+        (7, None)
+        >>> store.model_state(3)
+        Traceback (most recent call last):
+        ...
+        LookupError: model_state: no training 3 in .../pipelines.db (its trainings: 1-2)
+        >>> store.close()
+        """
+        training_id = whole(training_id, "training_id", "model_state", floats=False)
+        with self._db.transaction(write=False) as db:
+            if db.execute("SELECT 1 FROM trainings WHERE training_id = ?", (training_id,)).fetchone() is None:
+                raise self._no_training(db, training_id, "model_state")
+            # (CAST: a state changed into text outside readerkit still comes back as bytes, and fails its CRC)
+            row = db.execute("SELECT CAST(state AS BLOB), crc FROM models WHERE training_id = ?",
+                             (training_id,)).fetchone()
+        if row is None:
+            return None
+        return schema.decode_state(row[0], row[1], f"the model of training {training_id} in {self.path}")

@@ -1,7 +1,10 @@
 """The data-provider server and its client: indexed readers served by sample index over TCP.
 
-``wire`` is the protocol (frames, messages, columns, auth); ``client``
-(readers.remote) with its ``connection`` and the requests ``in_flight``;
-``server`` with one ``session`` per connection, ``serving`` (what a request
-asks of the reader) and ``hosting`` (readers.serve, and the CLI's serve).
+``wire`` is the protocol (frames, messages, columns, auth). The client:
+``client`` (readers.remote) with its ``connection`` to each server and the
+requests ``in_flight``. The server: ``server`` (Server: the accept loop and
+the byte budget, and how a server is run: readers.serve in threads, the
+CLI's serve until a signal, TLS), one ``session`` per connection, and the
+``served_reader`` (what a request asks of the reader: checked, split into
+parts, gathered).
 """

@@ -2,7 +2,7 @@
 
 A ``Session`` reads the hello (the version), the challenge's proof when the
 server has a secret, then requests, one at a time and in order: each is
-checked and split into parts (``readers.network.serving``), every part gathered and
+checked and split into parts (``readers.network.served_reader``), every part gathered and
 handed to the session's sending thread, which writes it with one blocking
 ``sendmsg`` straight from the gathered arrays while the next part is
 gathered. A part holds its bytes of the server's budget until it is sent; a
@@ -21,7 +21,7 @@ import threading
 import time
 from typing import Any
 
-from readers.network.serving import RequestError
+from readers.network.served_reader import RequestError
 from readers.network.wire import (
     HELLO_FRAME,
     REQUEST_FRAME,

@@ -1,4 +1,4 @@
-"""Sharding by global worker: shard and node_shuffle (the worker comes from ``readers.launch``).
+"""Sharding by global worker: shard (the worker comes from ``readers.launch``; node_shuffle is ``locality``'s).
 
 A job is ``world_size`` processes (ranks), each with ``workers`` local workers
 (readerkit's own worker processes or threads, or a PyTorch DataLoader's); the

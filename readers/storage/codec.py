@@ -24,8 +24,10 @@ dict                     ``["d", [[key, value], ...]]``, keys as any of these
 =======================  ==================================================
 
 Anything else (an object array, a tensor, a user's class) is refused with a
-``TypeError`` that says what to return instead. The checksum that guards a
-blob is the store's (``readers.caching.disk``).
+``TypeError`` that says what to return instead. The CRC-32 that guards a
+blob is kept beside it in the database (``readers.storage.sqlite``'s
+``blob_crc``), checked on every read by the cache's disk tier
+(``readers.caching.disk``).
 """
 from __future__ import annotations
 

@@ -106,7 +106,7 @@ class Pool:
     and is called ``labels[w]`` in errors.
 
     ``limit`` bounds how many entries a worker may make ahead of the consumer
-    (0: no bound; None: about ``pool_worker.AHEAD`` seconds of its output); ``restarts``
+    (0: no bound; None: about ``readers.workers.worker.AHEAD`` seconds of its output); ``restarts``
     is how many times a dead process worker may be started again, from its last
     delivered entry, in one pass. With a ``keeper`` (``readers.workers.persistent``), process
     workers are kept between passes.
@@ -120,7 +120,7 @@ class Pool:
         self.processes, self.ordered, self.limit = processes, ordered, limit
         self.start_method, self.restarts = start_method, restarts
         self.labels = list(labels)
-        self.keeper = keeper if processes else None  # a pool_keeper.Keeper: its kept workers run the pass
+        self.keeper = keeper if processes else None  # a persistent.Keeper: its kept workers run the pass
         self.stats = PassStats(len(self.jobs), "process" if processes else "thread")
         self.received = [0] * len(self.jobs)
 

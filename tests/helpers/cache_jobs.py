@@ -1,4 +1,5 @@
-"""Module-level jobs for test_cache_store.py, run in other processes (spawned or forked), and its helpers.
+"""Module-level jobs for tests/readers/caching/test_disk.py, run in other processes (spawned or forked), and its
+helpers.
 
 A spawned process imports what it runs, so whatever a test hands to a
 ``spawn`` process lives here. A job reports a wrong value by raising (the

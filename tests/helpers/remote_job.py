@@ -8,7 +8,7 @@ round's coordinator (``readers.assign_batches``, seeded per step with
 share (``readers.round_share``) as one collated batch, as ``train_steps`` does.
 The ranks meet at a barrier after every round. Each rank writes its steps'
 assignments and the ids it read to ``OUT.<rank>.json``. The test is
-test_remote_torchrun.py; by hand, with a server running (Linux)::
+tests/readers/network/test_client_torchrun.py; by hand, with a server running (Linux)::
 
     PYTHONPATH=. GLOO_SOCKET_IFNAME=lo python tests/helpers/torchrun_job.py --torchrun --nnodes 1 \\
         --nproc-per-node 2 tests/helpers/remote_job.py --address 127.0.0.1:20001 --out /tmp/result

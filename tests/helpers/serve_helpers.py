@@ -9,7 +9,6 @@ from typing import Any
 import numpy as np
 
 import readers
-import readers.network.hosting
 import readers.network.server
 from readers.network.wire import (
     MAX_FRAME,

@@ -4,7 +4,7 @@ As Modyn's supervisor validates a pipeline before running it, every argument
 of ``train.run_pipeline`` is checked here and everything wrong is reported
 in one ``PipelineConfigError``, one line per problem: a pipeline never
 fails at its third trigger over a setting it was given at the start. The
-result is a ``Plan``: the arguments resolved (specs parsed, the source
+result is a ``CheckedPipeline``: the arguments resolved (specs parsed, the source
 found, the test split grouped by task) and the config the store keeps, which
 a resumed pipeline must match.
 """
@@ -32,7 +32,7 @@ from train.continual.triggers import Trigger, parse_trigger
 from train.driver import evaluate
 from train.feeds import columns_of
 
-__all__ = ["PipelineConfigError", "Plan", "check_pipeline"]
+__all__ = ["CheckedPipeline", "PipelineConfigError", "check_pipeline"]
 
 #: What a resumed pipeline must have as it had: the settings that decide its sets and trainings.
 RESUMED_KEYS = ("data", "source", "test_data", "trigger", "strategy", "seed", "model", "mapping", "batch_size",
@@ -56,7 +56,7 @@ class PipelineConfigError(ValueError):
 
 
 @dataclass
-class Plan:
+class CheckedPipeline:
     """A checked pipeline: what ``run_pipeline`` runs (see ``check_pipeline``)."""
 
     stream: Any
@@ -79,7 +79,7 @@ class Plan:
     config: dict[str, Any] = field(default_factory=dict)
 
     def check_resumable(self, store: Any, pipeline_id: Any) -> int:
-        """``pipeline_id`` when the store holds it with this plan's settings; else a ``PipelineConfigError``
+        """``pipeline_id`` when the store holds it with these settings; else a ``PipelineConfigError``
         naming each setting that differs."""
         pipeline_id = whole(pipeline_id, "resume", "run_pipeline", 1, floats=False)
         try:
@@ -221,8 +221,9 @@ def _scan(stream: Any, chunk: int, label: int, source: Any, problems: list[str])
 
 def check_pipeline(stream: Any, trigger: Any, strategy: Any, model: Any, *, db: Any, test: Any, source: Any,
                    mapping: Mapping[str, Any] | Sequence[str], batch_size: Any, passes: Any, min_steps: Any,
-                   seed: Any, task_seconds: Any, chunk: Any, resume: Any, config: Any, keep_models: Any) -> Plan:
-    """Check every argument of ``run_pipeline`` (see there) and return the ``Plan``; raise one
+                   seed: Any, task_seconds: Any, chunk: Any, resume: Any, config: Any,
+                   keep_models: Any) -> CheckedPipeline:
+    """Check every argument of ``run_pipeline`` (see there) and return the ``CheckedPipeline``; raise one
     ``PipelineConfigError`` listing all that is wrong. The stream is read once,
     its keys, times and labels only, so that a key outside the source, a time
     going back or a label the model has no class for is found now, not at a
@@ -314,6 +315,6 @@ def check_pipeline(stream: Any, trigger: Any, strategy: Any, model: Any, *, db: 
              type(built).__name__, "mapping": columns, "task_seconds": task_seconds, "user": dict(config or {}),
              **{k: numbers[k] for k in ("seed", "batch_size", "passes", "min_steps")}}
     saved = json.loads(as_json(saved, "config", "run_pipeline"))  # as the store gives it back: tuples as lists
-    return Plan(stream, trigger, strategy, model, indexed, columns, label, feature, found, tasks, task_seconds,
-                numbers["batch_size"], numbers["passes"], numbers["min_steps"], numbers["seed"], numbers["chunk"],
-                keep_models, saved)
+    return CheckedPipeline(stream, trigger, strategy, model, indexed, columns, label, feature, found, tasks,
+                           task_seconds, numbers["batch_size"], numbers["passes"], numbers["min_steps"],
+                           numbers["seed"], numbers["chunk"], keep_models, saved)

@@ -33,7 +33,7 @@ import numpy as np
 
 import readers
 from readers.continual.store import PipelineStore
-from train.continual.config import PipelineConfigError, Plan, check_pipeline
+from train.continual.config import CheckedPipeline, PipelineConfigError, check_pipeline
 from train.continual.stream_columns import seen_tasks, stream_chunks
 from train.driver import evaluate, train
 from train.events import EndIteration
@@ -105,34 +105,35 @@ class _Reporter:
 
 
 class _Run:
-    """One call of ``run_pipeline``: the plan, the store and where the replay stands."""
+    """One call of ``run_pipeline``: the checked pipeline, the store and where the replay stands."""
 
-    def __init__(self, plan: Plan, store: PipelineStore, pipeline_id: int, on_trigger: Callable | None,
+    def __init__(self, pipeline: CheckedPipeline, store: PipelineStore, pipeline_id: int, on_trigger: Callable | None,
                  event_handler: Callable | None):
-        self.plan, self.store, self.pipeline_id = plan, store, pipeline_id
+        self.pipeline, self.store, self.pipeline_id = pipeline, store, pipeline_id
         self.on_trigger, self.event_handler = on_trigger, event_handler
         last = store.last_trigger(pipeline_id)
         self.stored = -1 if last is None else last[0]  # sets up to here are stored: replayed, checked
         done = store.last_finished(pipeline_id)
         self.finished = -1 if done is None else done["trigger_id"]  # trainings up to here are done: skipped
         self.model: Any = None
-        if done is not None and not plan.strategy.from_scratch:
-            self.model = plan.model(_derived_seed(plan.seed, done["trigger_id"]))
+        if done is not None and not pipeline.strategy.from_scratch:
+            self.model = pipeline.model(_derived_seed(pipeline.seed, done["trigger_id"]))
             state = store.model_state(done["training_id"])
             if state is None:
                 raise PipelineReplayError(f"training {done['training_id']} of pipeline {pipeline_id} finished without "
                                           f"its model in {store.path}, so the next trigger has nothing to go on from; "
                                           "start a new pipeline")
             self.model.load_state_dict(state)
-        self.labels, self.trigger_id, self.records = _Labels(len(plan.source)), 0, []
+        self.labels, self.trigger_id, self.records = _Labels(len(pipeline.source)), 0, []
         self.beat = time.monotonic()
 
     def at_trigger(self, position: int, when: float) -> None:
-        plan, store, p, t = self.plan, self.store, self.pipeline_id, self.trigger_id
-        keys, weights = plan.strategy.select()
+        pipeline, store, p, t = self.pipeline, self.store, self.pipeline_id, self.trigger_id
+        keys, weights = pipeline.strategy.select()
         keys = np.asarray(keys, np.int64)
         weights = np.ones(len(keys), np.float32) if weights is None else np.asarray(weights, np.float32)
-        info = {"classes": self.labels.counts(keys), "strategy": plan.strategy.spec, "trigger": plan.trigger.spec}
+        info = {"classes": self.labels.counts(keys), "strategy": pipeline.strategy.spec,
+                "trigger": pipeline.trigger.spec}
         if t <= self.stored:
             self._check_replay(t, keys, weights, position)
             if time.monotonic() - self.beat > HEARTBEAT_EVERY:  # a long replay keeps its claim
@@ -158,24 +159,24 @@ class _Run:
                 "pipeline ran with; resume with the same ones, or start a new pipeline")
 
     def _train(self, t: int, size: int, weighted: bool, when: float, classes: dict[str, int]) -> None:
-        plan, store = self.plan, self.store
-        seed = _derived_seed(plan.seed, t)
-        steps_per_pass = max(1, -(-size // plan.batch_size))
-        passes = max(plan.passes, -(-plan.min_steps // steps_per_pass)) if size else 0
+        pipeline, store = self.pipeline, self.store
+        seed = _derived_seed(pipeline.seed, t)
+        steps_per_pass = max(1, -(-size // pipeline.batch_size))
+        passes = max(pipeline.passes, -(-pipeline.min_steps // steps_per_pass)) if size else 0
         training_id = store.start_training(self.pipeline_id, t)
         started = time.perf_counter()
         reporter = _Reporter(store, training_id, passes * steps_per_pass, self.event_handler)
         try:
-            if plan.strategy.from_scratch or self.model is None:
-                self.model = plan.model(seed)
+            if pipeline.strategy.from_scratch or self.model is None:
+                self.model = pipeline.model(seed)
             history: list[dict] = []
             if size:
-                data = readers.trigger_set(store, self.pipeline_id, t, source=plan.source, weights=weighted)
-                mapping = {**plan.mapping, "weight": len(plan.first_entry)} if weighted else plan.mapping
-                history = train(readers.shuffle(data, seed=seed), mapping, plan.batch_size, passes, model=self.model,
-                                event_handler=reporter, seed=seed, shard=False)
-            tasks = seen_tasks(plan.test_tasks, when, plan.task_seconds)
-            accuracies = [float(evaluate(self.model, plan.test_tasks[task], plan.mapping)["accuracy"])
+                data = readers.trigger_set(store, self.pipeline_id, t, source=pipeline.source, weights=weighted)
+                mapping = {**pipeline.mapping, "weight": len(pipeline.first_entry)} if weighted else pipeline.mapping
+                history = train(readers.shuffle(data, seed=seed), mapping, pipeline.batch_size, passes,
+                                model=self.model, event_handler=reporter, seed=seed, shard=False)
+            tasks = seen_tasks(pipeline.test_tasks, when, pipeline.task_seconds)
+            accuracies = [float(evaluate(self.model, pipeline.test_tasks[task], pipeline.mapping)["accuracy"])
                           for task in tasks]
             record = {
                 "pipeline_id": self.pipeline_id, "trigger_id": t, "training_id": training_id, "set_size": size,
@@ -186,7 +187,7 @@ class _Run:
             }
             store.finish_training(training_id, {k: record[k] for k in (
                 "set_size", "steps", "passes", "train_loss", "seconds", "tasks", "accuracies", "average_accuracy")},
-                model_state=self.model.state_dict(), keep_models=plan.keep_models)
+                model_state=self.model.state_dict(), keep_models=pipeline.keep_models)
         except BaseException as exc:
             why = "interrupted" if isinstance(exc, KeyboardInterrupt) else f"{type(exc).__name__}: {exc}"
             with contextlib.suppress(Exception):  # the store's own failure is not the one to report
@@ -199,23 +200,23 @@ class _Run:
             self.on_trigger(record)
 
     def run(self) -> list[dict]:
-        plan = self.plan
-        plan.trigger.reset()
+        pipeline = self.pipeline
+        pipeline.trigger.reset()
         when = 0.0  # the time of the last entry before the chunk: a point at a chunk's start covers up to it
-        for chunk in stream_chunks(plan.stream, plan.chunk, plan.label_column, plan.feature_column):
-            start = plan.trigger.seen
-            points = plan.trigger.feed(chunk.times, chunk.labels, chunk.features)
+        for chunk in stream_chunks(pipeline.stream, pipeline.chunk, pipeline.label_column, pipeline.feature_column):
+            start = pipeline.trigger.seen
+            points = pipeline.trigger.feed(chunk.times, chunk.labels, chunk.features)
             cuts = [point - start for point in points]
             done = 0
             for cut in cuts if cuts and cuts[-1] == len(chunk.keys) else [*cuts, len(chunk.keys)]:
                 self.labels.add(chunk.keys[done:cut], chunk.labels[done:cut], start + done)
-                plan.strategy.inform(chunk.keys[done:cut], chunk.labels[done:cut])
+                pipeline.strategy.inform(chunk.keys[done:cut], chunk.labels[done:cut])
                 if start + cut in points:
                     self.at_trigger(start + cut, float(chunk.times[cut - 1]) if cut else when)
                 done = cut
             if len(chunk.times):
                 when = float(chunk.times[-1])
-        point = plan.trigger.finish()
+        point = pipeline.trigger.finish()
         if point is not None:
             self.at_trigger(point, when)
         return self.records
@@ -277,23 +278,23 @@ def run_pipeline(stream: Any, trigger: Any, strategy: Any, model: Callable[[int]
     >>> records[-1]["average_accuracy"] > 0.9
     True
     """
-    plan = check_pipeline(stream, trigger, strategy, model, db=db, test=test, source=source, mapping=mapping,
-                          batch_size=batch_size, passes=passes, min_steps=min_steps, seed=seed,
-                          task_seconds=task_seconds, chunk=chunk, resume=resume, config=config,
-                          keep_models=keep_models)
+    pipeline = check_pipeline(stream, trigger, strategy, model, db=db, test=test, source=source, mapping=mapping,
+                              batch_size=batch_size, passes=passes, min_steps=min_steps, seed=seed,
+                              task_seconds=task_seconds, chunk=chunk, resume=resume, config=config,
+                              keep_models=keep_models)
     owned = not isinstance(db, PipelineStore)
     store = PipelineStore(db) if owned else db
     try:
         if resume is None:
-            pipeline_id = store.register_pipeline(plan.config)
+            pipeline_id = store.register_pipeline(pipeline.config)
         else:
-            pipeline_id = plan.check_resumable(store, resume)
+            pipeline_id = pipeline.check_resumable(store, resume)
         store.claim_pipeline(pipeline_id)
         try:
             store.mark_abandoned(pipeline_id)
             if on_start is not None:
                 on_start(pipeline_id)
-            return _Run(plan, store, pipeline_id, on_trigger, event_handler).run()
+            return _Run(pipeline, store, pipeline_id, on_trigger, event_handler).run()
         except BaseException as exc:  # a notebook's Ctrl-C still says which pipeline to resume
             exc.pipeline_id = pipeline_id
             raise

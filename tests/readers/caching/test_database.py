@@ -13,8 +13,8 @@ from readers.caching.database import (
     open_database,
     release,
     row_keys,
-    transaction,
 )
+from readers.storage.sqlite import transaction
 
 
 def test_a_new_cache_is_made_in_wal_mode_with_its_schema(tmp_path):

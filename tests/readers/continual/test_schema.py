@@ -44,27 +44,6 @@ def test_open_store_makes_a_marked_wal_file_and_opens_it_again(tmp_path):
     again.close()
 
 
-def test_processes_that_make_the_file_at_once_agree(tmp_path):
-    path, errors, opened = str(tmp_path / "new.db"), [], []
-    gate = threading.Barrier(8)
-
-    def make():
-        try:
-            gate.wait(10)
-            opened.append(open_store(path))
-        except BaseException as exc:  # noqa: BLE001 (reported below)
-            errors.append(exc)
-
-    threads = [threading.Thread(target=make) for _ in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
-    for db in opened:
-        db.close()
-    assert errors == [] and len(opened) == 8
-
-
 @pytest.mark.parametrize("make, reason", [
     (lambda p: p.write_bytes(b"not a database at all" * 100), "file is not a database"),
     (lambda p: sqlite3.connect(p).execute("CREATE TABLE notes (x)").connection.commit(), "it holds other tables"),

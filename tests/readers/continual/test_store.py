@@ -1,6 +1,6 @@
 """readers.continual.store: pipelines and trigger sets; crashes mid-trigger; other processes reading.
 
-(Trainings and their models: test_pipeline_trainings.py; claims and heartbeats: test_pipeline_owners.py.)
+(Trainings and their models: test_store_trainings.py; claims and heartbeats: test_owners.py.)
 """
 import multiprocessing
 import os

@@ -3,7 +3,7 @@
 Each test serves a small reader of its own on 127.0.0.1 (port 0) from a
 background thread (``readers.serve``) and compares what the remote reader gives
 with what the same pipeline gives over the local reader. Auth and versions are
-in test_remote_conn.py; failures, retries and restarts in test_remote_restart.py.
+in test_connection.py; failures, retries and restarts in test_client_restart.py.
 """
 import pickle
 import threading

@@ -21,7 +21,7 @@ import batching
 import readers
 from readers.network import client as remote_module
 from readers.network.in_flight import Request
-from readers.network.serving import BODY
+from readers.network.served_reader import BODY
 from readers.testing import assert_same
 from tests.conftest import HANG, finishes
 from tests.helpers import paths as _paths

@@ -203,7 +203,7 @@ def certificate(tmp_path_factory):
 
 def test_remote_reads_over_tls_checking_the_certificate(served, certificate):
     cert, key = certificate
-    server = served(tls=readers.network.hosting.tls_context(cert, key), secret=SECRET)
+    server = served(tls=readers.network.server.tls_context(cert, key), secret=SECRET)
     remote = readers.remote(server.address, ca_file=cert, secret=SECRET)
     assert [int(label) for _, label in remote()] == list(range(40))
     assert client_tls(cert).verify_mode == ssl.CERT_REQUIRED
@@ -211,7 +211,7 @@ def test_remote_reads_over_tls_checking_the_certificate(served, certificate):
 
 def test_remote_refuses_a_certificate_it_cannot_check_at_once(served, certificate):
     cert, key = certificate
-    server = served(tls=readers.network.hosting.tls_context(cert, key))
+    server = served(tls=readers.network.server.tls_context(cert, key))
     refused(lambda: readers.remote(server.address, tls=True, deadline=LONG), ssl.SSLCertVerificationError)
 
 

@@ -21,7 +21,6 @@ import numpy as np
 import pytest
 
 import readers
-import readers.network.hosting
 import readers.network.server
 from readers.network.wire import (
     HELLO_FRAME,
@@ -333,7 +332,7 @@ def certificate(tmp_path_factory) -> tuple[str, str]:
 
 def test_server_speaks_tls_to_a_client_that_trusts_its_certificate(certificate):
     cert, key = certificate
-    with serving(tls=readers.network.hosting.tls_context(cert, key)) as server:
+    with serving(tls=readers.network.server.tls_context(cert, key)) as server:
         remote = readers.remote(server.address, ca_file=cert)
         expect_rows(remote.gather_columns(np.arange(N)), range(N))
         with Client(server.address) as plain:  # no TLS: the handshake fails and the connection closes

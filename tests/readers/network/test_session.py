@@ -9,9 +9,8 @@ import numpy as np
 import pytest
 
 import readers
-import readers.network.hosting
 import readers.network.server
-from readers.network.serving import BODY
+from readers.network.served_reader import BODY
 from readers.network.wire import (
     HELLO_FRAME,
     KINDS,

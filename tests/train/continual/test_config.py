@@ -24,14 +24,14 @@ def problems(**options):
     return caught.value.problems
 
 
-def test_a_good_configuration_gives_its_plan_and_config():
-    plan = check(strategy="gdumb:10", seed=3, config={"run": "a"})
-    assert isinstance(plan.trigger, train.EveryT) and isinstance(plan.strategy, train.GDumb)
-    assert plan.strategy.seed == 3 and plan.label_column == 1 and plan.feature_column is None
-    assert list(plan.test_tasks) == [0] and len(plan.first_entry) == 2
-    assert plan.config["trigger"] == "time:86400" and plan.config["strategy"] == "gdumb:10"
-    assert plan.config["model"]["n_inputs"] == 6 and plan.config["user"] == {"run": "a"}
-    assert plan.config["mapping"] == {"image": 0, "label": 1} and plan.config["data"]["length"] == 20
+def test_a_good_configuration_gives_its_checked_pipeline_and_config():
+    pipeline = check(strategy="gdumb:10", seed=3, config={"run": "a"})
+    assert isinstance(pipeline.trigger, train.EveryT) and isinstance(pipeline.strategy, train.GDumb)
+    assert pipeline.strategy.seed == 3 and pipeline.label_column == 1 and pipeline.feature_column is None
+    assert list(pipeline.test_tasks) == [0] and len(pipeline.first_entry) == 2
+    assert pipeline.config["trigger"] == "time:86400" and pipeline.config["strategy"] == "gdumb:10"
+    assert pipeline.config["model"]["n_inputs"] == 6 and pipeline.config["user"] == {"run": "a"}
+    assert pipeline.config["mapping"] == {"image": 0, "label": 1} and pipeline.config["data"]["length"] == 20
 
 
 def test_a_feature_drift_trigger_reads_the_image_column():
@@ -96,18 +96,18 @@ def test_split_mnist_gives_its_source_by_key(tmp_path):
     from tests.helpers.continual_data import fake_mnist
 
     stream = split_train(fake_mnist(tmp_path), download=False)
-    plan = check(stream=stream, model=lambda seed: train.MLP(784, (8,), 10, seed=seed))
-    assert plan.source is stream.by_key() and plan.config["model"]["hidden"] == [8]
+    pipeline = check(stream=stream, model=lambda seed: train.MLP(784, (8,), 10, seed=seed))
+    assert pipeline.source is stream.by_key() and pipeline.config["model"]["hidden"] == [8]
 
 
 def test_resume_compares_the_stored_settings(tmp_path):
-    plan = check(strategy="all")
+    pipeline = check(strategy="all")
     with readers.PipelineStore(tmp_path / "r.db") as store:
-        p = store.register_pipeline(plan.config)
-        assert plan.check_resumable(store, p) == p
+        p = store.register_pipeline(pipeline.config)
+        assert pipeline.check_resumable(store, p) == p
         other = check(strategy="new", batch_size=8)
         with pytest.raises(PipelineConfigError) as caught:
             other.check_resumable(store, p)
         assert caught.value.problems == ["strategy was 'all', now 'new'", "batch_size was 32, now 8"]
         with pytest.raises(PipelineConfigError, match=r"resume=7: .*no pipeline 7 in .*\(its pipelines: 1\)"):
-            plan.check_resumable(store, 7)
+            pipeline.check_resumable(store, 7)

@@ -1,11 +1,12 @@
-"""Served: request checking, splitting into parts of whole rows, gathering, and the readers it refuses."""
+"""readers.network.served_reader (Served): request checking, splitting into parts of whole rows, gathering, and the
+readers it refuses."""
 from fractions import Fraction
 
 import numpy as np
 import pytest
 
 import readers
-from readers.network.serving import BODY, RequestError, Served
+from readers.network.served_reader import BODY, RequestError, Served
 from readers.network.wire import MAX_FRAME, VERSION, unpack_columns
 
 

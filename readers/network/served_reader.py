@@ -1,4 +1,4 @@
-"""What a data-provider server does with a request, apart from the network: check it, split it, gather it.
+"""The reader a data-provider server holds, and what it does with a request apart from the network.
 
 ``Served`` wraps the indexed reader a server holds. It checks a ``get``
 request's interval or indices against the reader's length (a typed
@@ -57,7 +57,7 @@ class Served:
     >>> served.indices({"type": "get", "id": 2, "indices": [3, 10]})
     Traceback (most recent call last):
     ...
-    readers.network.serving.RequestError: index 10 is past the last entry (9): the server holds 10 entries
+    readers.network.served_reader.RequestError: index 10 is past the last entry (9): the server holds 10 entries
     """
 
     def __init__(self, reader: Any, info: dict[str, Any] | None = None):
@@ -96,7 +96,7 @@ class Served:
         >>> served.indices({"interval": [3, 1]})
         Traceback (most recent call last):
         ...
-        readers.network.serving.RequestError: interval [3, 1] ends before it starts; both ends are included, so one entry is [i, i]
+        readers.network.served_reader.RequestError: interval [3, 1] ends before it starts; both ends are included, so one entry is [i, i]
         """
         interval, listed = header.get("interval"), header.get("indices")
         if (interval is None) == (listed is None):

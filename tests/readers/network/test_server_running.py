@@ -1,4 +1,5 @@
-"""readers.network.hosting: a server in a background thread (serve, Serving), in the foreground until a signal, and TLS."""
+"""readers.network.server, how a server is run: in a background thread (serve, Serving), in the foreground until a
+signal, and TLS."""
 import os
 import signal
 import socket
@@ -8,8 +9,7 @@ import numpy as np
 import pytest
 
 import readers
-from readers.network.hosting import Serving, run_until_signal, serve, tls_context
-from readers.network.server import Server
+from readers.network.server import Server, Serving, run_until_signal, serve, tls_context
 from tests.conftest import HANG, finishes
 from tests.readers.network.test_server import WAIT, Client, expect_rows, small_reader
 

@@ -1,4 +1,4 @@
-"""readers.continual.trainings: a training's status, progress and metrics; its model, stored as it finishes."""
+"""readers.continual.store, its trainings: a training's status, progress and metrics; its model, stored as it finishes."""
 import multiprocessing
 import os
 import signal
@@ -264,7 +264,8 @@ class CommitInterrupted:
 def test_an_interrupt_at_commit_leaves_no_transaction_open(store):
     p = trained(store)
     t = store.start_training(p, 0)
-    store._db = connection = CommitInterrupted(store._db)
+    database = store._db
+    database._connection = connection = CommitInterrupted(database._connection)
     connection.armed = True
     with pytest.raises(KeyboardInterrupt):
         store.update_training(t, progress=0.5)
