@@ -201,7 +201,7 @@ class Remote(IndexedReader):
                     # and no more than SEND_AHEAD bytes of them unanswered, so that sending never waits on a server
                     # that waits on this end to read its answers
                     while waiting and len(sent) < self.in_flight:
-                        frame = b"".join(frame_parts(waiting[0].header(ident + 1)))
+                        frame = b"".join(frame_parts(waiting[0].header(ident + 1, self.bound_pass)))
                         if sent and sum(r.asked for r in sent.values()) + len(frame) > SEND_AHEAD:
                             break
                         ident += 1
@@ -280,6 +280,12 @@ class Remote(IndexedReader):
         request.got += count
         if request.got >= request.rows:
             del sent[header["id"]]
+
+    @property
+    def draws_per_pass(self) -> bool:
+        """Whether the served reader draws its entries anew every pass (its welcome says): a pass then binds
+        this reader (``for_pass``), and its requests name the pass they read."""
+        return bool(self.welcome.get("draws_per_pass"))
 
     # -- what the data is, for checkpoints ------------------------------------------------
     def _options(self) -> str:

@@ -104,8 +104,20 @@ class Request:
                 job.place(start + lo - at, part)
             at += n
 
-    def header(self, ident: int) -> dict[str, Any]:
+    def header(self, ident: int, pass_id: int | None = None) -> dict[str, Any]:
+        """The ``get`` that asks for this request's rows, as request ``ident`` (in pass ``pass_id``, for a served
+        reader that draws per pass).
+
+        >>> request = Request()
+        >>> request.add(Job(np.arange(3, 6)), 0, np.arange(3, 6))
+        >>> request.seal().header(7), request.header(8, pass_id=2)["pass"]
+        ({'type': 'get', 'id': 7, 'interval': [3, 5]}, 2)
+        """
         idx = self.indices
         if len(idx) and int(idx[-1]) - int(idx[0]) == len(idx) - 1 and bool(np.all(np.diff(idx) == 1)):
-            return {"type": "get", "id": ident, "interval": [int(idx[0]), int(idx[-1])]}
-        return {"type": "get", "id": ident, "indices": idx.tolist()}
+            header = {"type": "get", "id": ident, "interval": [int(idx[0]), int(idx[-1])]}
+        else:
+            header = {"type": "get", "id": ident, "indices": idx.tolist()}
+        if pass_id is not None:
+            header["pass"] = int(pass_id)
+        return header

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from readers.graph import Node, walk
 from readers.identity import served_fingerprint
 from readers.network.wire import MAX_FRAME, VERSION, ProtocolError, pack_columns
 from readers.parents import is_indexed
@@ -66,6 +67,7 @@ class Served:
             raise TypeError(f"a server serves an indexed reader (len and [i]), not {shown}; build it from "
                             "readers.tokens, readers.from_arrays or a registered reader with random access")
         self.reader, self.n = reader, len(reader)
+        self.draws = any(isinstance(s, Node) and s.draws_per_pass for s in walk(reader))
         self.row_bytes, self.empty = 0, np.zeros(0, np.uint8)
         if self.n:  # entries spread over the reader say the columns' types and sizes, so a bad reader (objects,
             # entries of different sizes) fails here, not in the middle of a client's pass
@@ -82,7 +84,29 @@ class Served:
             self.empty = tuple(c[:0] for c in columns) if isinstance(columns, tuple) else columns[:0]
         self.welcome = {"type": "welcome", "version": VERSION, "entries": self.n, "reader": reader.title(),
                         "fingerprint": served_fingerprint(reader), "info": dict(info or {}), "row_bytes": self.row_bytes,
-                        "max_frame": MAX_FRAME}
+                        "max_frame": MAX_FRAME, "draws_per_pass": self.draws}
+
+    def pass_of(self, header: dict[str, Any]) -> int | None:
+        """The pass a ``get`` reads, for a reader whose entries are drawn anew each pass (``random_map``): its
+        ``"pass"``, an int >= 0 (absent: pass 0, as random access outside a pass reads). None when the reader
+        draws nothing, whatever the request says.
+
+        >>> from readers import from_sequence, random_map
+        >>> served = Served(random_map(lambda entry, rng: entry, from_sequence([1, 2]), seed=0))
+        >>> served.welcome["draws_per_pass"], served.pass_of({"pass": 3}), served.pass_of({})
+        (True, 3, 0)
+        >>> served.pass_of({"pass": -1})
+        Traceback (most recent call last):
+        ...
+        readers.network.served_reader.RequestError: "pass" must be an int >= 0 (the pass the entries are drawn for), got -1
+        """
+        if not self.draws:
+            return None
+        found = header.get("pass", 0)
+        if not _is_int(found) or found < 0:
+            raise RequestError("malformed", f'"pass" must be an int >= 0 (the pass the entries are drawn for), got '
+                                            f"{found!r}")
+        return found
 
     def indices(self, header: dict[str, Any]) -> np.ndarray | range:
         """The sample indices a ``get`` asks for: a ``range`` for an interval (so a request for millions of
@@ -144,27 +168,29 @@ class Served:
         for first in range(0, count, step):
             yield first, min(step, count - first)
 
-    def gather(self, indices: np.ndarray) -> Any:
-        """The collated columns of the entries at ``indices`` (int64, in range, not empty): the reader's own
-        columnar gather, or its entries stacked; ``RequestError`` (``server_error``) when the reader fails.
+    def gather(self, indices: np.ndarray, pass_id: int | None = None) -> Any:
+        """The collated columns of the entries at ``indices`` (int64, in range, not empty) in pass ``pass_id``
+        (``pass_of``): the reader's own columnar gather, or its entries stacked; ``RequestError``
+        (``server_error``) when the reader fails.
 
         >>> from readers import from_sequence
         >>> Served(from_sequence([(1, 2.5), (3, 4.5)])).gather(np.array([1, 0]))
         (array([3, 1]), array([4.5, 2.5]))
         """
+        reader = self.reader if pass_id is None else self.reader.for_pass(pass_id)
         try:
-            columns = self.reader.gather_columns(indices)
-            return _stack(list(self.reader.gather(indices))) if columns is None else columns
+            columns = reader.gather_columns(indices)
+            return _stack(list(reader.gather(indices))) if columns is None else columns
         except Exception as exc:  # the reader's own failure: the request gets server_error, the server lives
             raise RequestError("server_error", f"the served reader failed on {len(indices)} entries from "
                                                f"{int(indices[0])}: {type(exc).__name__}: {exc}") from exc
 
-    def part(self, indices: np.ndarray | range) -> tuple[Any, list[memoryview]]:
+    def part(self, indices: np.ndarray | range, pass_id: int | None = None) -> tuple[Any, list[memoryview]]:
         """The packed columns (``readers.network.wire.pack_columns``) of the entries at ``indices`` (in range): an
-        array, or a ``range`` as ``indices`` gives for an interval."""
+        array, or a ``range`` as ``indices`` gives for an interval; in pass ``pass_id`` (``pass_of``)."""
         if isinstance(indices, range):
             indices = np.arange(indices.start, indices.stop, dtype=np.int64)
-        columns = self.gather(indices) if len(indices) else self.empty  # no entries: the columns' types still
+        columns = self.gather(indices, pass_id) if len(indices) else self.empty  # no entries: the columns' types still
         try:
             meta, buffers = pack_columns(columns)
         except ProtocolError as exc:

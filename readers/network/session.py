@@ -358,7 +358,7 @@ class Session:
                 raise RequestError("malformed", f"unknown message type {header['type']!r}; a request is a get")
             if request is None or request < 0:
                 raise RequestError("malformed", f'a get needs an "id", an int >= 0, got {header.get("id")!r}')
-            indices = served.indices(header)
+            indices, pass_id = served.indices(header), served.pass_of(header)
             for first, count in served.parts(len(indices)):
                 size = min(count * served.row_bytes, self.server.budget)
                 self._hold(size)
@@ -368,7 +368,7 @@ class Session:
                     self._unhold(size)
                     raise
                 try:
-                    meta, buffers = served.part(indices[first:first + count])
+                    meta, buffers = served.part(indices[first:first + count], pass_id)
                 except BaseException:
                     self._sent(size, True)
                     raise

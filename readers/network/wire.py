@@ -26,10 +26,13 @@ welcome    S     ``version``, ``entries`` (the number of entries), ``reader``
                  (the served pipeline, one line), ``fingerprint`` (what its
                  data is, ``readers.fingerprint``), ``info`` (facts of the
                  data such as a token set's ``seq_len``), ``row_bytes`` (the
-                 bytes of one entry), ``max_frame``
+                 bytes of one entry), ``max_frame``, ``draws_per_pass``
+                 (whether the entries are drawn anew each pass:
+                 ``readers.random_map``)
 get        C     ``id`` (an int the client picks, >= 0) and either
                  ``interval``: ``[start, end]``, inclusive, or ``indices``: a
-                 list of sample indices
+                 list of sample indices; ``pass``: the pass the entries are
+                 drawn for, when the welcome says they are (else pass 0)
 entries    S     ``id``, ``first`` and ``count`` (the rows of the request this
                  part holds), ``columns`` (each column's dtype and shape, or
                  one such object for a single-value entry); the body holds

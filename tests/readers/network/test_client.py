@@ -385,3 +385,29 @@ def test_remote_data_has_the_local_fingerprint(pair):
     local, remote, _ = pair
     for build in (lambda r: r, shuffled, collated):
         assert readers.fingerprint(build(remote)) == readers.fingerprint(build(local))
+
+
+def _noise(entry, rng):
+    """A served augmentation: a column of draws beside the sample (module level: the server pickles nothing)."""
+    (sample,) = entry
+    return sample, rng.random(2).astype(np.float32)
+
+
+def test_remote_of_a_reader_that_draws_per_pass_gives_each_pass_its_own_draws_as_local():
+    """Issue 26: random access knows the pass, across the wire too: a get names the pass it reads."""
+    local = readers.random_map(_noise, readers.from_arrays(np.arange(40)), seed=3)
+    with readers.serve(local, log=quiet) as server:
+        r = readers.remote(server.address)
+        assert r.draws_per_pass
+        for make in (lambda src: src, lambda src: readers.shuffle(src, seed=1),
+                     lambda src: batching.collated(batching.batch(readers.shuffle(src, seed=1), 8))):
+            there, here = make(r), make(local)
+            for pass_id in range(3):
+                there.set_pass(pass_id)
+                here.set_pass(pass_id)
+                assert_same(list(there()), list(here()))
+        assert_same(r[5], local[5])  # outside a pass: pass 0, both sides
+    plain = readers.from_arrays(np.arange(4))
+    with readers.serve(plain, log=quiet) as server:
+        r = readers.remote(server.address)
+        assert not r.draws_per_pass and r.for_pass(2) is r  # nothing drawn: no copy, no pass on the wire
