@@ -217,9 +217,9 @@ def test_remote_asks_again_from_the_first_row_missing_when_cut_mid_response(serv
     monkeypatch.setattr(remote_module, "REQUEST_BYTES", 64 << 20)
     asked, header = [], Request.header
 
-    def recorded(request, ident):
+    def recorded(request, ident, pass_id=None):
         asked.append(request.indices.tolist())
-        return header(request, ident)
+        return header(request, ident, pass_id)
 
     monkeypatch.setattr(Request, "header", recorded)
     with CuttingProxy(server.address, cut=20 << 20) as proxy:
