@@ -23,6 +23,7 @@ import numpy as np
 
 import batching
 import readers
+from readers.errors import BadValue
 from readers.identity import differences, fingerprint
 from readers.tokenized.rounds import assign_batches, round_share
 from readers.tokenized.schedule import BatchSchedule
@@ -127,9 +128,9 @@ def train_steps(reader: Any, *, model: Any, schedule: BatchSchedule, steps: int,
     """
     for name, value in (("steps", steps), ("log_every", log_every)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"train_steps: {name} must be an int >= 1, got {value!r}")
+            raise BadValue(f"train_steps: {name} must be an int >= 1, got {value!r}")
     if (resume or overwrite) and checkpoint_dir is None:
-        raise ValueError(f"train_steps: {'resume' if resume else 'overwrite'}=True needs checkpoint_dir")
+        raise BadValue(f"train_steps: {'resume' if resume else 'overwrite'}=True needs checkpoint_dir")
     info = readers.worker_info()
     settings = getattr(model, "settings", None)
     run = {"schedule": [schedule.start, schedule.end, schedule.warmup_tokens, schedule.seq_len], "seed": int(seed),

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from readers.errors import BadValue
 from readers.identity import differences
 from readers.launch import job_id
 from train.checkpoints.files import (
@@ -85,8 +86,8 @@ def check_folder(directory: str, *, resume: bool, overwrite: bool, rank: int, wo
     """
     resume_flag, overwrite_flag = flags
     if resume and overwrite:
-        raise ValueError(f"{resume_flag} continues the checkpoint and {overwrite_flag} starts over, replacing it; "
-                         "give one of them")
+        raise BadValue(f"{resume_flag} continues the checkpoint and {overwrite_flag} starts over, replacing it; "
+                       "give one of them")
     held = checkpoints_in(directory)  # the files load_for_rank would read
     for path in held:
         check_file(path)
@@ -149,8 +150,8 @@ def claim(directory: str, *, resume: bool, overwrite: bool, rank: int, world_siz
     outer = _claims.get(key)
     if outer is not None:
         if (outer["resume"], outer["overwrite"]) != (resume, overwrite):
-            raise ValueError(f"{directory} is claimed already in this thread with resume={outer['resume']}, "
-                             f"overwrite={outer['overwrite']}; a run inside the claim must use the same")
+            raise BadValue(f"{directory} is claimed already in this thread with resume={outer['resume']}, "
+                           f"overwrite={outer['overwrite']}; a run inside the claim must use the same")
         found, outer["found"] = outer["found"], None
         yield found if found is not None else open_run(directory, **where)
         return
