@@ -46,7 +46,7 @@ from collections.abc import Callable, Iterable, Iterator
 from importlib.metadata import EntryPoint, entry_points
 from typing import Any, NamedTuple
 
-from readers.errors import BadValue
+from readers.errors import BadValue, ReaderkitError
 from readers.plugins.modules import (
     attribute_advice,
     file_advice,
@@ -72,7 +72,7 @@ _SINGULAR = {"readers": "reader", "models": "model"}
 _registered: dict[str, dict[str, Any]] = {kind: {} for kind in BUILTINS}
 
 
-class PluginError(Exception):
+class PluginError(ReaderkitError):
     """Any failure to find or load a plugin. The message says what to change."""
 
 

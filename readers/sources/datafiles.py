@@ -19,7 +19,7 @@ import urllib.request
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from readers.errors import BadValue
+from readers.errors import BadValue, MissingFile
 
 __all__ = ["DataFile", "MissingDataError", "cache_dir", "fetch", "fetch_all", "locate", "search_dirs"]
 
@@ -27,7 +27,7 @@ __all__ = ["DataFile", "MissingDataError", "cache_dir", "fetch", "fetch_all", "l
 Progress = Callable[[int, "int | None"], None]
 
 
-class MissingDataError(FileNotFoundError):
+class MissingDataError(MissingFile):
     """A dataset's files are not on disk and could not be downloaded."""
 
 

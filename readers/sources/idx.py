@@ -33,7 +33,7 @@ DTYPES = {
 CODES = {dt.newbyteorder("="): code for code, dt in DTYPES.items()}
 
 
-class IdxError(ValueError):
+class IdxError(BadValue):
     """A file that is not a valid IDX file; the message names the file and the fault."""
 
 

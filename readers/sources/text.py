@@ -5,14 +5,14 @@ import codecs
 import os
 from collections.abc import Iterator
 
-from readers.errors import BadValue, MissingFile
+from readers.errors import BadValue, MissingFile, ReaderkitError
 from readers.identity import file_digest
 from readers.stage import Stage
 
 __all__ = ["TextDecodeError", "text_file"]
 
 
-class TextDecodeError(UnicodeDecodeError):
+class TextDecodeError(ReaderkitError, UnicodeDecodeError):
     """Bytes of a text file that do not decode; the message names the file and line and says what to do."""
 
     def __init__(self, encoding: str, data: bytes, start: int, end: int, reason: str, message: str = ""):

@@ -36,7 +36,7 @@ SUFFIXES = (".bin", ".npy")
 _INT32_MAX = np.iinfo(np.int32).max
 
 
-class TokenFileError(ValueError):
+class TokenFileError(BadValue):
     """A token file that cannot be read as asked; the message names the file and the fault."""
 
 

@@ -24,6 +24,7 @@ import readers
 from readers.checks import check_reader, whole
 from readers.continual.schema import as_json
 from readers.continual.store import PipelineStore
+from readers.errors import BadValue
 from readers.graph import describe
 from readers.parents import as_indexed
 from train.continual.strategies import Strategy, parse_strategy
@@ -39,7 +40,7 @@ RESUMED_KEYS = ("data", "source", "test_data", "trigger", "strategy", "seed", "m
                 "passes", "min_steps", "task_seconds", "user")
 
 
-class PipelineConfigError(ValueError):
+class PipelineConfigError(BadValue):
     """Everything wrong with a pipeline's configuration (``problems``, one line each), found before it starts.
 
     >>> print(PipelineConfigError(["batch_size must be an int >= 1, got 0", "no test split"]))

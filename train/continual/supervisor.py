@@ -49,7 +49,7 @@ PROGRESS_EVERY = 1.0
 HEARTBEAT_EVERY = 30.0
 
 
-class PipelineReplayError(ValueError):
+class PipelineReplayError(BadValue):
     """A resumed pipeline's stream, trigger or strategy gave another set than the one stored at a trigger."""
 
 

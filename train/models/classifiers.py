@@ -39,7 +39,7 @@ __all__ = ["LabelRangeError", "MLP", "SoftmaxRegression", "softmax_cross_entropy
 _EMPTY = {"loss": 0.0, "accuracy": 0.0, "count": 0, "weight": 0.0}
 
 
-class LabelRangeError(ValueError):
+class LabelRangeError(BadValue):
     """A label outside 0..n_classes-1 of the model: ``label`` is the value, ``n_classes`` the model's count.
 
     >>> try:

@@ -44,7 +44,7 @@ _EMPTY = {"loss": 0.0, "accuracy": 0.0, "count": 0, "weight": 0.0, "tokens": 0}
 _NAMES = ("embedding", "W0", "b0", "W1", "b1")
 
 
-class TokenRangeError(ValueError):
+class TokenRangeError(BadValue):
     """A token id outside 0..vocab_size-1: ``token`` is the value, ``where`` its index in the array given.
 
     >>> try:
