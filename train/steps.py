@@ -34,7 +34,7 @@ from train.checkpoints.files import (
     save_checkpoint,
 )
 from train.checkpoints.folders import START_OVER
-from train.checkpoints.resume import claim, setting_differences, this_job
+from train.checkpoints.resume import ResumeRefused, claim, setting_differences, this_job
 
 __all__ = ["round_seed", "train_steps"]
 
@@ -92,11 +92,10 @@ def _check(folder: str, meta: dict[str, Any], run: dict[str, Any], steps: int) -
     if isinstance(step, bool) or not isinstance(step, int) or step < 0 or not isinstance(meta["history"], list):
         raise CheckpointError(f"{path}: field 'step' must be a whole number >= 0 and 'history' a list, got "
                               f"{step!r}; the file was damaged or edited: {START_OVER}")
-    differ = [line for key in run if key != "data" for line in setting_differences(key, meta[key], run[key])]
-    differ += differences(meta["data"], run["data"]) if isinstance(meta["data"], dict) else ["data: not recorded"]
-    if differ:
-        raise CheckpointError(f"{folder}: the checkpoint was made with other settings or data ({'; '.join(differ)}); "
-                              "resume with the same settings and data, or train into another checkpoint folder")
+    settings = [d for key in run if key != "data" for d in setting_differences(key, meta[key], run[key])]
+    data = differences(meta["data"], run["data"]) if isinstance(meta["data"], dict) else ["data: not recorded"]
+    if settings or data:
+        raise ResumeRefused(folder, settings, data)
 
 
 def train_steps(reader: Any, *, model: Any, schedule: BatchSchedule, steps: int, seed: int = 0,

@@ -52,7 +52,7 @@ def test_a_users_own_error_forwarded_from_a_worker_stays_unexpected():
 
 
 @pytest.mark.parametrize("cls, builtin", [
-    (train.CheckpointError, ValueError), (FolderInUse, ValueError),
+    (train.CheckpointError, ValueError), (FolderInUse, ValueError), (train.ResumeRefused, ValueError),
     (readers.RunFileError, ValueError), (readers.WorkerDiedError, RuntimeError), (MissingDataError, FileNotFoundError),
     (IdxError, ValueError), (TextDecodeError, UnicodeDecodeError), (PluginError, Exception),
     (PluginNotFound, LookupError), (PluginLoadError, ImportError), (PluginTypeError, TypeError),

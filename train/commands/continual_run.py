@@ -20,7 +20,7 @@ from train.commands.training import (
     sigterm_stops,
     splits,
 )
-from train.continual.config import PipelineConfigError
+from train.continual.config import PipelineConfigError, changed_lines
 from train.continual.strategies import parse_strategy
 from train.continual.stream_columns import entry_problem
 from train.continual.supervisor import run_pipeline
@@ -166,28 +166,26 @@ def _note_unfinished(db: str) -> None:
 
 #: Settings of run_pipeline as the command line's options, for refusals of a resume.
 _FLAGS = {"batch_size": "--batch-size", "passes": "--passes", "min_steps": "--min-steps", "seed": "--seed",
-          "strategy": "--strategy", "trigger": "--trigger", "lr": "--lr", "n_classes": "--classes",
-          "model": "--model", "data": "the data (--reader, --data-dir)", "source": "the data the keys index",
-          "test_data": "the test split", "resume=": "--resume ", "user": "--reader"}
+          "strategy": "--strategy", "trigger": "--trigger", "model.lr": "--lr", "model.n_classes": "--classes",
+          "model.class": "--model", "model": "--model", "data": "the data (--reader, --data-dir)",
+          "source": "the data the keys index", "test_data": "the test split", "user.reader": "--reader",
+          "user": "--reader"}
 
 
 def in_flags(exc: PipelineConfigError) -> str:
-    """A configuration refusal in the command line's words: settings named by their options.
+    """A configuration refusal in the command line's words: the settings a resume changes named by their options.
 
-    >>> print(in_flags(PipelineConfigError(["batch_size was 32, now 16", "model: its lr was 0.003, now 0.01"], "so")))
+    >>> from train.checkpoints.resume import Difference
+    >>> changes = [Difference("batch_size", 32, 16), Difference("model.lr", 0.003, 0.01)]
+    >>> print(in_flags(PipelineConfigError(changed_lines(changes), "so", changes)))
     the pipeline's configuration has 2 problems:
       - --batch-size was 32, now 16
       - --lr was 0.003, now 0.01
     so
     """
-    lines = []
-    for problem in exc.problems:
-        if problem.startswith("model: its "):
-            problem = problem[len("model: "):].replace("; its ", "; ")
-            problem = problem[len("its "):]
-        key = next((k for k in sorted(_FLAGS, key=len, reverse=True) if problem.startswith(k)), None)
-        lines.append(_FLAGS[key] + problem[len(key):] if key else problem)
-    return str(PipelineConfigError(lines, exc.advice))
+    if not exc.changes:
+        return str(exc)
+    return str(PipelineConfigError(changed_lines(exc.changes, _FLAGS), exc.advice))
 
 
 def _sizes(stream: Any, test: Any, params: dict[str, Any]) -> tuple[int, int, str]:

@@ -20,7 +20,7 @@ import numpy as np
 import readers
 from readers.tokenized.runfiles import LocalData, load_run
 from readers.tokenized.schedule import BatchSchedule
-from train.checkpoints.files import CheckpointError
+from train.checkpoints.resume import ResumeRefused
 from train.commands.console import in_flag_words, keep_passes_before
 from train.models.language import NextTokenMLP, TokenRangeError
 from train.steps import train_steps
@@ -129,8 +129,8 @@ def config_run(info: Any, found: Any, params: dict[str, Any]) -> None:
                     log_every=params["log_every"], checkpoint_dir=params["checkpoint_dir"],
                     checkpoint_every=_checkpoint_every(params), resume=params["resume"],
                     overwrite=params["overwrite"])
-    except CheckpointError as exc:
-        raise click.ClickException(in_flag_words(str(exc))) from None
+    except ResumeRefused as exc:
+        raise click.ClickException(in_flag_words(exc)) from None
     except TokenRangeError as exc:
         raise click.ClickException(f"{exc}; pass --vocab-size {exc.token + 1} or more") from None
     except (readers.RemoteUnavailable, readers.RemoteError) as exc:

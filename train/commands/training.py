@@ -24,9 +24,9 @@ from click.core import ParameterSource
 import readers
 from readers.checks import check_reader
 from readers.plugins.registry import find_model, reader_splits
-from train.checkpoints.files import CheckpointError, load_for_rank, rank_folder
+from train.checkpoints.files import load_for_rank, rank_folder
 from train.checkpoints.folders import FILE
-from train.checkpoints.resume import claim
+from train.checkpoints.resume import ResumeRefused, claim
 from train.commands.console import Progress, in_flag_words
 from train.driver import train
 from train.feeds import infer_sizes
@@ -232,8 +232,8 @@ def _train(factory: Callable, info: Any, found: Any, params: dict[str, Any]) -> 
               checkpoint_every=params["checkpoint_every"] if directory else None,
               config={"reader": reader_name, "model": params["model_name"], "classes": classes, "lr": lr,
                       "lr_decay": lr_decay})
-    except CheckpointError as exc:
-        raise click.ClickException(in_flag_words(str(exc))) from None
+    except ResumeRefused as exc:
+        raise click.ClickException(in_flag_words(exc)) from None
     except LabelRangeError as exc:
         if exc.label < 0:
             raise
