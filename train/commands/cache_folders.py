@@ -12,7 +12,7 @@ import json
 
 import click
 
-from train.commands.console import fail_cleanly
+from train.commands.console import fail_cleanly, one_line
 
 __all__ = ["cache_group"]
 
@@ -33,7 +33,8 @@ def cache_info_command(directory: str, as_json: bool) -> None:
     time per entry; then the totals and the limit (disk_bytes)."""
     from readers.caching.admin import cache_info, info_lines
 
-    info = cache_info(directory)
+    with one_line(ValueError, OSError):
+        info = cache_info(directory)
     click.echo(json.dumps(info, indent=2) if as_json else "\n".join(info_lines(info)))
 
 
@@ -49,9 +50,12 @@ def cache_clear_command(directory: str, ns: int | None, yes: bool) -> None:
     from readers.caching.admin import cache_info, clear_cache, cleared_line
 
     if not yes:
-        info = cache_info(directory)  # a folder with no cache fails before the question
+        with one_line(ValueError, OSError):
+            info = cache_info(directory)  # a folder with no cache fails before the question
         held = [s for s in info["namespaces"] if ns in (None, s["ns"])]
         if held:  # an --ns it does not hold is refused below, unasked
             click.confirm(f"delete {sum(s['entries'] for s in held):,} entries ({sum(s['bytes'] for s in held) / (1 << 20):,.2f} "
                           f"MiB) from {info['directory']}{'' if ns is None else f' (namespace {ns})'}?", abort=True)
-    click.echo(cleared_line(clear_cache(directory, ns)))
+    with one_line(ValueError, OSError):
+        cleared = clear_cache(directory, ns)
+    click.echo(cleared_line(cleared))

@@ -12,26 +12,15 @@ reads the same database from any process, while a pipeline runs or after.
 """
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-from collections.abc import Iterator
 from typing import Any
 
 import click
 
-from train.commands.console import fail_cleanly
+from train.commands.console import fail_cleanly, one_line
 
 __all__ = ["pipeline_group"]
-
-
-@contextlib.contextmanager
-def _no_such_id() -> Iterator[None]:
-    """A pipeline or training id the store does not hold: one line, as the other refusals."""
-    try:
-        yield
-    except LookupError as exc:
-        raise click.ClickException(str(exc)) from None
 
 
 @click.group("pipeline")
@@ -80,8 +69,7 @@ def pipeline_run_command(**params: Any) -> None:
     """
     from train.commands.continual_run import run_command
 
-    with _no_such_id():
-        run_command(params)
+    run_command(params)
 
 
 @pipeline_group.command("status")
@@ -97,7 +85,7 @@ def pipeline_status_command(db: str, pipeline_id: int | None, training_id: int |
 
     if not os.path.exists(db):
         raise click.ClickException(f"no pipeline store at {db!r}: give the --db a `pipeline run` wrote")
-    with PipelineStore(db, create=False) as store, _no_such_id():
+    with one_line(LookupError, ValueError, OSError), PipelineStore(db, create=False) as store:
         if as_json:
             found = [store.training(training_id)] if training_id is not None else store.trainings(pipeline_id)
             click.echo(json.dumps(found, indent=2))

@@ -10,6 +10,7 @@ from typing import Any
 import click
 
 from readers.continual.store import PipelineStore
+from readers.errors import ReaderkitError
 from readers.plugins.registry import find_model
 from train.commands.continual_table import HEADER, finished_records, row_of
 from train.commands.training import (
@@ -137,7 +138,7 @@ def _check_options(params: dict[str, Any]) -> None:
     for flag, parse in (("--trigger", parse_trigger), ("--strategy", parse_strategy)):
         try:
             parse(params[flag.strip("-") + "_spec"])
-        except (TypeError, ValueError) as exc:
+        except ReaderkitError as exc:
             problems.append(f"{flag}: {exc}")
     if problems:
         raise click.ClickException(str(PipelineConfigError(problems)))
@@ -191,7 +192,7 @@ def in_flags(exc: PipelineConfigError) -> str:
 def _sizes(stream: Any, test: Any, params: dict[str, Any]) -> tuple[int, int, str]:
     try:
         return scan_sizes(stream, test, params["classes"])
-    except (TypeError, ValueError) as exc:
+    except ReaderkitError as exc:
         raise click.ClickException(f"reader {params['reader_name']!r}: {exc}") from None
 
 
