@@ -18,7 +18,6 @@ import errno
 import json
 import os
 import sys
-from collections.abc import Callable
 from typing import Any
 
 import click
@@ -26,31 +25,17 @@ import click
 from train.commands.cache_folders import cache_group
 from train.commands.console import fail_cleanly
 from train.commands.continual import pipeline_group
+from train.commands.options import (
+    TrainSettings,
+    as_settings,
+    batch_size_option,
+    given_flags,
+    model_option,
+    reader_options,
+)
+from train.commands.training import first_entry, splits, train_command
 
 __all__ = ["main"]
-
-
-def _reader_options(command: Callable) -> Callable:
-    command = click.option("--download/--no-download", default=True, show_default=True,
-                           help="Download missing data files from the public mirrors (into the per-user cache).")(command)
-    command = click.option("--data-dir", type=click.Path(file_okay=False), default=None,
-                           help="Folder holding the data files (searched before $READERKIT_DATA and the cache).")(command)
-    return click.option("--reader", "reader_name", default="mnist", show_default=True,
-                        help="A registered reader (see `readers`); your own module (mydata, a mydata.py with train "
-                             "and optional test readers); or module:attribute of a reader (a generator function) "
-                             "or a reader creator.")(command)
-
-
-def _splits(reader_name: str, data_dir: str | None, download: bool) -> tuple[Any, Any]:
-    from train.commands.training import splits
-
-    return splits(reader_name, data_dir, download)
-
-
-def _first_entry(reader: Any) -> Any:
-    from train.commands.training import first_entry
-
-    return first_entry(reader)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -75,14 +60,12 @@ def main() -> None:
 
 
 @main.command()
-@_reader_options
-@click.option("--model", "model_name", default="mlp", show_default=True,
-              help="A registered model (mlp, softmax) or module:attribute of a factory called as "
-                   "factory(n_inputs, n_classes=..., lr=..., seed=...).")
+@reader_options()
+@model_option
 @click.option("--classes", default=None, type=click.IntRange(min=2),
               help="Number of label classes (labels 0..classes-1).  [default: one more than the largest label "
                    "of the training and test splits: of 10,000 entries spread over an indexed reader, or a stream's first 10,000]")
-@click.option("--batch-size", default=128, show_default=True, type=click.IntRange(min=1), help="Entries per minibatch.")
+@batch_size_option(128)
 @click.option("--passes", default=5, show_default=True, type=click.IntRange(min=1), help="Passes over the training data.")
 @click.option("--lr", default=3e-3, show_default=True, type=click.FloatRange(min=0, min_open=True), help="Adam learning rate of the first pass.")
 @click.option("--lr-decay", default=0.6, show_default=True, type=click.FloatRange(min=0, min_open=True, max=1),
@@ -108,15 +91,14 @@ def main() -> None:
               help="With --config: token ids 0..N-1.  [default: one more than the largest id in 1,000 windows "
                    "spread over the data, at least 256]")
 @fail_cleanly
-def train(**params: Any) -> None:
+@as_settings(TrainSettings)
+def train(settings: TrainSettings) -> None:
     """Train a model on a reader, with a progress bar and test accuracy per pass.
 
     Ctrl-C (or SIGTERM) stops it with exit code 130 (143), printing where the
     checkpoint is and the command that resumes from it.
     """
-    from train.commands.training import train_command
-
-    train_command(params)
+    train_command(settings)
 
 
 @main.command("readers")
@@ -140,7 +122,7 @@ def _describe_value(value: Any) -> str:
 
 
 @main.command("inspect")
-@_reader_options
+@reader_options()
 @click.option("--count", default=3, show_default=True, type=click.IntRange(min=0), help="How many entries to show.")
 @fail_cleanly
 def inspect_reader(reader_name: str, data_dir: str | None, download: bool, count: int) -> None:
@@ -151,7 +133,7 @@ def inspect_reader(reader_name: str, data_dir: str | None, download: bool, count
     from readers.checks import check_reader
     from readers.graph import Node, describe
 
-    train_reader, test_reader = _splits(reader_name, data_dir, download)
+    train_reader, test_reader = splits(reader_name, data_dir, download)
     check_reader(train_reader, f"reader {reader_name!r}")
     click.echo(f"reader: {reader_name}")
     shown = repr(train_reader) if isinstance(train_reader, Node) else describe(train_reader)
@@ -166,7 +148,7 @@ def inspect_reader(reader_name: str, data_dir: str | None, download: bool, count
         except TypeError:
             length += " (test split: a stream)"
     click.echo(f"length: {length}")
-    entry = _first_entry(train_reader)
+    entry = first_entry(train_reader)
     columns = entry if isinstance(entry, tuple) else (entry,)
     for i, value in enumerate(columns):
         click.echo(f"column {i}: {_describe_value(value)}")
@@ -178,11 +160,11 @@ def inspect_reader(reader_name: str, data_dir: str | None, download: bool, count
 
 
 @main.command("bench")
-@_reader_options
+@reader_options()
 @click.option("--workers", default=2, show_default=True, type=click.IntRange(min=1), help="Prefetch workers.")
 @click.option("--mode", type=click.Choice(["thread", "process"]), default="process", show_default=True,
               help="Prefetch in threads or processes.")
-@click.option("--batch-size", default=64, show_default=True, type=click.IntRange(min=1), help="Entries per minibatch.")
+@batch_size_option(64)
 @click.option("--limit", default=20000, show_default=True, type=click.IntRange(min=1),
               help="Entries to read per pass (lower it for a slow reader).")
 @click.option("--step-ms", default=0.0, show_default=True, type=click.FloatRange(min=0),
@@ -216,9 +198,9 @@ def bench(reader_name: str, data_dir: str | None, download: bool, workers: int, 
     from readers.checks import check_reader
     from readers.workers.bench import bottleneck, measure, report
 
-    train_reader, _ = _splits(reader_name, data_dir, download)
+    train_reader, _ = splits(reader_name, data_dir, download)
     check_reader(train_reader, f"reader creator {reader_name!r} returned something that")
-    _first_entry(train_reader)  # an empty reader is reported before anything is timed
+    first_entry(train_reader)  # an empty reader is reported before anything is timed
     try:  # a shorter reader is read whole: say how much that is
         span = f"first {min(limit, len(train_reader)):,} entries"
     except TypeError:  # a stream ends where it ends; the next line counts what was read
@@ -237,7 +219,7 @@ def bench(reader_name: str, data_dir: str | None, download: bool, workers: int, 
 
 
 @main.command("serve")
-@_reader_options
+@reader_options()
 @click.option("--config", type=click.Path(exists=True, dir_okay=False), default=None,
               help="A data.toml: serve its token windows (instead of --reader).")
 @click.option("--split", type=click.Choice(["train", "test"]), default="train", show_default=True,
@@ -285,11 +267,7 @@ def serve(reader_name: str, data_dir: str | None, download: bool, config: str | 
 def _served(reader_name: str, data_dir: str | None, download: bool, config: str | None, split: str) -> tuple[Any, dict]:
     """The reader ``serve`` holds and the facts it announces: a data.toml's token windows, or a reader's split."""
     if config is not None:
-        ctx = click.get_current_context()
-        from click.core import ParameterSource
-
-        given = [f"--{name.replace('_name', '').replace('_', '-')}" for name in ("reader_name", "split", "data_dir")
-                 if ctx.get_parameter_source(name) is ParameterSource.COMMANDLINE]
+        given = given_flags("reader_name", "split", "data_dir")
         if given:
             raise click.UsageError(f"{', '.join(given)} do{'es' if len(given) == 1 else ''} not apply with --config, "
                                    "which serves the token windows of a data.toml; give one or the other")
@@ -300,7 +278,7 @@ def _served(reader_name: str, data_dir: str | None, download: bool, config: str 
         tokens = readers.tokens(data.dir, seq_len=data.seq_len, token_size=data.token_size)
         return tokens, {"seq_len": data.seq_len, "token_size": data.token_size, "shuffle_seed": data.shuffle_seed,
                         "max_token": tokens.max_token(), "tokens": sum(tokens.sizes)}
-    train_reader, test_reader = _splits(reader_name, data_dir, download)
+    train_reader, test_reader = splits(reader_name, data_dir, download)
     if split == "test" and test_reader is None:
         raise click.UsageError(f"reader {reader_name!r} has no test split; serve --split train")
     return (train_reader if split == "train" else test_reader), {"split": split}

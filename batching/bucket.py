@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from readers.checks import check_reader
+from readers.errors import BadType, BadValue
 from readers.graph import describe
 from readers.parents import iterate
 from readers.stage import Reader, Stage
@@ -21,7 +22,7 @@ def _entry_length(entry: Any) -> int:
     try:
         return len(value)
     except TypeError:
-        raise TypeError(
+        raise BadType(
             "bucket_by_length takes len() of each entry (of its first column for tuple "
             f"entries), but got a {type(value).__name__}, which has none; pass length=..."
         ) from None
@@ -70,7 +71,7 @@ def _buckets(
     for position, entry in enumerate(entries):
         n = length(entry)
         if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0:
-            raise ValueError(
+            raise BadValue(
                 f"bucket_by_length: length function {describe(length)} returned {n!r} for entry "
                 f"{position}; it must return an int >= 0"
             )
@@ -120,7 +121,7 @@ def bucket_by_length(
     >>> bucket_by_length(sentences, [3, 2], 4)
     Traceback (most recent call last):
     ...
-    ValueError: bucket_by_length: boundaries must be strictly increasing, got [3, 2] (boundaries[1] = 2 <= 3); sort them and drop duplicates
+    readers.errors.BadValue: bucket_by_length: boundaries must be strictly increasing, got [3, 2] (boundaries[1] = 2 <= 3); sort them and drop duplicates
 
     See Also:
         batching.batch, batching.collate
@@ -130,47 +131,47 @@ def bucket_by_length(
     try:
         bounds = tuple(boundaries)
     except TypeError:
-        raise ValueError(f"{where}: boundaries must be a list of ints, got {boundaries!r}") from None
+        raise BadValue(f"{where}: boundaries must be a list of ints, got {boundaries!r}") from None
     for i, b in enumerate(bounds):
         if isinstance(b, bool) or not isinstance(b, (int, np.integer)):
-            raise ValueError(f"{where}: boundaries must be ints, got {b!r} at boundaries[{i}]")
+            raise BadValue(f"{where}: boundaries must be ints, got {b!r} at boundaries[{i}]")
     bounds = tuple(int(b) for b in bounds)
     if bounds and bounds[0] < 1:
-        raise ValueError(
+        raise BadValue(
             f"{where}: boundaries must be >= 1, got {list(bounds)}; bucket 0 holds lengths below "
             "boundaries[0], so a first boundary <= 0 leaves it empty"
         )
     for i in range(1, len(bounds)):
         if bounds[i] <= bounds[i - 1]:
-            raise ValueError(
+            raise BadValue(
                 f"{where}: boundaries must be strictly increasing, got {list(bounds)} "
                 f"(boundaries[{i}] = {bounds[i]} <= {bounds[i - 1]}); sort them and drop duplicates"
             )
     buckets = len(bounds) + 1
     if isinstance(batch_size, (int, np.integer)) and not isinstance(batch_size, bool):
         if not _positive_int(batch_size):
-            raise ValueError(f"{where}: batch_size must be an int >= 1, got {batch_size!r}")
+            raise BadValue(f"{where}: batch_size must be an int >= 1, got {batch_size!r}")
         size: int | tuple[int, ...] = int(batch_size)
     else:
         try:
             sizes = tuple(batch_size)
         except TypeError:
-            raise ValueError(
+            raise BadValue(
                 f"{where}: batch_size must be an int >= 1 or a list of {buckets} of them, got "
                 f"{batch_size!r}"
             ) from None
         if len(sizes) != buckets:
-            raise ValueError(
+            raise BadValue(
                 f"{where}: batch_size lists one size per bucket, so {len(bounds)} boundaries need "
                 f"{buckets} sizes, got {len(sizes)}: {list(sizes)}"
             )
         bad = [i for i, s in enumerate(sizes) if not _positive_int(s)]
         if bad:
-            raise ValueError(
+            raise BadValue(
                 f"{where}: batch sizes must be ints >= 1, got {sizes[bad[0]]!r} for bucket {bad[0]} "
                 f"in {list(sizes)}"
             )
         size = tuple(int(s) for s in sizes)
     if length is not None and not callable(length):
-        raise ValueError(f"{where}: length must be a function entry -> int, got {length!r}")
+        raise BadValue(f"{where}: length must be a function entry -> int, got {length!r}")
     return BucketByLength(reader, bounds, size, length or _entry_length, bool(drop_last))

@@ -8,6 +8,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from readers.errors import BadValue
+
 __all__ = ["Padded", "collate", "collate_column"]
 
 
@@ -52,7 +54,7 @@ def collate(entries: Sequence[Any], *, pad_value: Any = 0) -> Any:
     >>> collate([np.zeros(3), np.zeros((2, 2))])
     Traceback (most recent call last):
     ...
-    ValueError: the single-value column cannot be stacked: shapes (3,) x1, (2, 2) x1; give values of one shape, or sequences whose shapes differ only in their first dimension (those are padded)
+    readers.errors.BadValue: the single-value column cannot be stacked: shapes (3,) x1, (2, 2) x1; give values of one shape, or sequences whose shapes differ only in their first dimension (those are padded)
 
     See Also:
         Padded, batching.batch, batching.bucket_by_length
@@ -60,7 +62,7 @@ def collate(entries: Sequence[Any], *, pad_value: Any = 0) -> Any:
     if not isinstance(entries, list):
         entries = list(entries)
     if not entries:
-        raise ValueError(
+        raise BadValue(
             "collate needs at least one entry, got an empty batch; drop empty batches before collating"
         )
     first = entries[0]
@@ -105,7 +107,7 @@ def collate_column(values: Sequence[Any], label: str = "column", pad_value: Any 
         if out.dtype.kind == "O":
             if _kind(first) == "array-like":
                 return _pad(values, label, pad_value)
-            raise ValueError(
+            raise BadValue(
                 f"{label} holds {type(first).__name__} values, which do not make a numeric array; "
                 "map them to numbers, arrays, str or bytes before collating"
             )
@@ -126,14 +128,14 @@ def _check_kinds(values: Sequence[Any], label: str) -> None:
     """Raise when a column holds None or mixes kinds (numbers/arrays, str, bytes, objects)."""
     kinds = [_kind(v) for v in values]
     if "None" in kinds:
-        raise ValueError(
+        raise BadValue(
             f"{label} holds None (entry {kinds.index('None')}), which collate cannot put in an "
             "array; map None to a value first (e.g. -1, or an empty sequence, which is padded)"
         )
     if len(set(kinds)) > 1:
         counts = Counter(type(v).__name__ for v in values)
         found = ", ".join(f"{name} x{n}" for name, n in counts.items())
-        raise ValueError(
+        raise BadValue(
             f"{label} mixes kinds of value: {found}; give every entry the same kind in this "
             "column (numbers and arrays, or str, or bytes)"
         )
@@ -148,9 +150,9 @@ def _pad(values: Sequence[Any], label: str, pad_value: Any) -> Padded:
             a = np.asarray(v)
         except (ValueError, TypeError) as exc:
             reason = str(exc).rstrip(".")
-            raise ValueError(f"{label}, entry {i}: {reason}; give arrays or regular nested lists") from None
+            raise BadValue(f"{label}, entry {i}: {reason}; give arrays or regular nested lists") from None
         if a.dtype.kind == "O":
-            raise ValueError(
+            raise BadValue(
                 f"{label}, entry {i}: the {type(v).__name__} value only makes an object array (it "
                 "holds None, Python objects or ints beyond 64 bits); give numbers or arrays"
             )
@@ -160,7 +162,7 @@ def _pad(values: Sequence[Any], label: str, pad_value: Any) -> Padded:
     if any(a.ndim == 0 for a in arrays) or len(trails) > 1:
         shapes = Counter(a.shape for a in arrays)
         found = ", ".join(f"{shape} x{n}" for shape, n in shapes.items())
-        raise ValueError(
+        raise BadValue(
             f"{label} cannot be stacked: shapes {found}; give values of one shape, or sequences "
             "whose shapes differ only in their first dimension (those are padded)"
         )
@@ -171,8 +173,8 @@ def _pad(values: Sequence[Any], label: str, pad_value: Any) -> Padded:
         # numpy would promote numbers to str, and pad_value 0 would become "0": refuse both.
         if kinds - set("US"):
             found = sorted(map(str, filled))
-            raise ValueError(f"{label} mixes numbers and strings (dtypes {found}); give one kind")
-        raise ValueError(
+            raise BadValue(f"{label} mixes numbers and strings (dtypes {found}); give one kind")
+        raise BadValue(
             f"{label} holds variable-length sequences of strings, which collate does not pad; "
             "map the strings to numbers (e.g. token ids) first"
         )
@@ -180,12 +182,12 @@ def _pad(values: Sequence[Any], label: str, pad_value: Any) -> Padded:
         dtype = reduce(np.promote_types, filled)
     except TypeError:
         found = sorted(map(str, filled))
-        raise ValueError(f"{label} mixes dtypes {found}; cast them to one dtype") from None
+        raise BadValue(f"{label} mixes dtypes {found}; cast them to one dtype") from None
     lengths = np.array([len(a) for a in arrays], dtype=np.int64)
     try:
         data = np.full((len(arrays), int(lengths.max()), *trail), pad_value, dtype=dtype)
     except (ValueError, TypeError, OverflowError) as exc:
-        raise ValueError(
+        raise BadValue(
             f"pad_value {pad_value!r} does not fit {label}'s dtype {dtype} ({exc}); "
             "choose a pad_value that does, or cast the column"
         ) from None
@@ -219,7 +221,7 @@ def _structure_error(entries: Sequence[Any]) -> ValueError:
         missing = [k for k in first if k not in entries[i]]
         extra = [k for k in entries[i] if k not in first]
         detail = f" (missing {missing}, extra {extra})"
-    return ValueError(
+    return BadValue(
         f"collate needs entries of one structure: entry 0 is {_shown(first)} but entry {i} is "
         f"{_shown(entries[i])}{detail}; make every entry the same tuple length or dict keys"
     )

@@ -15,6 +15,7 @@ import numpy as np
 
 from batching.collate import collate, collate_column
 from readers.checks import check_reader, whole
+from readers.errors import BadType, BadValue
 from readers.graph import describe
 from readers.parents import is_planned, iterate, open_plan
 from readers.plans import rechunk
@@ -44,7 +45,7 @@ class Batched(Stage):
         >>> len(batch(lambda: iter(range(10)), 4))
         Traceback (most recent call last):
         ...
-        TypeError: batch(batch_size=4, drop_last=False) has no length: <lambda> below it has none (a stream's is known only once a pass ends); len() counts batches over an indexed reader (readers.from_sequence, from_arrays...) and the stages that keep a length (map_readers, shuffle, shard...)
+        readers.errors.BadType: batch(batch_size=4, drop_last=False) has no length: <lambda> below it has none (a stream's is known only once a pass ends); len() counts batches over an indexed reader (readers.from_sequence, from_arrays...) and the stages that keep a length (map_readers, shuffle, shard...)
         """
         n = _length(self.parents[0], self)
         return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
@@ -93,7 +94,7 @@ def batch(reader: Any, batch_size: int, drop_last: bool = False) -> Batched:
     >>> batch(lambda: range(5), 0)
     Traceback (most recent call last):
     ...
-    ValueError: batch_size must be a positive int, got 0; e.g. batch(reader, 128)
+    readers.errors.BadValue: batch_size must be a positive int, got 0; e.g. batch(reader, 128)
 
     See Also:
         collated, bucket_by_length
@@ -102,7 +103,7 @@ def batch(reader: Any, batch_size: int, drop_last: bool = False) -> Batched:
     try:
         batch_size = whole(batch_size, "batch_size", "batch", 1)
     except ValueError:
-        raise ValueError(f"batch_size must be a positive int, got {batch_size!r}; e.g. batch(reader, 128)") from None
+        raise BadValue(f"batch_size must be a positive int, got {batch_size!r}; e.g. batch(reader, 128)") from None
     return Batched(reader, batch_size, bool(drop_last))
 
 
@@ -133,7 +134,7 @@ class Collated(Stage):
         pad = self.pad_value
         for b in batches:
             if type(b) is not list:
-                raise TypeError(
+                raise BadType(
                     f"collated needs a batch reader (entries that are lists of entries), but "
                     f"{describe(self.parents[0])} gave a {type(b).__name__}; put batching.batch(...) before it"
                 )
@@ -160,9 +161,9 @@ def _length(reader: Any, stage: Stage) -> int:
     except TypeError:
         if isinstance(reader, Batched):
             raise  # it said why already
-        raise TypeError(f"{stage.title()} has no length: {describe(reader)} below it has none (a stream's is known "
-                        "only once a pass ends); len() counts batches over an indexed reader (readers.from_sequence, "
-                        "from_arrays...) and the stages that keep a length (map_readers, shuffle, shard...)") from None
+        raise BadType(f"{stage.title()} has no length: {describe(reader)} below it has none (a stream's is known "
+                      "only once a pass ends); len() counts batches over an indexed reader (readers.from_sequence, "
+                      "from_arrays...) and the stages that keep a length (map_readers, shuffle, shard...)") from None
 
 
 def _finish(column: np.ndarray, label: str, pad_value: Any) -> Any:
@@ -187,7 +188,7 @@ def collated(reader: Any, *, pad_value: Any = 0) -> Collated:
     """
     check_reader(reader)
     if is_planned(reader):  # an index-planned reader yields entries, never batches
-        raise TypeError(
+        raise BadType(
             f"collated needs a batch reader (entries that are lists of entries), got "
             f"{describe(reader)}; put batching.batch(...) before it"
         )

@@ -42,6 +42,15 @@ from readers.continual.schema import NotAPipelineStore
 from readers.continual.store import PipelineBusy, PipelineStore
 from readers.continual.trigger_sets import trigger_set
 from readers.currying import Curried
+from readers.errors import (
+    BadType,
+    BadValue,
+    FileError,
+    MissingFile,
+    NotFound,
+    ReaderkitError,
+    TimedOut,
+)
 from readers.identity import fingerprint
 from readers.interop.torch_dataset import torch_dataset
 from readers.interop.torch_loader import torch_loader
@@ -75,23 +84,30 @@ from readers.workers import prefetch as parallel
 from readers.workers.prefetch import WorkerDiedError
 
 __all__ = [
+    "BadType",
+    "BadValue",
     "BatchSchedule",
     "ComposeNotAligned",
     "Curried",
     "DataConfig",
+    "FileError",
     "IndexedReader",
     "LocalData",
+    "MissingFile",
     "NotAPipelineStore",
     "NotAuthorised",
+    "NotFound",
     "PipelineBusy",
     "PipelineStore",
     "Reader",
+    "ReaderkitError",
     "RemoteError",
     "RemoteUnavailable",
     "RunConfig",
     "RunFileError",
     "ServerData",
     "Stage",
+    "TimedOut",
     "UnsupportedVersion",
     "WorkerDiedError",
     "WorkerInfo",

@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from readers.errors import BadType, BadValue
 from readers.graph import Node, describe
 
 __all__ = ["check_reader", "whole"]
@@ -20,11 +21,11 @@ def whole(value: Any, name: str, where: str, minimum: int = 0, *, floats: bool =
     >>> whole(2.5, "n", "firstn")
     Traceback (most recent call last):
     ...
-    ValueError: firstn: n must be an int >= 0, got 2.5
+    readers.errors.BadValue: firstn: n must be an int >= 0, got 2.5
     >>> whole(3.0, "passes", "train", floats=False)
     Traceback (most recent call last):
     ...
-    ValueError: train: passes must be an int >= 0, got 3.0
+    readers.errors.BadValue: train: passes must be an int >= 0, got 3.0
     """
     ok = not isinstance(value, (bool, np.bool_))
     if ok and isinstance(value, (float, np.floating)):
@@ -35,7 +36,7 @@ def whole(value: Any, name: str, where: str, minimum: int = 0, *, floats: bool =
         except TypeError:
             ok = False
     if not ok or value < minimum:
-        raise ValueError(f"{where}: {name} must be an int >= {minimum}, got {value!r}")
+        raise BadValue(f"{where}: {name} must be an int >= {minimum}, got {value!r}")
     return int(value)
 
 
@@ -65,14 +66,14 @@ def check_reader(reader: Any, role: str = "reader") -> Any:
     >>> check_reader([1, 2])
     Traceback (most recent call last):
     ...
-    TypeError: reader must be a zero-argument callable returning an iterable, got list [1, 2]; wrap data with readers.from_sequence(...) or pass the generator function itself
+    readers.errors.BadType: reader must be a zero-argument callable returning an iterable, got list [1, 2]; wrap data with readers.from_sequence(...) or pass the generator function itself
     >>> check_reader((np.zeros((3, 2)), np.zeros(3)))
     Traceback (most recent call last):
     ...
-    TypeError: reader must be ...; it holds 2 arrays of 3 rows: wrap them with readers.from_arrays(x, y), whose entry i is the tuple of their rows i
+    readers.errors.BadType: reader must be ...; it holds 2 arrays of 3 rows: wrap them with readers.from_arrays(x, y), whose entry i is the tuple of their rows i
     """
     if inspect.isgenerator(reader):
-        raise TypeError(
+        raise BadType(
             f"{role} must be a zero-argument callable, got a generator object "
             f"{describe(reader)!r}; pass the generator function itself (without "
             "calling it) so every pass can start afresh"
@@ -81,7 +82,7 @@ def check_reader(reader: Any, role: str = "reader") -> Any:
         shown = " ".join(repr(reader).split())  # an array's repr spans lines
         if len(shown) > 60:
             shown = shown[:57] + "..."
-        raise TypeError(
+        raise BadType(
             f"{role} must be a zero-argument callable returning an iterable, got "
             f"{type(reader).__name__} {shown}; {_wrapping(reader)}"
         )
@@ -89,7 +90,7 @@ def check_reader(reader: Any, role: str = "reader") -> Any:
         try:
             inspect.signature(reader).bind()
         except TypeError:
-            raise TypeError(
+            raise BadType(
                 f"{role} {describe(reader)!r} cannot be called with no arguments; a reader "
                 "takes none (use functools.partial or a reader creator to bind them)"
             ) from None

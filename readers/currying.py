@@ -16,6 +16,7 @@ from typing import Any
 import toolz
 from toolz.functoolz import no_default
 
+from readers.errors import BadType
 from readers.graph import describe
 
 __all__ = ["Curried"]
@@ -62,7 +63,7 @@ class Curried(toolz.curry):
     >>> times(fator=3)
     Traceback (most recent call last):
     ...
-    TypeError: scale() got an unexpected keyword argument 'fator'; its options are reader, factor
+    readers.errors.BadType: scale() got an unexpected keyword argument 'fator'; its options are reader, factor
     """
 
     def __init__(self, *args: Any, reader_at: int | None = None, **kwargs: Any):
@@ -92,7 +93,7 @@ class Curried(toolz.curry):
             signature.bind_partial(*self.args, *args, **keywords)
         except TypeError as exc:
             names = ", ".join(signature.parameters)
-            raise TypeError(f"{self.__name__}() {exc}; its options are {names}") from None
+            raise BadType(f"{self.__name__}() {exc}; its options are {names}") from None
         # what comes before the reader, given by name (map_readers(func=f)), is bound by position, so
         # that the reader, given later by position, lands in its place
         given = [*self.args, *args]
@@ -110,7 +111,7 @@ class Curried(toolz.curry):
         value, option = args[self.reader_at], params[min(self.reader_at + 1, len(params) - 1)]
         if isinstance(value, (list, tuple)) and value and all(map(callable, value)):
             return None  # a list of readers (mix's) is the reader argument itself: the error stands as it is
-        return TypeError(f"{exc}; {value!r} was taken as the reader: to give options first and the reader "
+        return BadType(f"{exc}; {value!r} was taken as the reader: to give options first and the reader "
                          f"later (toolz.pipe), name them, e.g. {self.__name__}({option}={value!r})")
 
     @property

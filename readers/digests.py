@@ -20,6 +20,8 @@ from typing import Any
 
 import numpy as np
 
+from readers.errors import BadType
+
 __all__ = ["SHORT", "array_digest", "file_digest", "function_digest", "hasher", "plain_digest", "value_digest"]
 
 #: Arrays up to this many bytes are hashed whole; larger ones by BLOCKS spread over them, as many bytes in all.
@@ -77,7 +79,7 @@ def array_digest(*arrays: Any) -> str:
         a = np.asarray(a)
         h.update(f"{a.dtype.str}{a.shape}".encode())
         if a.dtype == object:
-            raise TypeError(f"array_digest: an object array ({a.shape}) has no bytes to hash; use value_digest")
+            raise BadType(f"array_digest: an object array ({a.shape}) has no bytes to hash; use value_digest")
         if a.nbytes > WHOLE:
             _sampled(a, h)
         elif a.size:
@@ -281,7 +283,7 @@ def function_digest(func: Any) -> str:
     True
     """
     if not callable(func):
-        raise TypeError(f"function_digest: func must be callable, got {type(func).__name__} {func!r}")
+        raise BadType(f"function_digest: func must be callable, got {type(func).__name__} {func!r}")
     h = hashlib.blake2b(digest_size=SHORT // 2)
     _function(func, h, {})
     return h.hexdigest()

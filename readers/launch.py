@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from typing import Any, NamedTuple
 
 from readers.checks import whole
+from readers.errors import BadValue
 
 __all__ = ["WorkerInfo", "job_id", "local_worker", "worker_context", "worker_info"]
 
@@ -61,7 +62,7 @@ def worker_context(worker_id: int, workers: int) -> Iterator[None]:
     workers = whole(workers, "workers", "worker_context", 1, floats=False)
     worker_id = whole(worker_id, "worker_id", "worker_context", floats=False)
     if worker_id >= workers:
-        raise ValueError(f"worker_context: worker_id {worker_id} is not below workers={workers}")
+        raise BadValue(f"worker_context: worker_id {worker_id} is not below workers={workers}")
     saved = getattr(_context, "value", None)
     _context.value = (worker_id, workers)
     try:
@@ -96,8 +97,8 @@ def _env_int(env: Any, name: str, default: int | None = None) -> int | None:
     try:
         return int(raw.strip())
     except ValueError:
-        raise ValueError(f"environment variable {name}={raw!r} is not an int; fix or unset it "
-                         "(readerkit reads the job layout from the launcher's variables)") from None
+        raise BadValue(f"environment variable {name}={raw!r} is not an int; fix or unset it "
+                       "(readerkit reads the job layout from the launcher's variables)") from None
 
 
 def _slurm_tasks_per_node(env: Any) -> list[int] | None:
@@ -109,7 +110,7 @@ def _slurm_tasks_per_node(env: Any) -> list[int] | None:
     for part in raw.split(","):
         found = re.fullmatch(r"\s*(\d+)(?:\(x(\d+)\))?\s*", part)
         if found is None:
-            raise ValueError(f"environment variable {name}={raw!r} is not in SLURM's '2(x3),1' form; fix or unset it")
+            raise BadValue(f"environment variable {name}={raw!r} is not in SLURM's '2(x3),1' form; fix or unset it")
         counts += [int(found[1])] * int(found[2] or 1)
     return counts
 
@@ -117,9 +118,9 @@ def _slurm_tasks_per_node(env: Any) -> list[int] | None:
 def _torchrun(env: Any) -> tuple:
     missing = [name for name in ("RANK", "WORLD_SIZE") if _env_int(env, name) is None]
     if missing:
-        raise ValueError(f"{' and '.join(missing)} {'is' if len(missing) == 1 else 'are'} not set but "
-                         f"{'WORLD_SIZE' if 'RANK' in missing else 'RANK'} is; a launcher sets both (torchrun "
-                         "does), so set both or neither")
+        raise BadValue(f"{' and '.join(missing)} {'is' if len(missing) == 1 else 'are'} not set but "
+                       f"{'WORLD_SIZE' if 'RANK' in missing else 'RANK'} is; a launcher sets both (torchrun "
+                       "does), so set both or neither")
     rank, world = _env_int(env, "RANK"), _env_int(env, "WORLD_SIZE")
     return ("torchrun", ("RANK", "WORLD_SIZE"), rank, world, _env_int(env, "LOCAL_RANK", rank),
             _env_int(env, "LOCAL_WORLD_SIZE", world), _env_int(env, "GROUP_RANK"), None)
@@ -186,23 +187,23 @@ def worker_info() -> WorkerInfo:
     >>> worker_info()
     Traceback (most recent call last):
     ...
-    ValueError: torchrun environment says rank 4 of world size 4; a rank is 0..world size - 1 (check RANK and WORLD_SIZE)
+    readers.errors.BadValue: torchrun environment says rank 4 of world size 4; a rank is 0..world size - 1 (check RANK and WORLD_SIZE)
     >>> for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK"):
     ...     del os.environ[name]
     """
     launcher, names, rank, world, local_rank, local_world, node, nodes = _launcher(os.environ)
     if world < 1 or not 0 <= rank < world:
-        raise ValueError(f"{launcher} environment says rank {rank} of world size {world}; a rank is "
-                         f"0..world size - 1 (check {names[0]} and {names[1]})")
+        raise BadValue(f"{launcher} environment says rank {rank} of world size {world}; a rank is "
+                       f"0..world size - 1 (check {names[0]} and {names[1]})")
     if local_world < 1 or not 0 <= local_rank < local_world:
-        raise ValueError(f"{launcher} environment says local rank {local_rank} of {local_world} processes on "
-                         "this node; a local rank is 0..local world size - 1")
+        raise BadValue(f"{launcher} environment says local rank {local_rank} of {local_world} processes on "
+                       "this node; a local rank is 0..local world size - 1")
     num_nodes = nodes or max(1, -(-world // local_world))
     if node is None:
         node = rank // local_world
     if not 0 <= node < num_nodes:
-        raise ValueError(f"{launcher} environment says node {node} of {num_nodes} (world size {world} over "
-                         f"{local_world} processes per node); check the node rank variable")
+        raise BadValue(f"{launcher} environment says node {node} of {num_nodes} (world size {world} over "
+                       f"{local_world} processes per node); check the node rank variable")
     worker, workers = local_worker()
     return WorkerInfo(rank, world, worker, workers, worker + workers * rank, workers * world,
                       node, num_nodes, local_rank, local_world, launcher)

@@ -12,6 +12,7 @@ import itertools
 from collections.abc import Iterator
 from typing import Any
 
+from readers.errors import BadType
 from readers.graph import describe
 from readers.passes import opened
 from readers.plans import Plan
@@ -53,7 +54,7 @@ def iterate(reader: Reader, pass_id: int | None = None, cursor: int = 0) -> Iter
     >>> iterate(lambda: 42)
     Traceback (most recent call last):
     ...
-    TypeError: reader <lambda> returned int, which is not iterable; a reader must return a fresh iterable (a list, or a generator from a generator function)
+    readers.errors.BadType: reader <lambda> returned int, which is not iterable; a reader must return a fresh iterable (a list, or a generator from a generator function)
     """
     if isinstance(reader, Stage) and (pass_id is not None or cursor):
         return opened(reader.run(reader.next_pass if pass_id is None else pass_id, cursor))
@@ -62,7 +63,7 @@ def iterate(reader: Reader, pass_id: int | None = None, cursor: int = 0) -> Iter
         it = iter(result)
         return itertools.islice(it, cursor, None) if cursor else it
     except TypeError:
-        raise TypeError(
+        raise BadType(
             f"reader {describe(reader)} returned {type(result).__name__}, which is not "
             "iterable; a reader must return a fresh iterable (a list, or a generator "
             "from a generator function)"

@@ -23,6 +23,7 @@ from __future__ import annotations
 import numbers
 from typing import Any
 
+from readers.errors import BadType, BadValue
 from readers.graph import Node, describe, walk
 
 __all__ = ["advance", "check_layout", "check_resumable", "check_state", "end_of", "fixed_layout", "is_native",
@@ -142,12 +143,12 @@ def check_resumable(reader: Any) -> None:
     >>> check_resumable(multiprocess_reader([from_sequence("ab")]))
     Traceback (most recent call last):
     ...
-    ValueError: cannot save or restore a position of multiprocess_reader(1 reader, use_pipe=True): multiprocess_reader merges its readers in whatever order their entries arrive
+    readers.errors.BadValue: cannot save or restore a position of multiprocess_reader(1 reader, use_pipe=True): multiprocess_reader merges its readers in whatever order their entries arrive
     """
     for stage in walk(reader):
         reason = stage.unresumable if isinstance(stage, Node) else None
         if reason:
-            raise ValueError(f"cannot save or restore a position of {describe(reader)}: {reason}")
+            raise BadValue(f"cannot save or restore a position of {describe(reader)}: {reason}")
 
 
 def start_of(reader: Any, pass_id: int) -> dict:
@@ -180,7 +181,7 @@ def state_of(reader: Any, pass_id: int, start: int, consumed: int, done: bool) -
 def _count(state: dict, key: str) -> int:
     value = state.get(key)
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValueError(f"reader state: {key!r} must be an int >= 0, got {value!r}; pass the dict get_state() returned")
+        raise BadValue(f"reader state: {key!r} must be an int >= 0, got {value!r}; pass the dict get_state() returned")
     return value
 
 
@@ -192,16 +193,16 @@ def _layout(state: dict) -> list | None:
     form = ("'layout' must be a list of [index, count] pairs, index an int in 0..count-1 (or None for a "
             "node_shuffle's block) and count an int >= 1, e.g. [[1, 3]]")
     if not isinstance(layout, (list, tuple)):
-        raise ValueError(f"reader state: {form}; got {type(layout).__name__} {layout!r}; pass the dict "
-                         "get_state() returned")
+        raise BadValue(f"reader state: {form}; got {type(layout).__name__} {layout!r}; pass the dict "
+                       "get_state() returned")
     checked = []
     for k, item in enumerate(layout):
         pair = list(item) if isinstance(item, (list, tuple)) and len(item) == 2 else [None, None]
         index, count = (None if v is None or isinstance(v, bool) or not isinstance(v, numbers.Integral) else int(v)
                         for v in pair)
         if count is None or count < 1 or (pair[0] is not None and (index is None or not 0 <= index < count)):
-            raise ValueError(f"reader state: {form}; item {k} of {layout!r} is {item!r}; pass the dict "
-                             "get_state() returned")
+            raise BadValue(f"reader state: {form}; item {k} of {layout!r} is {item!r}; pass the dict "
+                           "get_state() returned")
         checked.append([index, count])
     return checked
 
@@ -215,28 +216,28 @@ def check_state(reader: Any, state: Any) -> tuple[int, int, list | None]:
     >>> check_state(shuffle(from_sequence("abc"), seed=0), {"pass": 1, "cursor": 2, "seed": 5})
     Traceback (most recent call last):
     ...
-    ValueError: reader state was saved with seed 5, but this pipeline's seed is 0; resume with the same seed, or start the pass afresh
+    readers.errors.BadValue: reader state was saved with seed 5, but this pipeline's seed is 0; resume with the same seed, or start the pass afresh
     >>> check_state(from_sequence("abc"), {"pass": 0, "cursor": 1, "seed": None, "layout": [[1, 3, 0]]})
     Traceback (most recent call last):
     ...
-    ValueError: reader state: 'layout' must be a list of [index, count] pairs, index an int in 0..count-1 (or None for a node_shuffle's block) and count an int >= 1, e.g. [[1, 3]]; item 0 of [[1, 3, 0]] is [1, 3, 0]; pass the dict get_state() returned
+    readers.errors.BadValue: reader state: 'layout' must be a list of [index, count] pairs, index an int in 0..count-1 (or None for a node_shuffle's block) and count an int >= 1, e.g. [[1, 3]]; item 0 of [[1, 3, 0]] is [1, 3, 0]; pass the dict get_state() returned
     """
     if not isinstance(state, dict):
-        raise TypeError(f"reader state must be the dict get_state() returned, got {type(state).__name__} {state!r}")
+        raise BadType(f"reader state must be the dict get_state() returned, got {type(state).__name__} {state!r}")
     unknown = sorted(set(state) - set(KEYS))
     if unknown or not {"pass", "cursor", "seed"} <= set(state):
-        raise ValueError(f"reader state has keys {sorted(state)}; expected {list(KEYS[:3])} (and 'layout'), "
-                         "as get_state() returns them")
+        raise BadValue(f"reader state has keys {sorted(state)}; expected {list(KEYS[:3])} (and 'layout'), "
+                       "as get_state() returns them")
     check_resumable(reader)
     seeds = seeds_of(reader)
     if state.get("seed") != seeds:
-        raise ValueError(f"reader state was saved with seed {state.get('seed')!r}, but this pipeline's seed is "
-                         f"{seeds!r}; resume with the same seed, or start the pass afresh")
+        raise BadValue(f"reader state was saved with seed {state.get('seed')!r}, but this pipeline's seed is "
+                       f"{seeds!r}; resume with the same seed, or start the pass afresh")
     cursor = _count(state, "cursor")
     end = end_of(reader)
     if end is not None and cursor > end:
-        raise ValueError(f"reader state is at entry {cursor} of a pass, past the end of {describe(reader)}'s "
-                         f"{end} entries; it was saved from other data")
+        raise BadValue(f"reader state is at entry {cursor} of a pass, past the end of {describe(reader)}'s "
+                       f"{end} entries; it was saved from other data")
     return _count(state, "pass"), cursor, _layout(state)
 
 
@@ -249,18 +250,18 @@ def check_layout(reader: Any, layout: list | None, cursor: int) -> None:
     >>> check_layout(r, [[1, 2]], 2)
     Traceback (most recent call last):
     ...
-    ValueError: reader state was saved with shards [[1, 2]] (as [index, count]) and this process has [[1, 3]]; shuffle(buf_size=4, seed=0) counts its position inside one shard, so it resumes only on the same layout. For elastic resume, put shard() after every shuffle, filter and skip of the pipeline
+    readers.errors.BadValue: reader state was saved with shards [[1, 2]] (as [index, count]) and this process has [[1, 3]]; shuffle(buf_size=4, seed=0) counts its position inside one shard, so it resumes only on the same layout. For elastic resume, put shard() after every shuffle, filter and skip of the pipeline
     """
     if not cursor:
         return
     now = fixed_layout(reader)
     nodes = [count for index, count in layout or [] if index is None]
     if nodes and [c for i, c in now if i is None] != nodes:
-        raise ValueError(f"reader state was saved by a node_shuffle over {nodes[0]} nodes, and this job has "
-                         f"{next((c for i, c in now if i is None), 'no')} nodes; a node_shuffle position resumes only "
-                         "on the same number of nodes (start the pass afresh with set_pass)")
+        raise BadValue(f"reader state was saved by a node_shuffle over {nodes[0]} nodes, and this job has "
+                       f"{next((c for i, c in now if i is None), 'no')} nodes; a node_shuffle position resumes only "
+                       "on the same number of nodes (start the pass afresh with set_pass)")
     if (layout or []) != now:
-        raise ValueError(
+        raise BadValue(
             f"reader state was saved with shards {layout or []} (as [index, count]) and this process has "
             f"{now}; {describe(reader)} counts its position inside one shard, so it resumes only on the same "
             "layout. For elastic resume, put shard() after every shuffle, filter and skip of the pipeline")

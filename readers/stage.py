@@ -98,6 +98,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from readers.checks import whole
+from readers.errors import BadType, BadValue
 from readers.graph import Node, walk
 from readers.passes import PassIterator
 from readers.plans import Plan, index_chunks, slice_chunks
@@ -188,7 +189,7 @@ class Stage(Node):
         if self.access == "stream":
             return None
         if self.access not in ACCESS:
-            raise ValueError(f"{type(self).__name__} declares access={self.access!r}; access is one of {ACCESS}")
+            raise BadValue(f"{type(self).__name__} declares access={self.access!r}; access is one of {ACCESS}")
         if self._reads_past(cursor):
             plan = self._plan(pass_id, 0)
             return Plan(plan.source, slice_chunks(plan.chunks, cursor))
@@ -207,8 +208,8 @@ class Stage(Node):
 
     def __call__(self) -> PassIterator:
         if "parents" not in self.__dict__:
-            raise TypeError(f"{type(self).__name__}.__init__ must call super().__init__(*parents) with the readers "
-                            "the stage reads (none for a source)")
+            raise BadType(f"{type(self).__name__}.__init__ must call super().__init__(*parents) with the readers "
+                          "the stage reads (none for a source)")
         resume = self.__dict__.pop("_resume", None)
         if resume is None:
             pass_id, cursor = self._pass, 0
@@ -257,8 +258,8 @@ class Stage(Node):
 
     def __iter__(self) -> Iterator:
         if self.access != "index":
-            raise TypeError(f"{type(self).__name__!r} object is not iterable: a reader is called for a pass, so "
-                            f"iterate {self.name}(...)() rather than {self.name}(...)")
+            raise BadType(f"{type(self).__name__!r} object is not iterable: a reader is called for a pass, so "
+                          f"iterate {self.name}(...)() rather than {self.name}(...)")
         return map(self._get, range(len(self)))  # a sequence's entries, as before random access had its own __iter__
 
     # -- random access (access == "index") -----------------------------------------------
@@ -302,10 +303,10 @@ class Stage(Node):
 
     def __getitem__(self, i: int) -> Any:
         if self.access != "index":
-            raise TypeError(f"{self.title()} has no random access ([i]): it is not built on an indexed reader")
+            raise BadType(f"{self.title()} has no random access ([i]): it is not built on an indexed reader")
         n = len(self)
         if isinstance(i, (bool, np.bool_)) or not isinstance(i, (int, np.integer)):
-            raise TypeError(f"sample index must be an int, got {type(i).__name__} {i!r}")
+            raise BadType(f"sample index must be an int, got {type(i).__name__} {i!r}")
         i = int(i)
         if i < 0:
             i += n

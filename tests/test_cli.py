@@ -51,6 +51,12 @@ def not_a_reader():
     return 42
 
 
+def buggy_rows():
+    """A user's reader with a bug after its first entry: a TypeError the command line must not hide."""
+    yield np.zeros(4, np.float32), 0
+    yield np.zeros(4, np.float32), 1 + "1"
+
+
 def run(*args):
     return CliRunner().invoke(main, list(args))
 
@@ -620,3 +626,79 @@ def test_cli_tokenize_writes_a_token_file_that_trains(tmp_path):
     (tmp_path / "tok" / "old.bin").write_bytes(b"\0\0" * 100)
     again = run("tokenize", str(tmp_path / "a.txt"), "--out", str(tmp_path / "tok"))
     assert again.exit_code == 0 and "holds other token files too (old.bin)" in again.stderr
+
+
+# -- expected failures are one line; anything else keeps its traceback (issue 26) --------------------------------
+
+@pytest.mark.parametrize("command", [["train", "--passes", "1"], ["inspect"],
+                                     ["bench", "--workers", "1", "--mode", "process", "--limit", "10"]],
+                         ids=lambda c: c[0])
+def test_cli_a_bug_in_a_users_reader_is_not_turned_into_one_line(command):
+    """Issue 26: any TypeError became one line, from None, hiding the bug in a user's own reader (bench's
+    comes from a worker process, as itself)."""
+    result = run(*command, "--reader", "tests.test_cli:buggy_rows")
+    assert result.exit_code == 1 and type(result.exception) is TypeError, result.output
+    assert str(result.exception) == "unsupported operand type(s) for +: 'int' and 'str'"
+    assert not any(line.startswith("Error:") for line in result.output.splitlines())
+
+
+def test_cli_a_bug_in_a_users_reader_prints_its_traceback(tmp_path):
+    (tmp_path / "buggy.py").write_text("def rows():\n    yield 1, 0\n    yield 2, 1 + '1'\n")
+    proc = subprocess.run([sys.executable, str(ROOT / "cli.py"), "inspect", "--reader", "buggy:rows"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1 and not any(line.startswith("Error:") for line in (proc.stdout + proc.stderr).splitlines())
+    lines = proc.stderr.splitlines()
+    assert lines[0] == "Traceback (most recent call last):"
+    assert f'  File "{tmp_path / "buggy.py"}", line 3, in rows' in lines
+    assert lines[-1] == "TypeError: unsupported operand type(s) for +: 'int' and 'str'"
+
+
+def test_cli_expected_failures_are_one_exact_line_with_exit_code_1(tmp_path):
+    bad_toml = tmp_path / "bad.toml"
+    bad_toml.write_text("x = [\n")
+    for args, line in [
+        (["train", "--reader", "nosuch"],
+         "Error: unknown reader 'nosuch'; known readers: mnist, split-mnist. To add one, declare an entry point in group "
+         "'readerkit.readers' in a package's metadata, or name an importable module ('mydata', with train and test) or "
+         "'module:attribute'; modules are found on the import path (the CLI puts the current folder first)"),
+        (["train", "--data-dir", "/nonexistent-readerkit", "--no-download"],
+         "Error: mnist: the data folder /nonexistent-readerkit does not exist; check its name (--data-dir / data_dir), "
+         "or leave it out to use READERKIT_DATA and the cache"),
+        (["train", "--config", str(bad_toml)],
+         f"Error: {bad_toml}: line 1, column 6: not valid TOML (Invalid value); correct the TOML syntax of that line: "
+         "'x = ['"),
+    ]:
+        result = run(*args)
+        assert (result.exit_code, result.output) == (1, line + "\n"), args
+
+
+def test_cli_a_busy_checkpoint_folder_and_a_refused_resume_end_in_one_exact_line(tiny_mnist, tmp_path):
+    from train.checkpoints.files import lock_folder
+
+    ck = tmp_path / "ck"
+    with lock_folder(str(ck)):
+        busy = run(*_train_args(tiny_mnist, ck, "--passes", "1"))
+    assert (busy.exit_code, busy.output) == (1, f"Error: another run is using {ck} (pid {os.getpid()}); wait for it "
+                                                "to end, or give this run another checkpoint folder\n")
+    assert run(*_train_args(tiny_mnist, ck, "--passes", "1")).exit_code == 0
+    refused = run(*_train_args(tiny_mnist, ck, "--passes", "2", "--resume", "--lr", "0.01", "--seed", "3"))
+    assert refused.exit_code == 1 and refused.output.splitlines() == [
+        "model mlp: image float32[784]: 784 inputs; labels 0..9 in all 300 entries: 10 classes",
+        f"Error: {ck}: the checkpoint was made with other settings or data (--seed: 0 then, 3 now; --lr: 0.003 then, "
+        "0.01 now; pipeline: stage 0 was 'shuffle(buf_size=None (global), seed=0)', now 'shuffle(buf_size=None "
+        "(global), seed=3)'); resume with the same settings and data, or train into another checkpoint folder"]
+
+
+def test_cli_an_unreachable_server_is_one_line(tmp_path, monkeypatch):
+    from tests.train.commands.test_token_training import STATE
+
+    built = readers.remote
+    monkeypatch.setattr(readers, "remote", lambda address: built(address, deadline=0.2))  # given up on soon
+    state = tmp_path / "state.toml"
+    state.write_text(STATE.format(location='Server = "127.0.0.1:9"'))  # the discard port: nobody listens
+    result = run("train", "--config", str(state))
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    assert re.fullmatch(rf"Error: {re.escape(str(state))}: data_location Server: 127\.0\.0\.1:9: no data-provider "
+                        r"server answered for \d+ s, over \d+ attempts to connect \(the last: .*\); check that "
+                        r"`python cli.py serve` runs there .*", result.output.splitlines()[-1])
+

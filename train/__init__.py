@@ -20,6 +20,7 @@ on each trigger's set and evaluates every task seen so far.
 [0, 1]
 """
 from train.checkpoints.files import CheckpointError, load_checkpoint, save_checkpoint
+from train.checkpoints.resume import ResumeRefused
 from train.checkpoints.settings import Checkpoints
 from train.continual.strategies import AllData, GDumb, NewData, Strategy, parse_strategy
 from train.continual.supervisor import (
@@ -60,6 +61,7 @@ __all__ = [
     "NextTokenMLP",
     "PipelineConfigError",
     "PipelineReplayError",
+    "ResumeRefused",
     "SoftmaxRegression",
     "Strategy",
     "TestResult",

@@ -22,6 +22,7 @@ import batching
 import readers
 from readers.allocator import tune_allocator
 from readers.checks import check_reader, whole
+from readers.errors import BadType, BadValue
 from readers.graph import describe
 from readers.inspection import Inspection, inspect_pipeline
 from readers.ops.sharding import check_equalize
@@ -103,21 +104,21 @@ def _resolve_model(model: Any, seed: int, mapping: dict[str, Any], checkpoints: 
     needed = ("step", "evaluate") + (("state_dict", "load_state_dict") if checkpoints else ())
     for method in needed:
         if not callable(getattr(model, method, None)):
-            raise TypeError(f"model {type(model).__name__} has no {method}() method; a model needs step and "
-                            "evaluate, and state_dict and load_state_dict for checkpoints")
+            raise BadType(f"model {type(model).__name__} has no {method}() method; a model needs step and "
+                          "evaluate, and state_dict and load_state_dict for checkpoints")
     declared = getattr(model, "inputs", None)
     if declared is not None:  # a model that declares its inputs: a misspelt name must not be ignored
         known = set(declared) | set(getattr(model, "optional_inputs", ()))
         unknown = sorted(set(mapping) - known)
         if unknown:
-            raise ValueError(f"mapping names {unknown}, which {type(model).__name__} does not take (its inputs: "
-                             f"{sorted(known)}); fix the mapping")
+            raise BadValue(f"mapping names {unknown}, which {type(model).__name__} does not take (its inputs: "
+                           f"{sorted(known)}); fix the mapping")
     return model
 
 
 def _metrics(value: Any, model: Any) -> dict[str, Any]:
     if not isinstance(value, Mapping):
-        raise TypeError(f"{type(model).__name__}.step() returned {type(value).__name__}; it must return a dict of metrics")
+        raise BadType(f"{type(model).__name__}.step() returned {type(value).__name__}; it must return a dict of metrics")
     return value
 
 
@@ -130,12 +131,12 @@ def _distribute(provider: Any, facts: Inspection, columns: dict[str, Any], model
     if equalize != "pad":
         return provider, columns
     if "weight" in columns:
-        raise ValueError("train: the mapping already feeds 'weight', and equalize='pad' adds a weight column of "
-                         "its own; shard the provider yourself (readers.shard(...)) or use equalize='drop'")
+        raise BadValue("train: the mapping already feeds 'weight', and equalize='pad' adds a weight column of "
+                       "its own; shard the provider yourself (readers.shard(...)) or use equalize='drop'")
     declared = getattr(model, "inputs", None)
     if declared is not None and "weight" not in (*declared, *getattr(model, "optional_inputs", ())):
-        raise ValueError(f"train: equalize='pad' marks padding with weight 0, but {type(model).__name__} takes "
-                         "no 'weight' input; use equalize='drop' or a model that takes per-entry weights")
+        raise BadValue(f"train: equalize='pad' marks padding with weight 0, but {type(model).__name__} takes "
+                       "no 'weight' input; use equalize='drop' or a model that takes per-entry weights")
     return provider, {**columns, "weight": -1}  # the pad column is each entry's last
 
 
@@ -223,8 +224,8 @@ def train(
     check_reader(provider)
     facts = inspect_pipeline(provider)  # every later check reads these facts, not the pipeline
     if facts.batched:
-        raise TypeError(f"train: the provider is batched already (it holds {facts.batched}); give it the reader of "
-                        "single entries and pass the batch size to train")
+        raise BadType(f"train: the provider is batched already (it holds {facts.batched}); give it the reader of "
+                      "single entries and pass the batch size to train")
     check_equalize(equalize, "train")
     columns = columns_of(mapping)
     batch_size = whole(batch_size, "batch_size", "train", 1, floats=False)
@@ -257,10 +258,10 @@ def train(
 def _check_checkpointable(facts: Inspection) -> None:
     """Refuse checkpoints of a pipeline that cannot say where it is, or that another run would not repeat."""
     if facts.unresumable:
-        raise ValueError(f"cannot save or restore a position of {describe(facts.reader)}: {facts.unresumable}")
+        raise BadValue(f"cannot save or restore a position of {describe(facts.reader)}: {facts.unresumable}")
     if facts.unrepeatable:
-        raise ValueError(f"train: the provider's {facts.unrepeatable}, so a resume could not continue its order; "
-                         "give it a seed (e.g. seed=0) to checkpoint the run")
+        raise BadValue(f"train: the provider's {facts.unrepeatable}, so a resume could not continue its order; "
+                       "give it a seed (e.g. seed=0) to checkpoint the run")
 
 
 def _data_of(facts: Inspection) -> dict[str, Any]:
@@ -278,8 +279,8 @@ def _as_json(run: dict[str, Any]) -> dict[str, Any]:
     def plain(value: Any) -> Any:
         if isinstance(value, np.generic):
             return value.item()
-        raise TypeError(f"train: the run's settings (Checkpoints' config=, the model's settings()) must be JSON data; "
-                        f"{value!r} ({type(value).__name__}) is not: give numbers, strings, lists or dicts")
+        raise BadType(f"train: the run's settings (Checkpoints' config=, the model's settings()) must be JSON data; "
+                      f"{value!r} ({type(value).__name__}) is not: give numbers, strings, lists or dicts")
     return json.loads(json.dumps(run, default=plain))
 
 

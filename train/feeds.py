@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from batching.collate import Padded
+from readers.errors import BadType, BadValue
 from readers.plans import CHUNK
 from readers.stage import Stage
 
@@ -41,21 +42,21 @@ def columns_of(mapping: Mapping[str, Any] | Sequence[str]) -> dict[str, Any]:
     >>> columns_of("image")
     Traceback (most recent call last):
     ...
-    TypeError: mapping must be a dict {name: column} or a list of names, got str 'image'
+    readers.errors.BadType: mapping must be a dict {name: column} or a list of names, got str 'image'
     """
     if isinstance(mapping, Mapping):
         out = dict(mapping)
     elif isinstance(mapping, Sequence) and not isinstance(mapping, (str, bytes)):
         out = {name: i for i, name in enumerate(mapping)}
         if len(out) != len(mapping):
-            raise ValueError(f"mapping lists a name twice: {list(mapping)!r}; give each input one column")
+            raise BadValue(f"mapping lists a name twice: {list(mapping)!r}; give each input one column")
     else:
-        raise TypeError(f"mapping must be a dict {{name: column}} or a list of names, got {type(mapping).__name__} {mapping!r}")
+        raise BadType(f"mapping must be a dict {{name: column}} or a list of names, got {type(mapping).__name__} {mapping!r}")
     if not out:
-        raise ValueError("mapping is empty; name at least one input, e.g. ['image', 'label']")
+        raise BadValue("mapping is empty; name at least one input, e.g. ['image', 'label']")
     for name, column in out.items():
         if not isinstance(name, str):
-            raise TypeError(f"mapping: input names must be str, got {name!r}")
+            raise BadType(f"mapping: input names must be str, got {name!r}")
         if not isinstance(column, (str, bool)):
             try:  # numpy integers are column numbers too
                 out[name] = operator.index(column)
@@ -67,7 +68,7 @@ def columns_of(mapping: Mapping[str, Any] | Sequence[str]) -> dict[str, Any]:
 def _pick(columns: Any, column: Any, name: str) -> Any:
     if isinstance(columns, tuple):
         if isinstance(column, bool) or not isinstance(column, int) or not -len(columns) <= column < len(columns):
-            raise ValueError(
+            raise BadValue(
                 f"mapping sends column {column!r} to input {name!r}, but entries have {len(columns)} "
                 f"columns (0..{len(columns) - 1}); fix the mapping"
             )
@@ -76,10 +77,10 @@ def _pick(columns: Any, column: Any, name: str) -> Any:
         if column == -1 and column not in columns:  # the last column, as for tuples: where a pad weight goes
             return columns[next(reversed(columns))]
         if column not in columns:
-            raise ValueError(f"mapping sends column {column!r} to input {name!r}, but entries have keys {sorted(columns)}; fix the mapping")
+            raise BadValue(f"mapping sends column {column!r} to input {name!r}, but entries have keys {sorted(columns)}; fix the mapping")
         return columns[column]
     if column != 0:
-        raise ValueError(f"mapping sends column {column!r} to input {name!r}, but entries are single values (column 0 only)")
+        raise BadValue(f"mapping sends column {column!r} to input {name!r}, but entries are single values (column 0 only)")
     return columns
 
 
@@ -119,18 +120,18 @@ def _label_int(value: Any, index: int, name: str) -> int:
         value = value[()]
     need = "a classifier needs one int label per entry, 0..classes-1"
     if isinstance(value, (bool, np.bool_)):
-        raise TypeError(f"entry {index}: the {name!r} column holds {_shown(value)}; {need}: convert it in "
-                        "the reader, e.g. readers.map_readers(lambda e: (e[0], int(e[1])), reader)")
+        raise BadType(f"entry {index}: the {name!r} column holds {_shown(value)}; {need}: convert it in "
+                      "the reader, e.g. readers.map_readers(lambda e: (e[0], int(e[1])), reader)")
     if isinstance(value, (list, tuple, np.ndarray)):
-        raise TypeError(f"entry {index}: the {name!r} column holds {_shown(value)}, not one int; {need}: for "
-                        "one-hot labels give the index of the 1, e.g. "
-                        "readers.map_readers(lambda e: (e[0], int(np.argmax(e[1]))), reader)")
+        raise BadType(f"entry {index}: the {name!r} column holds {_shown(value)}, not one int; {need}: for "
+                      "one-hot labels give the index of the 1, e.g. "
+                      "readers.map_readers(lambda e: (e[0], int(np.argmax(e[1]))), reader)")
     if not isinstance(value, (int, np.integer)):
-        raise TypeError(f"entry {index}: the {name!r} column holds {_shown(value)}; a classifier needs integer "
-                        "labels 0..classes-1")
+        raise BadType(f"entry {index}: the {name!r} column holds {_shown(value)}; a classifier needs integer "
+                      "labels 0..classes-1")
     if value < 0:
-        raise ValueError(f"entry {index}: the {name!r} column holds the label {int(value)}; labels must be "
-                         "0..classes-1: renumber them in the reader (e.g. -1/1 labels as 0/1)")
+        raise BadValue(f"entry {index}: the {name!r} column holds the label {int(value)}; labels must be "
+                       "0..classes-1: renumber them in the reader (e.g. -1/1 labels as 0/1)")
     return int(value)
 
 
@@ -138,9 +139,9 @@ def _check_shape(x: Any, index: int, first: tuple[int, tuple], name: str) -> Non
     """Refuse entry ``index``'s image unless it has the shape of entry ``first[0]``'s, ``first[1]``."""
     shape = np.shape(x)
     if shape != first[1]:
-        raise ValueError(f"entry {index}: the {name!r} column has shape {list(shape)}, but entry {first[0]}'s has "
-                         f"{list(first[1])}; a model needs one shape for every entry: resize or pad the images "
-                         "in the reader")
+        raise BadValue(f"entry {index}: the {name!r} column has shape {list(shape)}, but entry {first[0]}'s has "
+                       f"{list(first[1])}; a model needs one shape for every entry: resize or pad the images "
+                       "in the reader")
 
 
 def _scan_entries(entries: Iterable[tuple[int, Any]], columns: Mapping[str, Any], image: str,
@@ -210,13 +211,13 @@ def infer_sizes(reader: Any, columns: Mapping[str, Any], image: str = "image",
     >>> infer_sizes(readers.from_sequence([(x[0], 1), (x[1], -1)]), ["image", "label"])
     Traceback (most recent call last):
     ...
-    ValueError: entry 1: the 'label' column holds the label -1; labels must be 0..classes-1: renumber them in the reader (e.g. -1/1 labels as 0/1)
+    readers.errors.BadValue: entry 1: the 'label' column holds the label -1; labels must be 0..classes-1: renumber them in the reader (e.g. -1/1 labels as 0/1)
     """
     columns = columns_of(columns)
     missing = [name for name in (image, label) if name not in columns]
     if missing:
-        raise ValueError(f"the mapping {dict(columns)!r} names no {' or '.join(map(repr, missing))} input; a "
-                         f"built-in model reads {image!r} and {label!r}")
+        raise BadValue(f"the mapping {dict(columns)!r} names no {' or '.join(map(repr, missing))} input; a "
+                       f"built-in model reads {image!r} and {label!r}")
     if isinstance(reader, Stage) and reader.access == "index":  # random access: read all of it, spread out
         n = len(reader)
         indices = _spread(n)
@@ -229,10 +230,10 @@ def infer_sizes(reader: Any, columns: Mapping[str, Any], image: str = "image",
         first, top, seen = _scan_entries(itertools.islice(enumerate(reader()), SCAN), columns, image, label)
         where = f"in all {seen:,} entries" if seen < SCAN else f"in the first {SCAN:,} entries"
     if first is None:
-        raise ValueError("the reader gave no entries; check its data")
+        raise BadValue("the reader gave no entries; check its data")
     x = np.asarray(first)
     if x.dtype.kind not in "fiub" or x.size == 0:
-        raise TypeError(f"the {image!r} column holds {x.dtype} of shape {list(x.shape)}; a model needs numbers")
+        raise BadType(f"the {image!r} column holds {x.dtype} of shape {list(x.shape)}; a model needs numbers")
     shown = (f"{image} {x.dtype}{list(x.shape)}: {x.size} inputs; labels 0..{top} {where}: "
              f"{max(top + 1, 2)} classes")
     return x.size, max(top + 1, 2), shown

@@ -24,6 +24,7 @@ import numpy as np
 
 import batching
 import readers
+from readers.errors import BadValue
 from readers.identity import differences
 from readers.inspection import inspect_pipeline
 from readers.tokenized.rounds import assign_batches, round_share
@@ -35,7 +36,7 @@ from train.checkpoints.files import (
     save_checkpoint,
 )
 from train.checkpoints.folders import START_OVER
-from train.checkpoints.resume import claim, setting_differences, this_job
+from train.checkpoints.resume import ResumeRefused, claim, setting_differences, this_job
 from train.checkpoints.settings import Checkpoints, checkpoints_of
 
 __all__ = ["round_seed", "train_steps"]
@@ -94,11 +95,10 @@ def _check(folder: str, meta: dict[str, Any], run: dict[str, Any], steps: int) -
     if isinstance(step, bool) or not isinstance(step, int) or step < 0 or not isinstance(meta["history"], list):
         raise CheckpointError(f"{path}: field 'step' must be a whole number >= 0 and 'history' a list, got "
                               f"{step!r}; the file was damaged or edited: {START_OVER}")
-    differ = [line for key in run if key != "data" for line in setting_differences(key, meta[key], run[key])]
-    differ += differences(meta["data"], run["data"]) if isinstance(meta["data"], dict) else ["data: not recorded"]
-    if differ:
-        raise CheckpointError(f"{folder}: the checkpoint was made with other settings or data ({'; '.join(differ)}); "
-                              "resume with the same settings and data, or train into another checkpoint folder")
+    settings = [d for key in run if key != "data" for d in setting_differences(key, meta[key], run[key])]
+    data = differences(meta["data"], run["data"]) if isinstance(meta["data"], dict) else ["data: not recorded"]
+    if settings or data:
+        raise ResumeRefused(folder, settings, data)
 
 
 def train_steps(reader: Any, *, model: Any, schedule: BatchSchedule, steps: int, seed: int = 0,
@@ -130,7 +130,7 @@ def train_steps(reader: Any, *, model: Any, schedule: BatchSchedule, steps: int,
     """
     for name, value in (("steps", steps), ("log_every", log_every)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"train_steps: {name} must be an int >= 1, got {value!r}")
+            raise BadValue(f"train_steps: {name} must be an int >= 1, got {value!r}")
     checkpoints = checkpoints_of(checkpoints, "train_steps")
     info = readers.worker_info()
     settings = getattr(model, "settings", None)

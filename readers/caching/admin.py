@@ -24,6 +24,7 @@ import time
 from typing import Any
 
 from readers.caching.database import FILE, NotACache, open_database
+from readers.errors import BadType, BadValue, TimedOut
 from readers.storage.sqlite import transaction
 
 __all__ = ["cache_info", "clear_cache", "cleared_line", "info_lines"]
@@ -165,7 +166,7 @@ def clear_cache(directory: str | os.PathLike, ns: int | None = None, *, timeout:
     See Also: cache_info, cleared_line
     """
     if ns is not None and (not isinstance(ns, int) or isinstance(ns, bool)):
-        raise TypeError(f"clear_cache: ns must be a namespace's number (see cache_info), got {type(ns).__name__} {ns!r}")
+        raise BadType(f"clear_cache: ns must be a namespace's number (see cache_info), got {type(ns).__name__} {ns!r}")
     path = os.path.abspath(directory)
     before = _file_bytes(path)
     db = _open(path, "clear leaves alone what it cannot read as a readerkit cache; delete that file yourself if "
@@ -179,8 +180,8 @@ def clear_cache(directory: str | os.PathLike, ns: int | None = None, *, timeout:
                 names = [name for name, _ in spaces]
                 if ns is not None and not names:
                     known = [n for (n,) in db.execute("SELECT ns FROM spaces ORDER BY ns")]
-                    raise ValueError(f"the cache in {path} has no namespace {ns}; it has {known or 'none'} "
-                                     f"(see `python cli.py cache info {directory}`)")
+                    raise BadValue(f"the cache in {path} has no namespace {ns}; it has {known or 'none'} "
+                                   f"(see `python cli.py cache info {directory}`)")
                 entries = db.execute(f"DELETE FROM entries{where}", args).rowcount
                 # the triggers zeroed entries and bytes; the compute record goes with what it was a record of
                 db.execute(f"UPDATE spaces SET computed = 0, compute_s = 0{where}", args)
@@ -189,8 +190,8 @@ def clear_cache(directory: str | os.PathLike, ns: int | None = None, *, timeout:
         except sqlite3.OperationalError as exc:  # (the write lock is held from BEGIN IMMEDIATE to the commit)
             if "locked" not in str(exc):
                 raise
-            raise TimeoutError(f"another process has held the write lock of the cache in {path} for over {timeout:g} s "
-                               f"({exc}): try again when it is done") from None
+            raise TimedOut(f"another process has held the write lock of the cache in {path} for over {timeout:g} s "
+                           f"({exc}): try again when it is done") from None
         # after the commit no row says a dense file holds anything; unlinked, not truncated, under a process
         # that maps it (a process making one again gets a new, empty file)
         for file in _dense_files(path) if ns is None else [f for name in names for f in _dense_files(path, name)]:

@@ -40,6 +40,7 @@ import numpy as np
 from readers.caching.disk import DiskStore, row_keys
 from readers.caching.memory import MISSING, MemoryTier
 from readers.checks import check_reader, whole
+from readers.errors import BadType, BadValue
 from readers.graph import Node, describe, walk
 from readers.identity import fingerprint, function_digest, function_identity
 from readers.ops.maps import Mapped
@@ -177,8 +178,8 @@ class CachedMap(Mapped):
         if isinstance(k, (np.integer, np.str_, np.bytes_)):
             k = k.item()
         if isinstance(k, bool) or not isinstance(k, (int, str, bytes)):
-            raise TypeError(f"cached: key {describe(self.key)} returned {type(k).__name__} {k!r:.60}, and a key must "
-                            "be an int, str or bytes that names the entry's sample for good")
+            raise BadType(f"cached: key {describe(self.key)} returned {type(k).__name__} {k!r:.60}, and a key must "
+                          "be an int, str or bytes that names the entry's sample for good")
         return k
 
     def _through(self, keys: list, entries: list | None, part: np.ndarray | None) -> Iterator:
@@ -353,34 +354,34 @@ def cached(reader: Any, func: Callable, *, directory: str | os.PathLike | None =
     5
     """
     if not callable(func):
-        raise TypeError(f"cached: func must be callable, got {type(func).__name__} {func!r}")
+        raise BadType(f"cached: func must be callable, got {type(func).__name__} {func!r}")
     check_reader(reader, "cached reader")
     reader = as_indexed(reader) or reader
     drawn = next((s for s in walk(reader) if isinstance(s, Node) and s.draws_per_pass), None)
     if drawn is not None:
-        raise ValueError(f"cached: {describe(drawn)} below it draws its entries anew every pass, and a cache keeps "
-                         "a sample's first result for good: put the random stage above the cache, e.g. "
-                         "random_map(augment, cached(reader, func), seed=0)")
+        raise BadValue(f"cached: {describe(drawn)} below it draws its entries anew every pass, and a cache keeps "
+                       "a sample's first result for good: put the random stage above the cache, e.g. "
+                       "random_map(augment, cached(reader, func), seed=0)")
     if key is not None and not callable(key):
-        raise TypeError(f"cached: key must be a function of an entry, got {type(key).__name__} {key!r}")
+        raise BadType(f"cached: key must be a function of an entry, got {type(key).__name__} {key!r}")
     if key is None and access_of(reader) == "stream":
-        raise TypeError(f"cached: {describe(reader)} is a stream, so its entries have no sample IDs to key the cache "
-                        "by: give key=, a function of an entry that returns what names its sample for good (an int, "
-                        "str or bytes), or cache an indexed reader (from_arrays, mnist, tokens) below any shuffle")
+        raise BadType(f"cached: {describe(reader)} is a stream, so its entries have no sample IDs to key the cache "
+                      "by: give key=, a function of an entry that returns what names its sample for good (an int, "
+                      "str or bytes), or cache an indexed reader (from_arrays, mnist, tokens) below any shuffle")
     if version is not None and not isinstance(version, str):
-        raise TypeError(f"cached: version must be a string, got {type(version).__name__} {version!r}")
+        raise BadType(f"cached: version must be a string, got {type(version).__name__} {version!r}")
     memory_bytes = whole(memory_bytes, "memory_bytes", "cached", floats=False)
     if disk_bytes is not None:
         disk_bytes = whole(disk_bytes, "disk_bytes", "cached", 1, floats=False)
         if disk_bytes < MIN_DISK_BYTES:
-            raise ValueError(f"cached: disk_bytes={disk_bytes:,} is less than the database's own pages take "
-                             f"(give at least {MIN_DISK_BYTES:,}), so the cache would keep nothing")
+            raise BadValue(f"cached: disk_bytes={disk_bytes:,} is less than the database's own pages take "
+                           f"(give at least {MIN_DISK_BYTES:,}), so the cache would keep nothing")
         if directory is None:
-            raise ValueError("cached: disk_bytes limits the disk tier, which needs directory=")
+            raise BadValue("cached: disk_bytes limits the disk tier, which needs directory=")
     if directory is not None and not isinstance(directory, (str, os.PathLike)):
-        raise TypeError(f"cached: directory must be a folder's path, got {type(directory).__name__} {directory!r}")
+        raise BadType(f"cached: directory must be a folder's path, got {type(directory).__name__} {directory!r}")
     if directory is not None and (not os.fspath(directory) or os.path.isfile(directory)):
-        raise ValueError(f"cached: directory={os.fspath(directory)!r} is not a folder: give the folder to keep the "
-                         "cache in (it is made when missing)")
+        raise BadValue(f"cached: directory={os.fspath(directory)!r} is not a folder: give the folder to keep the "
+                       "cache in (it is made when missing)")
     return CachedMap(func, reader, directory=None if directory is None else os.fspath(directory), version=version,
                      key=key, memory_bytes=memory_bytes, disk_bytes=disk_bytes)

@@ -34,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from readers.errors import BadType, BadValue, FileError, MissingFile
 from readers.storage.sqlite import FileFormat, Marks, connect
 
 __all__ = [
@@ -74,7 +75,7 @@ UPSERT = ("INSERT INTO entries (k, ns, v, crc, size, t, name) VALUES (?, ?, ?, ?
 SELECT = f"SELECT k, v, crc, name FROM entries WHERE k IN ({', '.join('?' * STEP)})"
 
 
-class NotACache(ValueError):
+class NotACache(BadValue):
     """A folder's ``cache.sqlite3`` that this readerkit cannot use: not a cache (``reason`` says why), or a cache
     of another version (``reason`` None).
 
@@ -113,7 +114,7 @@ class _CacheFile(FileFormat):
         if not isinstance(exc, sqlite3.OperationalError):
             return NotACache(path, str(exc))
         if "unable to open" in str(exc) or "readonly" in str(exc) or "read-only" in str(exc):
-            return OSError(f"cannot open the cache in {path} ({exc}): a cache's folder must be writable by every "
+            return FileError(f"cannot open the cache in {path} ({exc}): a cache's folder must be writable by every "
                            "process that uses it (sqlite keeps the -wal and -shm files beside the database)")
         return None  # (busy past the timeout, say: as sqlite says it)
 
@@ -140,7 +141,7 @@ def open_database(directory: str | os.PathLike, create: bool = True) -> sqlite3.
             raise OSError(exc.errno, f"cannot make the cache folder {directory} ({exc.strerror}): give a folder this "
                                      "process can write") from None
     elif not os.path.exists(path):
-        raise FileNotFoundError(f"{directory} holds no readerkit cache (no {FILE}): check the folder")
+        raise MissingFile(f"{directory} holds no readerkit cache (no {FILE}): check the folder")
     return connect(path, _CacheFile(), create)
 
 
@@ -153,7 +154,7 @@ def _named(ns: int, key: Any) -> tuple[int, str]:
     elif isinstance(key, (int, np.integer)) and not isinstance(key, (bool, np.bool_)):
         name = f"i:{int(key)}"
     else:
-        raise TypeError(f"a cache key must be an int, str or bytes, got {type(key).__name__} {key!r:.60}")
+        raise BadType(f"a cache key must be an int, str or bytes, got {type(key).__name__} {key!r:.60}")
     digest = hashlib.blake2b(f"{ns}|{name}".encode(), digest_size=8).digest()
     return -1 - (int.from_bytes(digest, "little") >> 1), name
 

@@ -28,6 +28,8 @@ from typing import Any
 
 import numpy as np
 
+from readers.errors import BadValue, MissingFile
+
 __all__ = ["DenseFile", "layout_of"]
 
 #: The largest dense file (all columns) made, and the most rows: beyond them, entries are stored as blobs.
@@ -130,13 +132,13 @@ class DenseFile:
             except FileNotFoundError:
                 continue
         else:
-            raise FileNotFoundError(f"{path} vanished as soon as it was made, three times: is something clearing "
-                                    f"{os.path.dirname(path)} over and over?")
+            raise MissingFile(f"{path} vanished as soon as it was made, three times: is something clearing "
+                              f"{os.path.dirname(path)} over and over?")
         if column.dtype != dtype or column.shape != (self.hi - self.lo, *shape):
-            raise ValueError(f"{path} holds {column.dtype} rows of shape {column.shape[1:]} for "
-                             f"{column.shape[0]:,} samples, and the cache's record says {dtype} {shape} for "
-                             f"{self.hi - self.lo:,}: clear the cache (`python cli.py cache clear "
-                             f"{os.path.dirname(path)}`)")
+            raise BadValue(f"{path} holds {column.dtype} rows of shape {column.shape[1:]} for "
+                           f"{column.shape[0]:,} samples, and the cache's record says {dtype} {shape} for "
+                           f"{self.hi - self.lo:,}: clear the cache (`python cli.py cache clear "
+                           f"{os.path.dirname(path)}`)")
         return column
 
     def fits(self, sample_id: int, value: Any) -> bool:

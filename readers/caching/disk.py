@@ -38,6 +38,7 @@ from readers.caching.database import (
     row_keys,
 )
 from readers.caching.dense import MAX_BYTES, MAX_ROWS, DenseFile, layout_of
+from readers.errors import BadValue, TimedOut
 from readers.storage.codec import decode, encode
 from readers.storage.sqlite import blob_crc, check_crc, transaction
 
@@ -127,8 +128,8 @@ class DiskStore:
                     found = db.execute("SELECT ns FROM spaces WHERE name = ?", (name,)).fetchone()
             ns = found[0]
         if ns >= MAX_SPACES:
-            raise ValueError(f"the cache in {self.directory} has held {ns:,} namespaces, its most: clear it with "
-                             f"`python cli.py cache clear {self.directory}`")
+            raise BadValue(f"the cache in {self.directory} has held {ns:,} namespaces, its most: clear it with "
+                           f"`python cli.py cache clear {self.directory}`")
         if ids is not None and ids[1] > ids[0] >= 0 and ids[1] <= ID_MASK + 1:
             self._ranges[ns] = (name, *ids)
         return ns
@@ -288,8 +289,8 @@ class DiskStore:
             while (self._pending or self._writing) and self.failed is None:
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    raise TimeoutError(f"the cache in {self.directory} took over {timeout:.0f} s to write "
-                                       f"{len(self._pending) + len(self._writing):,} entries: is its disk stalled?")
+                    raise TimedOut(f"the cache in {self.directory} took over {timeout:.0f} s to write "
+                                   f"{len(self._pending) + len(self._writing):,} entries: is its disk stalled?")
                 self._cond.wait(left)
 
     def _write_loop(self) -> None:

@@ -22,10 +22,12 @@ import time
 
 import numpy as np
 
+from readers.errors import BadValue
+
 __all__ = ["PipelineBusy", "alive", "busy", "check_stale_after", "me", "split_owner"]
 
 
-class PipelineBusy(ValueError):
+class PipelineBusy(BadValue):
     """A pipeline another live process holds (``claim_pipeline``): ``host``, ``pid`` and ``seen``, seconds since
     its last write, say which and when.
 
@@ -92,12 +94,12 @@ def check_stale_after(stale_after: object, where: str) -> None:
     >>> check_stale_after(0, "claim_pipeline")
     Traceback (most recent call last):
     ...
-    ValueError: claim_pipeline: stale_after must be a finite number of seconds > 0 (how long another host's owner may go without writing before it counts as dead), got 0
+    readers.errors.BadValue: claim_pipeline: stale_after must be a finite number of seconds > 0 (how long another host's owner may go without writing before it counts as dead), got 0
     """
     if isinstance(stale_after, bool) or not isinstance(stale_after, (int, float, np.integer, np.floating)) or \
             not (math.isfinite(stale_after) and stale_after > 0):
-        raise ValueError(f"{where}: stale_after must be a finite number of seconds > 0 (how long another host's "
-                         f"owner may go without writing before it counts as dead), got {stale_after!r}")
+        raise BadValue(f"{where}: stale_after must be a finite number of seconds > 0 (how long another host's "
+                       f"owner may go without writing before it counts as dead), got {stale_after!r}")
 
 
 def busy(pipeline_id: int, path: str, host: str, pid: int, heartbeat: float | None, stale_after: float) -> PipelineBusy:

@@ -43,6 +43,7 @@ from typing import Any
 
 import numpy as np
 
+from readers.errors import BadType, BadValue, FileError, MissingFile
 from readers.storage.codec import CorruptEntry, decode, encode
 from readers.storage.sqlite import (
     FileFormat,
@@ -73,7 +74,7 @@ CREATE TABLE IF NOT EXISTS models (training_id INTEGER PRIMARY KEY, state BLOB N
 """
 
 
-class NotAPipelineStore(ValueError):
+class NotAPipelineStore(BadValue):
     """A file that is not a readerkit pipeline store (``reason`` says why); it is left as it was.
 
     >>> str(NotAPipelineStore("/d/notes.db", "it holds other tables"))
@@ -91,7 +92,7 @@ def _plain(value: Any) -> Any:
         return value.item()
     if isinstance(value, np.ndarray):
         return value.tolist()
-    raise TypeError(f"{type(value).__name__} {value!r:.60}")
+    raise BadType(f"{type(value).__name__} {value!r:.60}")
 
 
 def _bad_key(value: Any, where: str) -> str | None:
@@ -114,19 +115,19 @@ def as_json(value: Any, what: str, where: str) -> str:
     >>> as_json({"counts": {0: 3}}, "info", "add_trigger")
     Traceback (most recent call last):
     ...
-    ValueError: add_trigger: info['counts'][0] has a key that is not a str, which JSON would turn into one: use str keys, e.g. {str(label): count}
+    readers.errors.BadValue: add_trigger: info['counts'][0] has a key that is not a str, which JSON would turn into one: use str keys, e.g. {str(label): count}
     """
     if not isinstance(value, dict):
-        raise TypeError(f"{where}: {what} must be a dict (stored as JSON), got {type(value).__name__} {value!r:.60}")
+        raise BadType(f"{where}: {what} must be a dict (stored as JSON), got {type(value).__name__} {value!r:.60}")
     bad = _bad_key(value, what)
     if bad:
-        raise ValueError(f"{where}: {bad} has a key that is not a str, which JSON would turn into one: use str keys, "
-                         "e.g. {str(label): count}")
+        raise BadValue(f"{where}: {bad} has a key that is not a str, which JSON would turn into one: use str keys, "
+                       "e.g. {str(label): count}")
     try:
         return json.dumps(value, default=_plain)
     except (TypeError, ValueError) as exc:
-        raise ValueError(f"{where}: {what} must be JSON data (dicts, lists, str, numbers), but it holds "
-                         f"{exc}") from None
+        raise BadValue(f"{where}: {what} must be JSON data (dicts, lists, str, numbers), but it holds "
+                       f"{exc}") from None
 
 
 def listed(ids: list[int]) -> str:
@@ -154,24 +155,24 @@ def encode_set(keys: Any, weights: Any = None, where: str = "add_trigger") -> tu
     >>> encode_set([3, -1])
     Traceback (most recent call last):
     ...
-    ValueError: add_trigger: keys are indices into the source, from 0 up, got -1
+    readers.errors.BadValue: add_trigger: keys are indices into the source, from 0 up, got -1
     """
     k = np.asarray(keys)
     if k.ndim != 1:
-        raise ValueError(f"{where}: keys must be a 1-d array of ints (indices into the source), got shape {k.shape}")
+        raise BadValue(f"{where}: keys must be a 1-d array of ints (indices into the source), got shape {k.shape}")
     if k.size and k.dtype.kind not in "iu":
-        raise TypeError(f"{where}: keys must be ints (indices into the source), got dtype {k.dtype}")
+        raise BadType(f"{where}: keys must be ints (indices into the source), got dtype {k.dtype}")
     if k.size and (k.min() < 0 or k.max() > np.iinfo(np.int64).max):
         bad = k.min() if k.min() < 0 else k.max()
-        raise ValueError(f"{where}: keys are indices into the source, from 0 up, got {bad}")
+        raise BadValue(f"{where}: keys are indices into the source, from 0 up, got {bad}")
     keys_blob, weights_blob = k.astype("<i8").tobytes(), None
     if weights is not None:
         w = np.asarray(weights, dtype=np.float64)
         if w.shape != k.shape:
-            raise ValueError(f"{where}: weights must have one value per key ({len(k)}), got shape {w.shape}")
+            raise BadValue(f"{where}: weights must have one value per key ({len(k)}), got shape {w.shape}")
         bad = ~(np.isfinite(w) & (w >= 0))
         if bad.any():
-            raise ValueError(f"{where}: weights must be finite and >= 0, got {w[bad][0]} (for key {k[bad][0]})")
+            raise BadValue(f"{where}: weights must be finite and >= 0, got {w[bad][0]} (for key {k[bad][0]})")
         weights_blob = w.astype("<f4").tobytes()
     return keys_blob, weights_blob, blob_crc(keys_blob, weights_blob)
 
@@ -185,7 +186,7 @@ def decode_set(keys: bytes, weights: bytes | None, crc: int, what: str) -> tuple
     >>> decode_set(b"12345678", None, 0, "trigger 0 of pipeline 1")
     Traceback (most recent call last):
     ...
-    ValueError: trigger 0 of pipeline 1 is damaged (its CRC-32 does not match): the file was changed outside readerkit; write the set again
+    readers.errors.BadValue: trigger 0 of pipeline 1 is damaged (its CRC-32 does not match): the file was changed outside readerkit; write the set again
     """
     check_crc(crc, what, "write the set again", keys, weights)
     k = np.frombuffer(keys, "<i8").astype(np.int64)
@@ -209,19 +210,19 @@ def encode_state(state: Any, where: str = "finish_training") -> tuple[bytes, int
     >>> encode_state({"w": [1.0, 2.0]})
     Traceback (most recent call last):
     ...
-    TypeError: finish_training: model_state['w'] is a list; a model state maps str names to numeric numpy arrays, ints and floats (a model's state_dict()): convert it, e.g. np.asarray(value) (a torch tensor: t.detach().cpu().numpy())
+    readers.errors.BadType: finish_training: model_state['w'] is a list; a model state maps str names to numeric numpy arrays, ints and floats (a model's state_dict()): convert it, e.g. np.asarray(value) (a torch tensor: t.detach().cpu().numpy())
     """
     if not isinstance(state, dict):
-        raise TypeError(f"{where}: model_state must be a dict of str names to numpy arrays and numbers (a model's "
-                        f"state_dict()), got {type(state).__name__}")
+        raise BadType(f"{where}: model_state must be a dict of str names to numpy arrays and numbers (a model's "
+                      f"state_dict()), got {type(state).__name__}")
     for name, value in state.items():
         if not isinstance(name, str):
-            raise TypeError(f"{where}: model_state has the name {name!r}, which is not a str: use str names")
+            raise BadType(f"{where}: model_state has the name {name!r}, which is not a str: use str names")
         if not _state_value(value):
             held = f"an array of {value.dtype}" if isinstance(value, np.ndarray) else f"a {type(value).__name__}"
-            raise TypeError(f"{where}: model_state[{name!r}] is {held}; a model state maps str names to numeric "
-                            "numpy arrays, ints and floats (a model's state_dict()): convert it, e.g. "
-                            "np.asarray(value) (a torch tensor: t.detach().cpu().numpy())")
+            raise BadType(f"{where}: model_state[{name!r}] is {held}; a model state maps str names to numeric "
+                          "numpy arrays, ints and floats (a model's state_dict()): convert it, e.g. "
+                          "np.asarray(value) (a torch tensor: t.detach().cpu().numpy())")
     blob = encode(state)
     return blob, blob_crc(blob)
 
@@ -235,7 +236,7 @@ def decode_state(blob: bytes, crc: int, what: str) -> dict:
     >>> decode_state(b"RKC1", 0, "the model of training 1 in runs.db")
     Traceback (most recent call last):
     ...
-    ValueError: the model of training 1 in runs.db is damaged (its CRC-32 does not match): the file was changed outside readerkit; train again on the training's trigger set
+    readers.errors.BadValue: the model of training 1 in runs.db is damaged (its CRC-32 does not match): the file was changed outside readerkit; train again on the training's trigger set
     """
     remedy = "train again on the training's trigger set"
     check_crc(crc, what, remedy, blob)
@@ -267,7 +268,7 @@ class _StoreFile(FileFormat):
 
     def failed(self, path: str, exc: sqlite3.DatabaseError) -> BaseException | None:
         if isinstance(exc, sqlite3.OperationalError) and "unable to open" in str(exc):
-            return OSError(f"cannot open the pipeline store {path} ({exc}): its folder must be writable (sqlite keeps "
+            return FileError(f"cannot open the pipeline store {path} ({exc}): its folder must be writable (sqlite keeps "
                            "the -wal and -shm files beside it)")
         return NotAPipelineStore(path, str(exc))
 
@@ -295,11 +296,11 @@ def open_store(path: str, create: bool = True) -> sqlite3.Connection:
     >>> open_store(os.path.join(folder.name, "other.db"), create=False)
     Traceback (most recent call last):
     ...
-    FileNotFoundError: no pipeline store at '.../other.db' (...): check the path; a pipeline makes it with PipelineStore(path)
+    readers.errors.MissingFile: no pipeline store at '.../other.db' (...): check the path; a pipeline makes it with PipelineStore(path)
     """
     if not os.path.exists(path):
         if not create:
-            raise FileNotFoundError(f"no pipeline store at {path!r} (cwd {os.getcwd()!r}): check the path; a pipeline "
-                                    "makes it with PipelineStore(path)")
+            raise MissingFile(f"no pipeline store at {path!r} (cwd {os.getcwd()!r}): check the path; a pipeline "
+                              "makes it with PipelineStore(path)")
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     return connect(path, _StoreFile(), create, wait=EMPTY_WAIT)

@@ -47,6 +47,7 @@ from readers.continual.owners import (
     me,
     split_owner,
 )
+from readers.errors import BadValue, NotFound
 from readers.storage.sqlite import Database
 
 __all__ = ["PipelineBusy", "PipelineStore", "StoredSet"]
@@ -61,8 +62,8 @@ def _progress(progress: Any) -> str:
     if isinstance(progress, (int, float, np.integer, np.floating)) and not isinstance(progress, (bool, np.bool_)) \
             and 0 <= progress <= 1:
         return json.dumps(float(progress))
-    raise ValueError(f"update_training: progress must be a float from 0 to 1 or a dict (e.g. {{'step': 10, "
-                     f"'steps': 100}}), got {progress!r}")
+    raise BadValue(f"update_training: progress must be a float from 0 to 1 or a dict (e.g. {{'step': 10, "
+                   f"'steps': 100}}), got {progress!r}")
 
 
 def _drop_models(db: sqlite3.Connection, pipeline_id: int, keep: int) -> int:
@@ -148,7 +149,7 @@ class PipelineStore:
         >>> store.pipelines()
         Traceback (most recent call last):
         ...
-        ValueError: the pipeline store .../pipelines.db is closed: open it again with PipelineStore(path)
+        readers.errors.BadValue: the pipeline store .../pipelines.db is closed: open it again with PipelineStore(path)
         """
         self._db.close()
 
@@ -171,8 +172,8 @@ class PipelineStore:
         pipeline_id = whole(pipeline_id, "pipeline_id", where, floats=False)
         if db.execute("SELECT 1 FROM pipelines WHERE pipeline_id = ?", (pipeline_id,)).fetchone() is None:
             ids = [i for i, in db.execute("SELECT pipeline_id FROM pipelines ORDER BY pipeline_id")]
-            raise LookupError(f"{where}: no pipeline {pipeline_id} in {self.path} (its pipelines: "
-                              f"{schema.listed(ids)})")
+            raise NotFound(f"{where}: no pipeline {pipeline_id} in {self.path} (its pipelines: "
+                           f"{schema.listed(ids)})")
         return pipeline_id
 
     def pipeline(self, pipeline_id: int) -> dict:
@@ -228,19 +229,19 @@ class PipelineStore:
         >>> store.add_trigger(p, 2, [5], position=20)
         Traceback (most recent call last):
         ...
-        ValueError: add_trigger: pipeline 1 has trigger 0, so the next trigger_id is 1, not 2 (trigger ids go up by one from 0, with no gaps)
+        readers.errors.BadValue: add_trigger: pipeline 1 has trigger 0, so the next trigger_id is 1, not 2 (trigger ids go up by one from 0, with no gaps)
         >>> store.add_trigger(p, 1, [5], position=10)
         Traceback (most recent call last):
         ...
-        ValueError: add_trigger: position 10 is trigger 0's already; a trigger covers new samples, so give the stream's samples seen at this trigger, more than 10
+        readers.errors.BadValue: add_trigger: position 10 is trigger 0's already; a trigger covers new samples, so give the stream's samples seen at this trigger, more than 10
         >>> store.close()
         """
         where = "add_trigger"
         trigger_id = whole(trigger_id, "trigger_id", where, floats=False)
         position = whole(position, "position", where, floats=False)
         if time is not None and not (isinstance(time, (int, float, np.number)) and math.isfinite(time)):
-            raise ValueError(f"{where}: time must be a finite number (the stream's time at the trigger) or None, "
-                             f"got {time!r}")
+            raise BadValue(f"{where}: time must be a finite number (the stream's time at the trigger) or None, "
+                           f"got {time!r}")
         keys_blob, weights_blob, crc = schema.encode_set(keys, weights, where)
         info_text = schema.as_json({} if info is None else info, "info", where)
         row = (trigger_id, len(keys_blob) // 8, keys_blob, weights_blob, crc, position, time, info_text, _now())
@@ -253,17 +254,17 @@ class PipelineStore:
                 held = "no triggers yet" if last is None else f"triggers 0-{last[0]}" if last[0] else "trigger 0"
                 why = "it is stored already, and a set is written once" if trigger_id < expected else \
                     "trigger ids go up by one from 0, with no gaps"
-                raise ValueError(f"{where}: pipeline {pipeline_id} has {held}, so the next trigger_id is {expected}, "
-                                 f"not {trigger_id} ({why})")
+                raise BadValue(f"{where}: pipeline {pipeline_id} has {held}, so the next trigger_id is {expected}, "
+                               f"not {trigger_id} ({why})")
             if last is not None and position < last[1]:
-                raise ValueError(f"{where}: position {position} is before trigger {last[0]}'s ({last[1]}); a "
-                                 "trigger's position counts the stream's samples seen, which never goes back")
+                raise BadValue(f"{where}: position {position} is before trigger {last[0]}'s ({last[1]}); a "
+                               "trigger's position counts the stream's samples seen, which never goes back")
             if last is not None and position == last[1]:
-                raise ValueError(f"{where}: position {position} is trigger {last[0]}'s already; a trigger covers new "
-                                 f"samples, so give the stream's samples seen at this trigger, more than {position}")
+                raise BadValue(f"{where}: position {position} is trigger {last[0]}'s already; a trigger covers new "
+                               f"samples, so give the stream's samples seen at this trigger, more than {position}")
             if last is not None and time is not None and last[2] is not None and time < last[2]:
-                raise ValueError(f"{where}: time {time!r} is before trigger {last[0]}'s ({last[2]!r}); the stream's "
-                                 "time never goes back: give the time of the stream at this trigger")
+                raise BadValue(f"{where}: time {time!r} is before trigger {last[0]}'s ({last[2]!r}); the stream's "
+                               "time never goes back: give the time of the stream at this trigger")
             self._insert_trigger(db, (pipeline_id, *row))
             self._beat(db, pipeline_id)
 
@@ -280,8 +281,8 @@ class PipelineStore:
         if row is None:
             ids = [i for i, in db.execute("SELECT trigger_id FROM triggers WHERE pipeline_id = ? ORDER BY trigger_id",
                                           (pipeline_id,))]
-            raise LookupError(f"{where}: pipeline {pipeline_id} has no trigger {trigger_id} in {self.path} (its "
-                              f"triggers: {schema.listed(ids)})")
+            raise NotFound(f"{where}: pipeline {pipeline_id} has no trigger {trigger_id} in {self.path} (its "
+                           f"triggers: {schema.listed(ids)})")
         return row
 
     def trigger(self, pipeline_id: int, trigger_id: int) -> StoredSet:
@@ -478,7 +479,7 @@ class PipelineStore:
         >>> store.mark_abandoned(p)
         Traceback (most recent call last):
         ...
-        ValueError: mark_abandoned: this process (...) does not hold pipeline 1 in .../pipelines.db (no process does): call claim_pipeline(1) first, which is refused while another process runs the pipeline
+        readers.errors.BadValue: mark_abandoned: this process (...) does not hold pipeline 1 in .../pipelines.db (no process does): call claim_pipeline(1) first, which is refused while another process runs the pipeline
         >>> store.claim_pipeline(p)
         >>> store.mark_abandoned(p), store.training(t)["status"], store.training(t)["error"]
         ([1], 'failed', 'interrupted')
@@ -490,9 +491,9 @@ class PipelineStore:
             if owner != me():
                 host, pid = split_owner(owner or ":0")
                 held = "no process does" if owner is None else f"process {pid} on host {host!r} does"
-                raise ValueError(f"mark_abandoned: this process ({me()}) does not hold pipeline {pipeline_id} in "
-                                 f"{self.path} ({held}): call claim_pipeline({pipeline_id}) first, which is refused "
-                                 "while another process runs the pipeline")
+                raise BadValue(f"mark_abandoned: this process ({me()}) does not hold pipeline {pipeline_id} in "
+                               f"{self.path} ({held}): call claim_pipeline({pipeline_id}) first, which is refused "
+                               "while another process runs the pipeline")
             ids = [i for i, in db.execute("SELECT training_id FROM trainings WHERE pipeline_id = ? AND status = "
                                           "'running' ORDER BY training_id", (pipeline_id,))]
             db.execute("UPDATE trainings SET status = 'failed', error = 'interrupted', ended = ? WHERE pipeline_id = ? "
@@ -535,8 +536,8 @@ class PipelineStore:
             if row is None:
                 raise self._no_training(db, training_id, where)
             if row[0] != "running":
-                raise ValueError(f"{where}: training {training_id} is {row[0]} already"
-                                 f"{f' ({row[2]})' if row[2] else ''}; only a running training changes")
+                raise BadValue(f"{where}: training {training_id} is {row[0]} already"
+                               f"{f' ({row[2]})' if row[2] else ''}; only a running training changes")
             if added:
                 fields["metrics"] = json.dumps({**json.loads(row[1]), **added})
             if fields:
@@ -548,11 +549,10 @@ class PipelineStore:
                 _drop_models(db, row[3], keep_models)
             self._beat(db, row[3])
 
-    def _no_training(self, db: sqlite3.Connection, training_id: int, where: str) -> LookupError:
+    def _no_training(self, db: sqlite3.Connection, training_id: int, where: str) -> NotFound:
         """The error for a training the store does not hold, naming those it does."""
         ids = [i for i, in db.execute("SELECT training_id FROM trainings ORDER BY training_id")]
-        return LookupError(f"{where}: no training {training_id} in {self.path} (its trainings: "
-                           f"{schema.listed(ids)})")
+        return NotFound(f"{where}: no training {training_id} in {self.path} (its trainings: {schema.listed(ids)})")
 
     def _insert_model(self, db: sqlite3.Connection, training_id: int, blob: bytes, crc: int) -> None:
         # (its own method, inside the transaction: the crash tests kill a process here)
@@ -642,7 +642,7 @@ class PipelineStore:
         >>> store.finish_training(t)
         Traceback (most recent call last):
         ...
-        ValueError: finish_training: training 1 is failed already (loss is nan); only a running training changes
+        readers.errors.BadValue: finish_training: training 1 is failed already (loss is nan); only a running training changes
         >>> store.close()
         """
         self._change(training_id, "fail_training", None, status="failed", ended=_now(), error=str(error))
@@ -663,7 +663,7 @@ class PipelineStore:
         >>> store.training(1)
         Traceback (most recent call last):
         ...
-        LookupError: training: no training 1 in .../pipelines.db (its trainings: none)
+        readers.errors.NotFound: training: no training 1 in .../pipelines.db (its trainings: none)
         >>> store.close()
         """
         training_id = whole(training_id, "training_id", "training", floats=False)
@@ -727,7 +727,7 @@ class PipelineStore:
         >>> store.model_state(3)
         Traceback (most recent call last):
         ...
-        LookupError: model_state: no training 3 in .../pipelines.db (its trainings: 1-2)
+        readers.errors.NotFound: model_state: no training 3 in .../pipelines.db (its trainings: 1-2)
         >>> store.close()
         """
         training_id = whole(training_id, "training_id", "model_state", floats=False)

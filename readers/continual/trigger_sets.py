@@ -16,6 +16,7 @@ import numpy as np
 
 from readers.continual.store import PipelineStore
 from readers.digests import SHORT, hasher
+from readers.errors import BadType, BadValue
 from readers.graph import describe
 from readers.ops.maps import append_column
 from readers.parents import as_indexed
@@ -119,22 +120,22 @@ def trigger_set(db: str | os.PathLike | PipelineStore, pipeline_id: int, trigger
     >>> trigger_set(path, p, 1, source=source)
     Traceback (most recent call last):
     ...
-    LookupError: trigger: pipeline 1 has no trigger 1 in .../pipelines.db (its triggers: 0)
+    readers.errors.NotFound: trigger: pipeline 1 has no trigger 1 in .../pipelines.db (its triggers: 0)
     """
     indexed = as_indexed(source)
     if indexed is None:
-        raise TypeError(f"trigger_set: source must be an indexed reader (len and [i]) whose indices the keys are, "
-                        f"e.g. readers.from_arrays(x, y); got {describe(source)}")
+        raise BadType(f"trigger_set: source must be an indexed reader (len and [i]) whose indices the keys are, "
+                      f"e.g. readers.from_arrays(x, y); got {describe(source)}")
     if isinstance(db, PipelineStore):
         stored = db.trigger(pipeline_id, trigger_id)
     elif isinstance(db, (str, os.PathLike)):
         with PipelineStore(db, create=False) as store:
             stored = store.trigger(pipeline_id, trigger_id)
     else:
-        raise TypeError(f"trigger_set: db must be a pipeline store's path or a PipelineStore, got {type(db).__name__}")
+        raise BadType(f"trigger_set: db must be a pipeline store's path or a PipelineStore, got {type(db).__name__}")
     n = len(indexed)
     if len(stored.keys) and stored.keys.max() >= n:
-        raise ValueError(f"trigger_set: trigger {trigger_id} of pipeline {pipeline_id} holds key "
-                         f"{int(stored.keys.max())}, but the source {indexed.title()} has {n} entries: give the reader "
-                         "the stream's keys name (for Split-MNIST the MNIST split, stream.by_key()), not the stream")
+        raise BadValue(f"trigger_set: trigger {trigger_id} of pipeline {pipeline_id} holds key "
+                       f"{int(stored.keys.max())}, but the source {indexed.title()} has {n} entries: give the reader "
+                       "the stream's keys name (for Split-MNIST the MNIST split, stream.by_key()), not the stream")
     return TriggerSet(indexed, int(pipeline_id), int(trigger_id), stored.keys, stored.weights, bool(weights))

@@ -13,6 +13,7 @@ import warnings
 from typing import Any
 
 from readers.checks import check_reader, whole
+from readers.errors import BadType, BadValue
 from readers.graph import Node, describe
 from readers.launch import worker_info
 from readers.ops.sharding import follows_workers, is_sharded
@@ -39,7 +40,7 @@ def _check_sharded(reader: Any) -> None:
     if follows_workers(reader) if info.workers_per_process > 1 else is_sharded(reader, info.total):
         return
     workers = info.total // info.world_size
-    raise ValueError(
+    raise BadValue(
         f"torch_dataset: this job has {info.total} data workers ({workers} per process x {info.world_size} "
         f"process{'es' if info.world_size > 1 else ''}) and the pipeline {describe(reader)!r} does not split "
         f"its passes among these {info.total} workers (it needs a shard stage that follows the workers), so samples "
@@ -151,7 +152,7 @@ def torch_dataset(reader: Any, *, sharded_elsewhere: bool = False) -> Any:
     >>> torch_dataset(readers.from_arrays(np.arange(10)))
     Traceback (most recent call last):
     ...
-    ValueError: torch_dataset: this job has 2 data workers (1 per process x 2 processes) and the pipeline 'from_arrays(10 rows: int64)' does not split its passes among these 2 workers (it needs a shard stage that follows the workers), so samples would be seen several times per epoch; add readers.shard(...) as its last stage (after a seeded shuffle), e.g. readers.shard(pipeline, equalize='pad'), or pass sharded_elsewhere=True if the reader already splits its data by worker
+    readers.errors.BadValue: torch_dataset: this job has 2 data workers (1 per process x 2 processes) and the pipeline 'from_arrays(10 rows: int64)' does not split its passes among these 2 workers (it needs a shard stage that follows the workers), so samples would be seen several times per epoch; add readers.shard(...) as its last stage (after a seeded shuffle), e.g. readers.shard(pipeline, equalize='pad'), or pass sharded_elsewhere=True if the reader already splits its data by worker
     >>> del os.environ["RANK"], os.environ["WORLD_SIZE"]
     
     See Also:
@@ -159,7 +160,7 @@ def torch_dataset(reader: Any, *, sharded_elsewhere: bool = False) -> Any:
     """
     check_reader(reader)
     if not isinstance(sharded_elsewhere, bool):
-        raise TypeError(f"torch_dataset: sharded_elsewhere must be True or False, got {sharded_elsewhere!r}")
+        raise BadType(f"torch_dataset: sharded_elsewhere must be True or False, got {sharded_elsewhere!r}")
     dataset = _dataset_class()(reader, sharded_elsewhere)
     if not sharded_elsewhere:
         _check_sharded(reader)  # a world size > 1 is known already: say so before any worker starts

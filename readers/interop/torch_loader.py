@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from readers.checks import check_reader
+from readers.errors import BadType, BadValue
 from readers.parents import iterate
 from readers.passes import close_iterator
 from readers.stage import Reader, Stage
@@ -304,7 +305,7 @@ def torch_loader(reader: Reader, device: Any = "cuda", *, prefetch: int = 2, pin
     >>> torch_loader(pipeline, "cpu", pin_memory=True)
     Traceback (most recent call last):
     ...
-    ValueError: torch_loader: pin_memory=True speeds up copies to a GPU, and device is 'cpu'; leave pin_memory=None
+    readers.errors.BadValue: torch_loader: pin_memory=True speeds up copies to a GPU, and device is 'cpu'; leave pin_memory=None
 
     See Also:
         readers.torch_dataset, batching.collated, readers.buffered
@@ -314,25 +315,25 @@ def torch_loader(reader: Reader, device: Any = "cuda", *, prefetch: int = 2, pin
     try:
         dev = torch.device(device)
     except (RuntimeError, TypeError):
-        raise ValueError(f"torch_loader: device must be 'cpu', 'cuda' or 'cuda:<index>' (or a torch.device), "
-                         f"got {device!r}") from None
+        raise BadValue(f"torch_loader: device must be 'cpu', 'cuda' or 'cuda:<index>' (or a torch.device), "
+                       f"got {device!r}") from None
     if dev.type not in ("cpu", "cuda"):
-        raise ValueError(f"torch_loader: device {str(dev)!r} is not supported; give 'cpu' or 'cuda'")
+        raise BadValue(f"torch_loader: device {str(dev)!r} is not supported; give 'cpu' or 'cuda'")
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise RuntimeError(f"torch_loader: device {str(dev)!r} was asked for, but torch.cuda.is_available() is False "
                            f"(torch {torch.__version__}: a CPU build, or no GPU visible); pass device='cpu', or run "
                            "on a machine with a GPU and a CUDA build of torch")
     if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 0:
-        raise ValueError(f"torch_loader: prefetch must be an int >= 0 (batches made ready ahead; 0: none, no "
-                         f"thread), got {prefetch!r}")
+        raise BadValue(f"torch_loader: prefetch must be an int >= 0 (batches made ready ahead; 0: none, no "
+                       f"thread), got {prefetch!r}")
     for name, value in (("pin_memory", pin_memory), ("non_blocking", non_blocking)):
         if value is not None and not isinstance(value, bool):
-            raise TypeError(f"torch_loader: {name} must be True or False, got {value!r}")
+            raise BadType(f"torch_loader: {name} must be True or False, got {value!r}")
     if pin_memory and dev.type != "cuda":
-        raise ValueError(f"torch_loader: pin_memory=True speeds up copies to a GPU, and device is {str(dev)!r}; "
-                         "leave pin_memory=None")
+        raise BadValue(f"torch_loader: pin_memory=True speeds up copies to a GPU, and device is {str(dev)!r}; "
+                       "leave pin_memory=None")
     if non_blocking is None:
-        raise TypeError("torch_loader: non_blocking must be True or False, got None")
+        raise BadType("torch_loader: non_blocking must be True or False, got None")
     if dev.type == "cuda" and dev.index is None:
         dev = torch.device("cuda", torch.cuda.current_device())  # the thread must copy to the consumer's GPU
     return TorchLoader(reader, dev, prefetch, dev.type == "cuda" if pin_memory is None else pin_memory, non_blocking)

@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from readers.errors import BadValue, ReaderkitError
 from readers.network.connection import Connection, client_tls
 from readers.network.in_flight import Job, Request
 from readers.network.wire import (
@@ -47,7 +48,7 @@ SEND_AHEAD = 64 << 10
 INDEX_ROWS = 1 << 16
 
 
-class RemoteUnavailable(ConnectionError):
+class RemoteUnavailable(ReaderkitError, ConnectionError):
     """The server could not be reached again before the deadline: the message names the address, the attempts,
     the last error and what to check."""
 
@@ -345,12 +346,12 @@ def remote(address: Any, *, secret: str | bytes | None = None, in_flight: int = 
     >>> server.stop()
     """
     if not isinstance(in_flight, int) or isinstance(in_flight, bool) or in_flight < 1:
-        raise ValueError(f"in_flight must be an int >= 1 (the requests under way at once), got {in_flight!r}")
+        raise BadValue(f"in_flight must be an int >= 1 (the requests under way at once), got {in_flight!r}")
     if not deadline >= 0 or not timeout > 0:
-        raise ValueError(f"deadline must be >= 0 and timeout > 0 (seconds), got {deadline!r} and {timeout!r}")
+        raise BadValue(f"deadline must be >= 0 and timeout > 0 (seconds), got {deadline!r} and {timeout!r}")
     if request_bytes is not None and (not isinstance(request_bytes, int) or isinstance(request_bytes, bool)
                                       or request_bytes < 1):
-        raise ValueError(f"request_bytes must be an int >= 1 (about the bytes one request asks for), got "
-                         f"{request_bytes!r}")
+        raise BadValue(f"request_bytes must be an int >= 1 (about the bytes one request asks for), got "
+                       f"{request_bytes!r}")
     return Remote(address, read_secret(secret), in_flight, float(deadline), float(timeout), ca_file, tls,
                   request_bytes)

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from readers.errors import BadType, BadValue
 from readers.graph import Node, walk
 from readers.identity import served_fingerprint
 from readers.network.wire import MAX_FRAME, VERSION, ProtocolError, pack_columns
@@ -64,8 +65,8 @@ class Served:
     def __init__(self, reader: Any, info: dict[str, Any] | None = None):
         if not is_indexed(reader):
             shown = reader.title() if isinstance(reader, Stage) else repr(reader)
-            raise TypeError(f"a server serves an indexed reader (len and [i]), not {shown}; build it from "
-                            "readers.tokens, readers.from_arrays or a registered reader with random access")
+            raise BadType(f"a server serves an indexed reader (len and [i]), not {shown}; build it from "
+                          "readers.tokens, readers.from_arrays or a registered reader with random access")
         self.reader, self.n = reader, len(reader)
         self.draws = any(isinstance(s, Node) and s.draws_per_pass for s in walk(reader))
         self.row_bytes, self.empty = 0, np.zeros(0, np.uint8)
@@ -76,10 +77,10 @@ class Served:
                 columns = self.gather(sample)
                 meta, buffers = pack_columns(columns)
             except ProtocolError as exc:
-                raise TypeError(f"cannot serve {reader.title()}: {exc}") from None
+                raise BadType(f"cannot serve {reader.title()}: {exc}") from None
             except RequestError as exc:
-                raise ValueError(f"cannot serve {reader.title()}: {exc.message}; a served reader's entries are "
-                                 "columns of one shape each (pad or cut them in a map)") from exc.__cause__
+                raise BadValue(f"cannot serve {reader.title()}: {exc.message}; a served reader's entries are "
+                               "columns of one shape each (pad or cut them in a map)") from exc.__cause__
             self.row_bytes = sum(len(b) for b in buffers) // len(sample)
             self.empty = tuple(c[:0] for c in columns) if isinstance(columns, tuple) else columns[:0]
         self.welcome = {"type": "welcome", "version": VERSION, "entries": self.n, "reader": reader.title(),

@@ -49,6 +49,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from readers.errors import BadValue
 from readers.network.served_reader import Served
 from readers.network.session import Closed, Session, readable
 from readers.network.wire import show_address
@@ -90,13 +91,13 @@ class Server:
         for name, value in (("handshake_timeout", handshake_timeout), ("idle_timeout", idle_timeout),
                             ("frame_timeout", frame_timeout), ("drain_timeout", drain_timeout)):
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-                raise ValueError(f"{name} must be a number of seconds > 0, got {value!r}")
+                raise BadValue(f"{name} must be a number of seconds > 0, got {value!r}")
         for name, value in (("max_clients", max_clients), ("budget", budget)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+                raise BadValue(f"{name} must be an int >= 1, got {value!r}")
         if secret is not None and not secret:
-            raise ValueError("the secret is empty, which anyone can prove; give a secret of some length (or none, "
-                             "on 127.0.0.1)")
+            raise BadValue("the secret is empty, which anyone can prove; give a secret of some length (or none, "
+                           "on 127.0.0.1)")
         self.served = reader if isinstance(reader, Served) else Served(reader, info)
         self.secret, self.tls = secret, tls
         self.handshake_timeout, self.idle_timeout = handshake_timeout, idle_timeout
@@ -116,9 +117,9 @@ class Server:
     def start(self, host: str = "127.0.0.1", port: int = 0) -> tuple[str, int]:
         """Listen on ``host:port`` (0: a free port), with SO_REUSEADDR, in a thread; returns the address bound."""
         if not is_loopback(host) and not self.secret:
-            raise ValueError(f"refusing to serve on {host}, which other machines can reach, without a secret: "
-                             "anyone there could read the data; give --secret-file or READERKIT_SECRET (or serve "
-                             "on 127.0.0.1)")
+            raise BadValue(f"refusing to serve on {host}, which other machines can reach, without a secret: "
+                           "anyone there could read the data; give --secret-file or READERKIT_SECRET (or serve "
+                           "on 127.0.0.1)")
         host = "127.0.0.1" if host == "localhost" else host  # not ::1 too: with port 0 each would get its own port
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         if host in ("", "0.0.0.0", "::"):
@@ -219,15 +220,15 @@ def tls_context(cert: str, key: str) -> ssl.SSLContext:
     >>> tls_context("/nonexistent.pem", "/nonexistent.key")
     Traceback (most recent call last):
     ...
-    ValueError: cannot load the TLS certificate /nonexistent.pem with key /nonexistent.key: ...
+    readers.errors.BadValue: cannot load the TLS certificate /nonexistent.pem with key /nonexistent.key: ...
     """
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
     try:
         context.load_cert_chain(cert, key)
     except (OSError, ssl.SSLError) as exc:
-        raise ValueError(f"cannot load the TLS certificate {cert} with key {key}: {exc}; give PEM files (for "
-                         "example from openssl req -x509)") from None
+        raise BadValue(f"cannot load the TLS certificate {cert} with key {key}: {exc}; give PEM files (for "
+                       "example from openssl req -x509)") from None
     return context
 
 

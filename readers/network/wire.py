@@ -89,6 +89,8 @@ from typing import Any
 
 import numpy as np
 
+from readers.errors import BadType, BadValue, ReaderkitError
+
 __all__ = ["HELLO_FRAME", "KINDS", "MAX_FRAME", "REQUEST_FRAME", "VERSION", "NotAuthorised", "ProtocolError",
            "RemoteError", "UnsupportedVersion", "challenge", "check_kind", "decode", "encode", "frame_length",
            "frame_parts", "pack_columns", "parse_address", "proof", "raise_rejection", "read_secret",
@@ -109,7 +111,7 @@ _LENGTH = struct.Struct(">I")
 _AUTH = b"readerkit-auth-v1:"
 
 
-class RemoteError(Exception):
+class RemoteError(ReaderkitError):
     """A request the server answered with a rejection: ``kind`` (one of ``KINDS``), the server's message, and
     the address it came from.
 
@@ -133,7 +135,7 @@ class UnsupportedVersion(RemoteError):
     """The server speaks another protocol version: not retried; upgrade the older end."""
 
 
-class ProtocolError(ValueError):
+class ProtocolError(BadValue):
     """Bytes that break the protocol: a frame over its limit, a header that is not a JSON object, a column
     description that does not match its body. The message says which."""
 
@@ -293,14 +295,14 @@ def read_secret(secret: str | bytes | None = None, *, file: str | None = None,
     (b's3cret', b'raw\\x00')
     """
     if secret is not None and file is not None:
-        raise ValueError("give the secret or a secret file, not both")
+        raise BadValue("give the secret or a secret file, not both")
     if file is not None:
         with open(file, "rb") as f:
             secret = f.read()
         if secret.endswith(b"\n"):
             secret = secret[:-2] if secret.endswith(b"\r\n") else secret[:-1]
         if not secret:
-            raise ValueError(f"{file}: the secret file is empty; write the shared secret in it")
+            raise BadValue(f"{file}: the secret file is empty; write the shared secret in it")
     elif secret is None:
         secret = os.environ.get(environ) or None
         if secret is not None and secret.endswith("\n"):  # (as a file's: $(cat secret) keeps none, echo adds one)
@@ -363,7 +365,7 @@ def parse_address(address: Any) -> tuple[str, int]:
     >>> parse_address("localhost")
     Traceback (most recent call last):
     ...
-    ValueError: server address 'localhost' is not "host:port"; write it as "127.0.0.1:20001" (an IPv6 host in brackets)
+    readers.errors.BadValue: server address 'localhost' is not "host:port"; write it as "127.0.0.1:20001" (an IPv6 host in brackets)
     """
     if isinstance(address, tuple) and len(address) == 2:
         host, port = address
@@ -373,10 +375,10 @@ def parse_address(address: Any) -> tuple[str, int]:
         host, _, port = address.rpartition(":")
         host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
     else:
-        raise TypeError(f"server address must be \"host:port\" or a (host, port) pair, got {type(address).__name__}")
+        raise BadType(f"server address must be \"host:port\" or a (host, port) pair, got {type(address).__name__}")
     port = str(port)
     if not host or ":" in host and not text.startswith("[") and not isinstance(address, tuple) \
             or not (port.isascii() and port.isdigit() and 1 <= int(port) <= 65535):
-        raise ValueError(f'server address {text!r} is not "host:port"; write it as "127.0.0.1:20001" (an IPv6 '
-                         "host in brackets)")
+        raise BadValue(f'server address {text!r} is not "host:port"; write it as "127.0.0.1:20001" (an IPv6 '
+                       "host in brackets)")
     return str(host), int(port)

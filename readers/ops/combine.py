@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from readers.checks import check_reader
+from readers.errors import BadType, BadValue
 from readers.graph import describe
 from readers.parents import as_indexed, is_indexed, iterate
 from readers.stage import Stage
@@ -45,7 +46,7 @@ class Chained(Stage):
 
     def __len__(self) -> int:
         if not is_indexed(self):
-            raise TypeError("a chain of streams has no length")
+            raise BadType("a chain of streams has no length")
         return sum(len(r) for r in self.parents)
 
     def _get(self, i: int) -> Any:
@@ -87,7 +88,7 @@ def chain(*readers: Any) -> Chained:
 # -- compose -------------------------------------------------------------------
 
 
-class ComposeNotAligned(ValueError):
+class ComposeNotAligned(BadValue):
     """Raised by ``compose`` when its readers do not have the same length."""
 
 
@@ -117,7 +118,7 @@ class Composed(Stage):
 
     def __len__(self) -> int:
         if not is_indexed(self):
-            raise TypeError("a compose of streams has no length")
+            raise BadType("a compose of streams has no length")
         lengths = [len(r) for r in self.parents]
         if self.check_alignment and len(set(lengths)) > 1:
             raise _misaligned(self.parents, f"lengths {lengths}")

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from readers.checks import check_reader
+from readers.errors import BadValue
 from readers.graph import Share, describe
 from readers.launch import worker_info
 from readers.ops.sharding import check_equalize, strided_plan
@@ -89,10 +90,10 @@ class NodeSplit(Stage):
         n, nodes = len(self.block.parents[0]), self.block.share().count
         info = worker_info()
         if info.world_size != nodes * info.local_world_size:
-            raise ValueError(f"node_shuffle(equalize={self.equalize!r}) needs the same number of processes on every "
-                             f"node to give every rank equal steps, and this job has {info.world_size} processes "
-                             f"over {nodes} nodes ({info.local_world_size} on this one); give every node as many, "
-                             "or use equalize=None")
+            raise BadValue(f"node_shuffle(equalize={self.equalize!r}) needs the same number of processes on every "
+                           f"node to give every rank equal steps, and this job has {info.world_size} processes "
+                           f"over {nodes} nodes ({info.local_world_size} on this one); give every node as many, "
+                           "or use equalize=None")
         total = nodes * self.share().count
         rest = max(0, n - nodes * cursor)
         return -(-rest // total) if self.equalize == "pad" else rest // total
@@ -142,11 +143,11 @@ def node_shuffle(reader: Any, seed: int, *, equalize: str | None = None) -> Node
     check_reader(reader)
     indexed = as_indexed(reader)
     if indexed is None:
-        raise ValueError(f"node_shuffle needs an indexed reader (len and [i]), and {describe(reader)!r} is not "
-                         "one; for a stream, use shard() and shuffle(buf_size=...) after it")
+        raise BadValue(f"node_shuffle needs an indexed reader (len and [i]), and {describe(reader)!r} is not "
+                       "one; for a stream, use shard() and shuffle(buf_size=...) after it")
     check_equalize(equalize, "node_shuffle")
     if seed is None:
-        raise ValueError("node_shuffle needs a seed, the same in every process: the ranks of a node split "
-                         "one shuffled order, e.g. node_shuffle(reader, seed=0)")
+        raise BadValue("node_shuffle needs a seed, the same in every process: the ranks of a node split "
+                       "one shuffled order, e.g. node_shuffle(reader, seed=0)")
     block = NodeBlock(indexed)
     return NodeSplit(GlobalShuffle(block, check_seed(seed, "node_shuffle")), block, equalize)

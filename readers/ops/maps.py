@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from readers.checks import check_reader
+from readers.errors import BadType, BadValue
 from readers.graph import describe
 from readers.identity import function_identity
 from readers.ops.shuffling import check_seed
@@ -35,8 +36,8 @@ def append_column(entry: Any, value: Any, key: str = "weight") -> Any:
         return entry + (value,)
     if isinstance(entry, dict):
         if key in entry:
-            raise ValueError(f"entries already have a {key!r} key, so a new {key!r} column would overwrite it; "
-                             f"rename that key (entry keys: {sorted(entry)})")
+            raise BadValue(f"entries already have a {key!r} key, so a new {key!r} column would overwrite it; "
+                           f"rename that key (entry keys: {sorted(entry)})")
         return {**entry, key: value}
     return (entry, value)
 
@@ -84,7 +85,7 @@ class Mapped(_EntryByEntry):
 
     def __len__(self) -> int:
         if len(self.parents) != 1:
-            raise TypeError("map_readers of several readers has no length (it stops at the shortest)")
+            raise BadType("map_readers of several readers has no length (it stops at the shortest)")
         return super().__len__()
 
     def _get(self, i: int) -> Any:
@@ -133,9 +134,9 @@ def map_readers(func: Callable, *readers: Any) -> Stage:
         xmap_readers: the same in parallel threads.
     """
     if not callable(func):
-        raise TypeError(f"map_readers: func must be callable, got {type(func).__name__} {func!r}")
+        raise BadType(f"map_readers: func must be callable, got {type(func).__name__} {func!r}")
     if not readers:
-        raise TypeError("map_readers needs at least one reader after func (readers.map_readers(func) waits for them)")
+        raise BadType("map_readers needs at least one reader after func (readers.map_readers(func) waits for them)")
     for i, r in enumerate(readers):
         check_reader(r, f"map_readers reader {i}")
     if len(readers) == 1:
@@ -239,7 +240,7 @@ def random_map(func: Callable, reader: Any, *, seed: int | None) -> Stage:
         map_readers: the same without randomness.
     """
     if not callable(func):
-        raise TypeError(f"random_map: func must be callable as func(entry, rng), got {type(func).__name__} {func!r}")
+        raise BadType(f"random_map: func must be callable as func(entry, rng), got {type(func).__name__} {func!r}")
     check_reader(reader, "random_map reader")
     return RandomMapped(func, as_indexed(reader) or reader, check_seed(seed, "random_map"))
 

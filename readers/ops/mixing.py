@@ -57,6 +57,7 @@ import numpy as np
 
 from readers.checks import check_reader, whole
 from readers.digests import hasher, plain_digest
+from readers.errors import BadType, BadValue
 from readers.graph import describe
 from readers.identity import fingerprint
 from readers.ops.maps import append_column
@@ -255,25 +256,25 @@ class Mixed(Stage):
 def _sources(readers: Any) -> tuple:
     """The readers as indexed stages, or an error naming the one at fault and what to do."""
     if callable(readers) or not isinstance(readers, (list, tuple)):
-        raise TypeError(f"mix: readers must be a list of indexed readers, got {describe(readers)!r}; give them "
-                        "as one list, e.g. mix([a, b], [0.7, 0.3], seed=0)")
+        raise BadType(f"mix: readers must be a list of indexed readers, got {describe(readers)!r}; give them "
+                      "as one list, e.g. mix([a, b], [0.7, 0.3], seed=0)")
     if not readers:
-        raise ValueError("mix: readers is empty; give at least one indexed reader, e.g. mix([a, b], seed=0)")
+        raise BadValue("mix: readers is empty; give at least one indexed reader, e.g. mix([a, b], seed=0)")
     sources = []
     for k, reader in enumerate(readers):
         check_reader(reader, f"mix reader {k}")
         indexed = as_indexed(reader)
         if indexed is None and access_of(reader) == "plan":
-            raise TypeError(f"mix: reader {k} ({describe(reader)}) has passes but no random access (a shuffle or "
-                            "shard of an indexed reader): mix the indexed readers below it, then shuffle or shard "
-                            "the mix, e.g. readers.shuffle(readers.mix([a, b], seed=0), seed=1)")
+            raise BadType(f"mix: reader {k} ({describe(reader)}) has passes but no random access (a shuffle or "
+                          "shard of an indexed reader): mix the indexed readers below it, then shuffle or shard "
+                          "the mix, e.g. readers.shuffle(readers.mix([a, b], seed=0), seed=1)")
         if indexed is None:
-            raise TypeError(f"mix: reader {k} ({describe(reader)}) is a stream, without len and [i]; mix blends "
-                            "indexed readers: make it one, e.g. readers.from_sequence(list(reader())) or "
-                            "readers.from_arrays(...) over its data")
+            raise BadType(f"mix: reader {k} ({describe(reader)}) is a stream, without len and [i]; mix blends "
+                          "indexed readers: make it one, e.g. readers.from_sequence(list(reader())) or "
+                          "readers.from_arrays(...) over its data")
         if len(indexed) == 0:
-            raise ValueError(f"mix: reader {k} ({describe(reader)}) is empty, so it has no entry to give; leave "
-                             "it out of the list")
+            raise BadValue(f"mix: reader {k} ({describe(reader)}) is empty, so it has no entry to give; leave "
+                           "it out of the list")
         sources.append(indexed)
     return tuple(sources)
 
@@ -283,21 +284,21 @@ def _weights(weights: Any, count: int) -> list | None:
     if weights is None:
         return None
     if callable(weights):
-        raise TypeError(f"mix: weights must be numbers, got the reader {describe(weights)!r}; give the readers as "
-                        "one list, e.g. mix([a, b], [0.7, 0.3], seed=0)")
+        raise BadType(f"mix: weights must be numbers, got the reader {describe(weights)!r}; give the readers as "
+                      "one list, e.g. mix([a, b], [0.7, 0.3], seed=0)")
     try:
         values = [w.item() if isinstance(w, np.generic) else w for w in weights]
     except TypeError:
-        raise TypeError(f"mix: weights must be a list of numbers, one per reader, got {weights!r}") from None
+        raise BadType(f"mix: weights must be a list of numbers, one per reader, got {weights!r}") from None
     if len(values) != count:
-        raise ValueError(f"mix: {len(values)} weights {values!r} for {count} readers; give one weight per reader")
+        raise BadValue(f"mix: {len(values)} weights {values!r} for {count} readers; give one weight per reader")
     for k, w in enumerate(values):
         if isinstance(w, bool) or not isinstance(w, numbers.Real):
-            raise TypeError(f"mix: weight {k} is {w!r}, not a number; weights are numbers >= 0, one per reader")
+            raise BadType(f"mix: weight {k} is {w!r}, not a number; weights are numbers >= 0, one per reader")
         if not np.isfinite(w) or w < 0:
-            raise ValueError(f"mix: weight {k} is {w!r}; weights are finite numbers >= 0 (0 leaves a reader out)")
+            raise BadValue(f"mix: weight {k} is {w!r}; weights are finite numbers >= 0 (0 leaves a reader out)")
     if not any(w > 0 for w in values):
-        raise ValueError(f"mix: all weights are 0 ({values!r}); give at least one reader a positive weight")
+        raise BadValue(f"mix: all weights are 0 ({values!r}); give at least one reader a positive weight")
     return values
 
 
@@ -333,21 +334,21 @@ def mix(readers: Any, weights: Any = None, *, seed: int | None = None, length: i
     >>> mix([a, lambda: iter("xyz")], seed=0)
     Traceback (most recent call last):
     ...
-    TypeError: mix: reader 1 (<lambda>) is a stream, without len and [i]; mix blends indexed readers: ...
+    readers.errors.BadType: mix: reader 1 (<lambda>) is a stream, without len and [i]; mix blends indexed readers: ...
     >>> mix([a, b], [1, -2], seed=0)
     Traceback (most recent call last):
     ...
-    ValueError: mix: weight 1 is -2; weights are finite numbers >= 0 (0 leaves a reader out)
+    readers.errors.BadValue: mix: weight 1 is -2; weights are finite numbers >= 0 (0 leaves a reader out)
     """
     sources = _sources(readers)
     values = _weights(weights, len(sources))
     if seed is None:
-        raise TypeError("mix() missing the required keyword argument 'seed': give seed=<int>, the same in every "
-                        "process of a job, so that they all see one mix")
+        raise BadType("mix() missing the required keyword argument 'seed': give seed=<int>, the same in every "
+                      "process of a job, so that they all see one mix")
     if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)) or seed < 0:
-        raise ValueError(f"mix: seed must be an int >= 0, got {seed!r}")
+        raise BadValue(f"mix: seed must be an int >= 0, got {seed!r}")
     if length is not None:
         length = whole(length, "length", "mix", 1, floats=False)
         if length >= MAX_LENGTH:
-            raise ValueError(f"mix: length {length} is too long; give a length below 2**62")
+            raise BadValue(f"mix: length {length} is too long; give a length below 2**62")
     return Mixed(sources, values, int(seed), length, bool(origin))

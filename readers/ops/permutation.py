@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from readers.errors import BadValue
+
 __all__ = ["KeyedPermutation"]
 
 ROUNDS = 8
@@ -33,7 +35,7 @@ class KeyedPermutation:
 
     def __init__(self, n: int, seed: int, pass_id: int):
         if n < 0:
-            raise ValueError(f"permutation size must be >= 0, got {n}")
+            raise BadValue(f"permutation size must be >= 0, got {n}")
         self.n = n
         self.bits = max(2, int(n - 1).bit_length())
         state = np.random.SeedSequence([seed, pass_id, 0x5EED]).generate_state(2 * ROUNDS, np.uint64)

@@ -6,6 +6,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from readers.checks import check_reader, whole
+from readers.errors import BadValue
 from readers.graph import describe
 from readers.parents import iterate
 from readers.stage import Stage
@@ -40,7 +41,7 @@ class Repeated(Stage):
                 empty = False
                 yield entry
             if empty:
-                raise ValueError(
+                raise BadValue(
                     f"repeat: pass {j} of {describe(self.parents[0])} gave no entries, so repeating "
                     "it forever would never yield; check the reader (or a filter before repeat)"
                 )

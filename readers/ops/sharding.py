@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from readers.checks import check_reader, whole
+from readers.errors import BadValue
 from readers.graph import Node, Share, describe, walk
 from readers.launch import worker_info
 from readers.ops.maps import append_column
@@ -40,10 +41,10 @@ def check_equalize(equalize: Any, where: str) -> str | None:
     >>> check_equalize("even", "shard")
     Traceback (most recent call last):
     ...
-    ValueError: shard: equalize must be None, 'pad' or 'drop', got 'even'
+    readers.errors.BadValue: shard: equalize must be None, 'pad' or 'drop', got 'even'
     """
     if equalize not in EQUALIZE:
-        raise ValueError(f"{where}: equalize must be None, 'pad' or 'drop', got {equalize!r}")
+        raise BadValue(f"{where}: equalize must be None, 'pad' or 'drop', got {equalize!r}")
     return equalize
 
 
@@ -89,7 +90,7 @@ def _check_seeds(shard: Any) -> None:
     """Ranks split one order only if they drew it alike: refuse a seed each process drew for itself."""
     for stage in walk(shard.parents[0]):
         if isinstance(stage, Node) and stage.unrepeatable:
-            raise ValueError(
+            raise BadValue(
                 f"{describe(stage)} drew its seed from the operating system, so each of this job's processes "
                 f"shuffles differently and {describe(shard)} would give some samples twice and others never; "
                 "give the shuffle a seed, e.g. shuffle(reader, seed=0)")
@@ -219,7 +220,7 @@ def first_index(reader: Any, pass_id: int) -> int:
     for chunk in open_plan(reader, pass_id, 0).chunks:
         if len(chunk):
             return int(chunk[0])
-    raise ValueError(f"shard: pass {pass_id} of {describe(reader)} is empty, so it has no entry to pad with")
+    raise BadValue(f"shard: pass {pass_id} of {describe(reader)} is empty, so it has no entry to pad with")
 
 
 def _first_entry(reader: Any, pass_id: int) -> Any:
@@ -230,7 +231,7 @@ def _first_entry(reader: Any, pass_id: int) -> Any:
             return entry
     finally:
         close_iterator(it)
-    raise ValueError(f"shard: pass {pass_id} of {describe(reader)} is empty, so it has no entry to pad with")
+    raise BadValue(f"shard: pass {pass_id} of {describe(reader)} is empty, so it has no entry to pad with")
 
 
 class Shard(Stage):
@@ -339,11 +340,11 @@ def shard(reader: Any, index: int | None = None, count: int | None = None, *,
     check_reader(reader)
     check_equalize(equalize, "shard")
     if (index is None) != (count is None):
-        raise ValueError(f"shard: give both index and count, or neither (for this global worker); got "
-                         f"index={index!r}, count={count!r}")
+        raise BadValue(f"shard: give both index and count, or neither (for this global worker); got "
+                       f"index={index!r}, count={count!r}")
     if count is not None:
         count = whole(count, "count", "shard", 1, floats=False)
         index = whole(index, "index", "shard", floats=False)
         if index >= count:
-            raise ValueError(f"shard: index {index} is not below count={count}; shards are numbered 0..{count - 1}")
+            raise BadValue(f"shard: index {index} is not below count={count}; shards are numbered 0..{count - 1}")
     return Shard(reader, index, count, equalize)

@@ -15,6 +15,7 @@ import numpy as np
 import toolz
 
 from readers.checks import check_reader, whole
+from readers.errors import BadValue
 from readers.graph import DrawnSeed, describe
 from readers.ops.permutation import KeyedPermutation
 from readers.parents import access_of, as_indexed, iterate, open_plan
@@ -43,12 +44,12 @@ def check_seed(seed: Any, where: str) -> int:
     >>> check_seed(-1, "shuffle")
     Traceback (most recent call last):
     ...
-    ValueError: shuffle: seed must be an int >= 0 or None, got -1
+    readers.errors.BadValue: shuffle: seed must be an int >= 0 or None, got -1
     """
     if seed is None:
         return DrawnSeed(secrets.randbits(63))
     if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)) or seed < 0:
-        raise ValueError(f"{where}: seed must be an int >= 0 or None, got {seed!r}")
+        raise BadValue(f"{where}: seed must be an int >= 0 or None, got {seed!r}")
     return int(seed)
 
 
@@ -173,7 +174,7 @@ def shuffle(reader: Any, buf_size: int | None = None, *, seed: int | None = None
     if buf_size is None:
         indexed = as_indexed(reader)
         if indexed is None:
-            raise ValueError(
+            raise BadValue(
                 f"shuffle: buf_size=None (a global shuffle) needs an indexed reader with len and "
                 f"[i], and {describe(reader)!r} is not one; give a buffer size, e.g. "
                 "shuffle(reader, buf_size=10000)"

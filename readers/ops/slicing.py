@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from readers.checks import check_reader, whole
+from readers.errors import BadType
 from readers.graph import describe
 from readers.identity import function_identity
 from readers.parents import access_of, as_indexed, iterate, open_plan
@@ -141,5 +142,5 @@ def filter_entries(reader: Any, predicate: Callable[[Any], bool]) -> Filtered:
     """
     check_reader(reader)
     if not callable(predicate):
-        raise TypeError(f"filter_entries: predicate must be callable, got {predicate!r}")
+        raise BadType(f"filter_entries: predicate must be callable, got {predicate!r}")
     return Filtered(reader, predicate)

@@ -46,6 +46,7 @@ from collections.abc import Callable, Iterable, Iterator
 from importlib.metadata import EntryPoint, entry_points
 from typing import Any, NamedTuple
 
+from readers.errors import BadValue, ReaderkitError
 from readers.plugins.modules import (
     attribute_advice,
     file_advice,
@@ -71,7 +72,7 @@ _SINGULAR = {"readers": "reader", "models": "model"}
 _registered: dict[str, dict[str, Any]] = {kind: {} for kind in BUILTINS}
 
 
-class PluginError(Exception):
+class PluginError(ReaderkitError):
     """Any failure to find or load a plugin. The message says what to change."""
 
 
@@ -97,7 +98,7 @@ class PluginInfo(NamedTuple):
 
 def _check_kind(kind: str) -> None:
     if kind not in BUILTINS:
-        raise ValueError(f"unknown plugin kind {kind!r}; use one of {', '.join(map(repr, BUILTINS))}")
+        raise BadValue(f"unknown plugin kind {kind!r}; use one of {', '.join(map(repr, BUILTINS))}")
 
 
 def _dist_name(ep: EntryPoint) -> str:
@@ -348,12 +349,12 @@ def list_plugins(kind: str) -> list[PluginInfo]:
 
 def _register(kind: str, name: str, target: Any, replace: bool) -> None:
     if not isinstance(name, str) or not name or ":" in name or name != name.strip():
-        raise ValueError(f"plugin name {name!r} must be a non-empty string without ':' or surrounding spaces")
+        raise BadValue(f"plugin name {name!r} must be a non-empty string without ':' or surrounding spaces")
     if not isinstance(target, str):
         _checked(kind, name, _source_of(target), target)
     taken = "registered" if name in _registered[kind] else "built-in" if name in BUILTINS[kind] else None
     if taken and not replace:
-        raise ValueError(f"{_SINGULAR[kind]} {name!r} is already {taken}; pass replace=True to override it")
+        raise BadValue(f"{_SINGULAR[kind]} {name!r} is already {taken}; pass replace=True to override it")
     _registered[kind][name] = target
 
 

@@ -19,13 +19,15 @@ import urllib.request
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from readers.errors import BadValue, MissingFile
+
 __all__ = ["DataFile", "MissingDataError", "cache_dir", "fetch", "fetch_all", "locate", "search_dirs"]
 
 #: progress(done_bytes, total_bytes or None) after every chunk of a download
 Progress = Callable[[int, "int | None"], None]
 
 
-class MissingDataError(FileNotFoundError):
+class MissingDataError(MissingFile):
     """A dataset's files are not on disk and could not be downloaded."""
 
 
@@ -98,9 +100,9 @@ def _download(url: str, dest_dir: str, file: DataFile, progress: Progress | None
             os.fsync(out.fileno())
         # http.client returns a short body silently when the connection drops
         if total is not None and done != total:
-            raise ValueError(f"the download stopped after {done} of {total} bytes")
+            raise BadValue(f"the download stopped after {done} of {total} bytes")
         if h.hexdigest() != file.sha256:
-            raise ValueError(f"SHA-256 {h.hexdigest()} does not match the published {file.sha256}")
+            raise BadValue(f"SHA-256 {h.hexdigest()} does not match the published {file.sha256}")
         final = os.path.join(dest_dir, file.name)
         os.replace(tmp, final)
         return final

@@ -17,6 +17,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from readers.errors import BadValue
+
 __all__ = ["IdxError", "read_idx", "write_idx"]
 
 #: type code -> big-endian numpy dtype
@@ -31,7 +33,7 @@ DTYPES = {
 CODES = {dt.newbyteorder("="): code for code, dt in DTYPES.items()}
 
 
-class IdxError(ValueError):
+class IdxError(BadValue):
     """A file that is not a valid IDX file; the message names the file and the fault."""
 
 
@@ -143,9 +145,9 @@ def write_idx(path: str | os.PathLike, array: np.ndarray, *, compress: bool = Fa
     a = np.asarray(array)
     native = a.dtype.newbyteorder("=")
     if native not in CODES:
-        raise ValueError(f"write_idx: IDX has no type code for dtype {a.dtype}; use one of {sorted(d.name for d in CODES)}")
+        raise BadValue(f"write_idx: IDX has no type code for dtype {a.dtype}; use one of {sorted(d.name for d in CODES)}")
     if a.ndim > 255:
-        raise ValueError(f"write_idx: IDX allows at most 255 dimensions, got {a.ndim}")
+        raise BadValue(f"write_idx: IDX allows at most 255 dimensions, got {a.ndim}")
     code = CODES[native]
     body = bytes([0, 0, code, a.ndim]) + np.asarray(a.shape, dtype=">u4").tobytes()
     body += np.ascontiguousarray(a, dtype=DTYPES[code]).tobytes()

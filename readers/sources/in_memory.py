@@ -6,6 +6,7 @@ from typing import Any
 
 import numpy as np
 
+from readers.errors import BadType, BadValue
 from readers.identity import array_digest, value_digest
 from readers.parents import is_indexed
 from readers.stage import IndexedReader, Stage
@@ -63,7 +64,7 @@ def from_arrays(*arrays: Any) -> FromArrays:
     >>> from_arrays(np.zeros(3), np.zeros(4))
     Traceback (most recent call last):
     ...
-    ValueError: from_arrays needs arrays of equal length, got lengths [3, 4] (array 0 has 3 rows, array 1 has 4 rows)
+    readers.errors.BadValue: from_arrays needs arrays of equal length, got lengths [3, 4] (array 0 has 3 rows, array 1 has 4 rows)
     >>> [tuple(int(v) for v in entry) for entry in from_arrays(np.array([5, 6]))()]  # one array: 1-tuples
     [(5,), (6,)]
 
@@ -71,17 +72,17 @@ def from_arrays(*arrays: Any) -> FromArrays:
         np_array, from_sequence
     """
     if not arrays:
-        raise ValueError("from_arrays needs at least one array")
+        raise BadValue("from_arrays needs at least one array")
     converted = []
     for k, a in enumerate(arrays):
         a = np.asarray(a)
         if a.ndim == 0:
-            raise ValueError(f"from_arrays: array {k} is a scalar; give arrays with a first (row) axis")
+            raise BadValue(f"from_arrays: array {k} is a scalar; give arrays with a first (row) axis")
         converted.append(a)
     lengths = [len(a) for a in converted]
     if len(set(lengths)) > 1:
         detail = ", ".join(f"array {k} has {n} rows" for k, n in enumerate(lengths))
-        raise ValueError(f"from_arrays needs arrays of equal length, got lengths {lengths} ({detail})")
+        raise BadValue(f"from_arrays needs arrays of equal length, got lengths {lengths} ({detail})")
     return FromArrays(tuple(converted))
 
 
@@ -123,7 +124,7 @@ def np_array(x: Any) -> NpArray:
     """
     a = np.asarray(x)
     if a.ndim == 0:
-        raise ValueError(f"np_array needs an array with at least one axis, got the scalar {a!r}")
+        raise BadValue(f"np_array needs an array with at least one axis, got the scalar {a!r}")
     return NpArray(a)
 
 
@@ -161,10 +162,10 @@ def from_sequence(seq: Sequence) -> FromSequence:
     >>> from_sequence(x for x in "ab")
     Traceback (most recent call last):
     ...
-    TypeError: from_sequence needs a sequence with len and [i], got generator; for a one-shot iterable write a generator function and use it as the reader
+    readers.errors.BadType: from_sequence needs a sequence with len and [i], got generator; for a one-shot iterable write a generator function and use it as the reader
     """
     if not (hasattr(seq, "__len__") and hasattr(seq, "__getitem__")) or isinstance(seq, Stage) and not is_indexed(seq):
-        raise TypeError(
+        raise BadType(
             f"from_sequence needs a sequence with len and [i], got {type(seq).__name__}; for a "
             "one-shot iterable write a generator function and use it as the reader"
         )

@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from readers.errors import BadValue
 from readers.sources.datafiles import DataFile, Progress
 from readers.sources.mnist import Mnist
 from readers.stage import IndexedReader
@@ -53,12 +54,12 @@ def key_and_time(entry: Sequence[Any]) -> tuple[int, float]:
     >>> key_and_time((7,))
     Traceback (most recent call last):
     ...
-    ValueError: an entry of a timestamped stream ends in the columns (key, time); got an entry of 1 column: (7,)
+    readers.errors.BadValue: an entry of a timestamped stream ends in the columns (key, time); got an entry of 1 column: (7,)
     """
     if not isinstance(entry, (tuple, list)) or len(entry) < 2:
         size = f"of {len(entry)} column{'s' * (len(entry) != 1)}" if isinstance(entry, (tuple, list)) else "that is no tuple"
-        raise ValueError(f"an entry of a timestamped stream ends in the columns (key, time); got an entry {size}: "
-                         f"{entry!r}")
+        raise BadValue(f"an entry of a timestamped stream ends in the columns (key, time); got an entry {size}: "
+                       f"{entry!r}")
     return int(entry[KEY_COLUMN]), float(entry[TIME_COLUMN])
 
 
@@ -70,11 +71,11 @@ def classes_of(task: int) -> tuple[int, int]:
     >>> classes_of(5)
     Traceback (most recent call last):
     ...
-    ValueError: classes_of: task must be an int in 0..4 (Split-MNIST has 5 tasks), got 5
+    readers.errors.BadValue: classes_of: task must be an int in 0..4 (Split-MNIST has 5 tasks), got 5
     """
     if isinstance(task, (bool, np.bool_)) or not isinstance(task, (int, np.integer)) or not 0 <= task < MAX_TASKS:
-        raise ValueError(f"classes_of: task must be an int in 0..{MAX_TASKS - 1} (Split-MNIST has {MAX_TASKS} "
-                         f"tasks), got {task!r}")
+        raise BadValue(f"classes_of: task must be an int in 0..{MAX_TASKS - 1} (Split-MNIST has {MAX_TASKS} "
+                       f"tasks), got {task!r}")
     return 2 * int(task), 2 * int(task) + 1
 
 
@@ -89,14 +90,14 @@ def task_of(label: Any) -> Any:
 
 def _checked_tasks(tasks: Any, where: str) -> int:
     if isinstance(tasks, (bool, np.bool_)) or not isinstance(tasks, (int, np.integer)) or not 1 <= tasks <= MAX_TASKS:
-        raise ValueError(f"{where}: tasks must be an int in 1..{MAX_TASKS} (task k holds classes 2k and 2k+1, "
-                         f"so {MAX_TASKS} tasks cover MNIST's ten), got {tasks!r}")
+        raise BadValue(f"{where}: tasks must be an int in 1..{MAX_TASKS} (task k holds classes 2k and 2k+1, "
+                       f"so {MAX_TASKS} tasks cover MNIST's ten), got {tasks!r}")
     return int(tasks)
 
 
 def _checked_seed(seed: Any, where: str) -> int:
     if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)) or seed < 0:
-        raise ValueError(f"{where}: seed must be an int >= 0 (it orders the entries within each task), got {seed!r}")
+        raise BadValue(f"{where}: seed must be an int >= 0 (it orders the entries within each task), got {seed!r}")
     return int(seed)
 
 
@@ -181,8 +182,8 @@ def _split(split: str, data_dir: str | os.PathLike | None, download: bool, tasks
     tasks, seed = _checked_tasks(tasks, where), _checked_seed(seed, where)
     if per_task is not None and (isinstance(per_task, (bool, np.bool_)) or not isinstance(per_task, (int, np.integer))
                                  or per_task < 1):
-        raise ValueError(f"{where}: per_task must be an int >= 1 (entries kept of each task) or None for all, "
-                         f"got {per_task!r}")
+        raise BadValue(f"{where}: per_task must be an int >= 1 (entries kept of each task) or None for all, "
+                       f"got {per_task!r}")
     mnist = Mnist(split, None if data_dir is None else os.fspath(data_dir), download, progress)
     return SplitMnist(mnist, tasks, seed, None if per_task is None else int(per_task))
 
@@ -218,7 +219,7 @@ def train(data_dir: str | os.PathLike | None = None, *, download: bool = True, t
     >>> train(d, tasks=6)
     Traceback (most recent call last):
     ...
-    ValueError: split_mnist.train: tasks must be an int in 1..5 (task k holds classes 2k and 2k+1, ...), got 6
+    readers.errors.BadValue: split_mnist.train: tasks must be an int in 1..5 (task k holds classes 2k and 2k+1, ...), got 6
     """
     return _split("train", data_dir, download, tasks, seed, per_task, progress, "split_mnist.train")
 

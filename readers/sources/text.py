@@ -5,13 +5,14 @@ import codecs
 import os
 from collections.abc import Iterator
 
+from readers.errors import BadValue, MissingFile, ReaderkitError
 from readers.identity import file_digest
 from readers.stage import Stage
 
 __all__ = ["TextDecodeError", "text_file"]
 
 
-class TextDecodeError(UnicodeDecodeError):
+class TextDecodeError(ReaderkitError, UnicodeDecodeError):
     """Bytes of a text file that do not decode; the message names the file and line and says what to do."""
 
     def __init__(self, encoding: str, data: bytes, start: int, end: int, reason: str, message: str = ""):
@@ -31,7 +32,7 @@ class TextFile(Stage):
 
     def _stream(self, pass_id: int) -> Iterator[str]:
         if not os.path.isfile(self.path):
-            raise FileNotFoundError(f"text_file: no file at {self.path!r} (cwd {os.getcwd()!r}); check the path")
+            raise MissingFile(f"text_file: no file at {self.path!r} (cwd {os.getcwd()!r}); check the path")
         return _lines(self.path, self.encoding, self.errors)
 
     def _options(self) -> str:
@@ -100,6 +101,6 @@ def text_file(path: str | os.PathLike, encoding: str = "utf-8", errors: str = "s
         try:
             find(name)
         except (LookupError, TypeError):
-            raise ValueError(f"text_file: unknown {kind} {name!r}; give one open() takes, e.g. "
-                             f"{'utf-8 or latin-1' if kind == 'encoding' else 'strict, replace or ignore'}") from None
+            raise BadValue(f"text_file: unknown {kind} {name!r}; give one open() takes, e.g. "
+                           f"{'utf-8 or latin-1' if kind == 'encoding' else 'strict, replace or ignore'}") from None
     return TextFile(os.fspath(path), encoding, errors)

@@ -40,6 +40,8 @@ from typing import Any
 
 import numpy as np
 
+from readers.errors import BadType, BadValue
+
 __all__ = ["CorruptEntry", "decode", "encode", "size_of"]
 
 MAGIC = b"RKC1"
@@ -48,7 +50,7 @@ _ALIGN = 8
 _PLAIN = (type(None), bool, int, float, str)
 
 
-class CorruptEntry(ValueError):
+class CorruptEntry(BadValue):
     """A stored blob that does not decode: cut short, or not written by this codec."""
 
 
@@ -57,9 +59,9 @@ def _array_spec(a: np.ndarray, where: str) -> list:
     their padding and nesting); refused, naming ``where``, when it has no raw bytes to store."""
     descr = _descr(a.dtype)
     if descr is None:
-        raise TypeError(f"{where} is an array of {a.dtype} values, which have no raw bytes to store on disk: "
-                        "return arrays of numbers, strings or plain records, or cache in memory only "
-                        "(directory=None)")
+        raise BadType(f"{where} is an array of {a.dtype} values, which have no raw bytes to store on disk: "
+                      "return arrays of numbers, strings or plain records, or cache in memory only "
+                      "(directory=None)")
     return [descr, list(a.shape)]
 
 
@@ -94,7 +96,7 @@ def encode(value: Any) -> bytes:
     >>> encode(object())
     Traceback (most recent call last):
     ...
-    TypeError: entry is of type object, which cannot be stored on disk: return arrays, numbers, strings, bytes, or tuples, lists and dicts of them, or cache in memory only (directory=None)
+    readers.errors.BadType: entry is of type object, which cannot be stored on disk: return arrays, numbers, strings, bytes, or tuples, lists and dicts of them, or cache in memory only (directory=None)
     """
     arrays: list[np.ndarray] = []
 
@@ -121,19 +123,19 @@ def encode(value: Any) -> bytes:
             return ["d", [[tree(k, f"{where} key"), tree(x, f"{where}[{k!r}]")] for k, x in v.items()]]
         if isinstance(v, (tuple, list, dict)):
             base = next(t for t in (tuple, list, dict) if isinstance(v, t)).__name__
-            raise TypeError(f"{where} is a {type(v).__qualname__}, which would come back from disk a plain {base}: "
-                            f"return a plain {base} ({base}(x)), or cache in memory only (directory=None)")
-        raise TypeError(f"{where} is of type {type(v).__qualname__}, which cannot be stored on disk: return arrays, "
-                        "numbers, strings, bytes, or tuples, lists and dicts of them, or cache in memory only "
-                        "(directory=None)")
+            raise BadType(f"{where} is a {type(v).__qualname__}, which would come back from disk a plain {base}: "
+                          f"return a plain {base} ({base}(x)), or cache in memory only (directory=None)")
+        raise BadType(f"{where} is of type {type(v).__qualname__}, which cannot be stored on disk: return arrays, "
+                      "numbers, strings, bytes, or tuples, lists and dicts of them, or cache in memory only "
+                      "(directory=None)")
 
     specs: list[list] = []
     shape = tree(value, "entry")
     try:
         header = json.dumps([shape, specs], separators=(",", ":")).encode()
     except ValueError as exc:  # an int of thousands of digits
-        raise TypeError(f"entry holds a value JSON cannot write ({exc}): cache it in memory only "
-                        "(directory=None)") from None
+        raise BadType(f"entry holds a value JSON cannot write ({exc}): cache it in memory only "
+                      "(directory=None)") from None
     parts = [_HEAD.pack(MAGIC, len(header)), header]
     at = _HEAD.size + len(header)
     for a in arrays:
@@ -161,18 +163,18 @@ def decode(blob: bytes) -> Any:
     try:
         magic, size = _HEAD.unpack_from(blob)
         if magic != MAGIC:
-            raise ValueError("not a cached entry")
+            raise BadValue("not a cached entry")
         shape, layout = _header(blob[_HEAD.size:_HEAD.size + size])
         at = _HEAD.size + size
         arrays = []
         for dt, dims, count in layout:
             at += -at % _ALIGN
             if at + count * dt.itemsize > len(blob):
-                raise ValueError("arrays run past the end")
+                raise BadValue("arrays run past the end")
             arrays.append(np.frombuffer(blob, dtype=dt, count=count, offset=at).reshape(dims))
             at += count * dt.itemsize
         if at != len(blob):
-            raise ValueError("bytes left over")
+            raise BadValue("bytes left over")
         return _rebuild(shape, arrays)
     except (ValueError, TypeError, KeyError, IndexError, struct.error, RecursionError) as exc:
         raise CorruptEntry(f"a cached entry of {len(blob)} bytes is cut short or was not written by readerkit's "
@@ -189,7 +191,7 @@ def _header(header: bytes) -> tuple[Any, tuple]:
         dt = _dtype(dtype)
         dims = tuple(int(n) for n in dims)
         if any(n < 0 for n in dims):
-            raise ValueError("a negative dimension")
+            raise BadValue("a negative dimension")
         layout.append((dt, dims, math.prod(dims)))
     return shape, tuple(layout)
 
@@ -210,7 +212,7 @@ def _rebuild(t: Any, arrays: list[np.ndarray]) -> Any:
         return [_rebuild(x, arrays) for x in body]
     if tag == "d":
         return {_rebuild(k, arrays): _rebuild(x, arrays) for k, x in body}
-    raise ValueError(f"unknown tag {tag!r}")
+    raise BadValue(f"unknown tag {tag!r}")
 
 
 def size_of(value: Any) -> int:

@@ -39,6 +39,8 @@ import zlib
 from collections.abc import Iterator
 from typing import NamedTuple
 
+from readers.errors import BadValue, FileError
+
 __all__ = ["BUSY_S", "Database", "FileFormat", "Marks", "blob_crc", "check_crc", "connect", "damaged", "read_marks",
            "transaction"]
 
@@ -104,9 +106,9 @@ class FileFormat:
         """The error for a file that cannot be put in WAL mode (as on some network file systems).
 
         >>> FileFormat().no_wal("/d/x.db")
-        OSError('/d/x.db cannot be put in WAL mode (a network file system?): give a path on a local disk')
+        FileError('/d/x.db cannot be put in WAL mode (a network file system?): give a path on a local disk')
         """
-        return OSError(f"{path} cannot be put in WAL mode (a network file system?): give a path on a local disk")
+        return FileError(f"{path} cannot be put in WAL mode (a network file system?): give a path on a local disk")
 
     def failed(self, path: str, exc: sqlite3.DatabaseError) -> BaseException | None:
         """The error to raise for sqlite's ``exc`` while the file at ``path`` is opened; None raises ``exc``.
@@ -244,7 +246,7 @@ class Database:
     >>> database.transaction(write=False).__enter__()
     Traceback (most recent call last):
     ...
-    ValueError: the notes are closed: open them again
+    readers.errors.BadValue: the notes are closed: open them again
     """
 
     def __init__(self, connection: sqlite3.Connection, closed: str):
@@ -257,7 +259,7 @@ class Database:
         """One ``transaction`` in this thread's turn on the connection (see the class)."""
         with self._lock:
             if self._connection is None:
-                raise ValueError(self._closed)
+                raise BadValue(self._closed)
             with transaction(self._connection, write) as db:
                 yield db
 
@@ -285,9 +287,9 @@ def damaged(what: str, remedy: str, why: str = "its CRC-32 does not match") -> V
     """The error for a stored value changed outside readerkit: ``what`` it is, ``why`` it is refused, the ``remedy``.
 
     >>> damaged("trigger 0 of pipeline 1", "write the set again")
-    ValueError('trigger 0 of pipeline 1 is damaged (its CRC-32 does not match): the file was changed outside readerkit; write the set again')
+    BadValue('trigger 0 of pipeline 1 is damaged (its CRC-32 does not match): the file was changed outside readerkit; write the set again')
     """
-    return ValueError(f"{what} is damaged ({why}): the file was changed outside readerkit; {remedy}")
+    return BadValue(f"{what} is damaged ({why}): the file was changed outside readerkit; {remedy}")
 
 
 def check_crc(crc: int, what: str, remedy: str, *parts: bytes | None) -> None:
@@ -297,7 +299,7 @@ def check_crc(crc: int, what: str, remedy: str, *parts: bytes | None) -> None:
     >>> check_crc(0, "trigger 0", "write the set again", b"12345678")
     Traceback (most recent call last):
     ...
-    ValueError: trigger 0 is damaged (its CRC-32 does not match): the file was changed outside readerkit; write the set again
+    readers.errors.BadValue: trigger 0 is damaged (its CRC-32 does not match): the file was changed outside readerkit; write the set again
     """
     if blob_crc(*parts) != crc:
         raise damaged(what, remedy)

@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from readers.checks import check_reader, whole
+from readers.errors import BadType, BadValue
 from readers.graph import Node, Share, describe
 from readers.parents import access_of, as_indexed, open_plan
 from readers.plans import Plan, slice_chunks
@@ -45,30 +46,30 @@ LIMIT = 2 ** 63 - 1
 def _sorted_clients(clients: Any) -> list:
     """The clients as a sorted list, checked: any hashable, sortable ids of one kind, none twice."""
     if isinstance(clients, (str, bytes)) or not isinstance(clients, Iterable):
-        raise TypeError(f"assign_batches: clients must be a collection of client ids (rank ints, names), got "
-                        f"{type(clients).__name__} {clients!r}")
+        raise BadType(f"assign_batches: clients must be a collection of client ids (rank ints, names), got "
+                      f"{type(clients).__name__} {clients!r}")
     ids = list(clients)
     if not ids:
-        raise ValueError("assign_batches: clients is empty; a round needs at least one client to read its batch")
+        raise BadValue("assign_batches: clients is empty; a round needs at least one client to read its batch")
     try:
         unique = len(set(ids))
         ids.sort()
     except TypeError:
         kinds = sorted({type(c).__name__ for c in ids})
-        raise TypeError(f"assign_batches: clients must be hashable ids of one sortable kind (rank ints, or "
-                        f"names), got {', '.join(kinds)}: e.g. {ids[:3]!r}; give every client an id of one "
-                        "kind") from None
+        raise BadType(f"assign_batches: clients must be hashable ids of one sortable kind (rank ints, or "
+                      f"names), got {', '.join(kinds)}: e.g. {ids[:3]!r}; give every client an id of one "
+                      "kind") from None
     if unique < len(ids):
         twice = next(a for a, b in zip(ids, ids[1:]) if a == b)
-        raise ValueError(f"assign_batches: client {twice!r} is listed twice; every client of a round appears "
-                         "once (drop the repeat)")
+        raise BadValue(f"assign_batches: client {twice!r} is listed twice; every client of a round appears "
+                       "once (drop the repeat)")
     return ids
 
 
 def _check_seed(seed: Any) -> int:
     if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)) or seed < 0:
-        raise ValueError(f"assign_batches: seed must be an int >= 0, the round's seed that every client shares, "
-                         f"got {seed!r}")
+        raise BadValue(f"assign_batches: seed must be an int >= 0, the round's seed that every client shares, "
+                       f"got {seed!r}")
     return int(seed)
 
 
@@ -98,7 +99,7 @@ def assign_batches(clients: Iterable[Hashable], *, data_index: int, global_batch
     >>> assign_batches([1, 1], data_index=0, global_batch_size=2, seed=1)
     Traceback (most recent call last):
     ...
-    ValueError: assign_batches: client 1 is listed twice; every client of a round appears once (drop the repeat)
+    readers.errors.BadValue: assign_batches: client 1 is listed twice; every client of a round appears once (drop the repeat)
 
     See Also:
         readers.tokenized.schedule.BatchSchedule: the data index and global batch size of every step.
@@ -109,8 +110,8 @@ def assign_batches(clients: Iterable[Hashable], *, data_index: int, global_batch
     size = whole(global_batch_size, "global_batch_size", "assign_batches", 1, floats=False)
     seed = _check_seed(seed)
     if data_index + size > LIMIT:
-        raise ValueError(f"assign_batches: the batch [{data_index}, {data_index + size}) ends past sample "
-                         f"{LIMIT}, the last a plan can index; check data_index and global_batch_size")
+        raise BadValue(f"assign_batches: the batch [{data_index}, {data_index + size}) ends past sample "
+                       f"{LIMIT}, the last a plan can index; check data_index and global_batch_size")
     order = np.argsort(np.random.PCG64(seed).random_raw(len(ids)), kind="stable")
     base, extra = divmod(size, len(ids))
     busy = len(ids) if base else extra
@@ -164,10 +165,10 @@ class RoundShare(Stage):
         same = plan.source is source or (isinstance(plan.source, Node) and isinstance(source, Node)
                                          and plan.source.identity() == source.identity())
         if not same:
-            raise ValueError(f"round_share: {describe(self.parents[0])} reads pass {pass_id} from "
-                             f"{describe(plan.source)} and the pass before from {describe(source)}, so a share "
-                             "that crosses passes cannot gather both with one source; give round_share a reader "
-                             "whose passes differ only in their order (a shuffle of an indexed reader)")
+            raise BadValue(f"round_share: {describe(self.parents[0])} reads pass {pass_id} from "
+                           f"{describe(plan.source)} and the pass before from {describe(source)}, so a share "
+                           "that crosses passes cannot gather both with one source; give round_share a reader "
+                           "whose passes differ only in their order (a shuffle of an indexed reader)")
         return plan.chunks
 
     def identity(self) -> str:
@@ -188,9 +189,9 @@ def _interval(value: Any, client: Any) -> tuple[int, int]:
     ok = isinstance(value, (tuple, list)) and len(value) == 2 and not any(
         isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)) for v in value)
     if not ok or not 0 <= value[0] <= value[1]:
-        raise ValueError(f"round_share: client {client!r} has interval {value!r}; an assignment maps each client "
-                         "to an inclusive (start, end) of sample indices, 0 <= start <= end, as assign_batches "
-                         "gives it")
+        raise BadValue(f"round_share: client {client!r} has interval {value!r}; an assignment maps each client "
+                       "to an inclusive (start, end) of sample indices, 0 <= start <= end, as assign_batches "
+                       "gives it")
     return int(value[0]), int(value[1])
 
 
@@ -216,7 +217,7 @@ def round_share(reader: Any, assignment: Mapping[Hashable, tuple[int, int]], cli
     >>> round_share(data, assignment, "c")
     Traceback (most recent call last):
     ...
-    ValueError: round_share: client 'c' has no share in this assignment (its clients: 'a', 'b'); a client with nothing to do is left out of a round whose global batch is smaller than its number of clients: skip the round
+    readers.errors.BadValue: round_share: client 'c' has no share in this assignment (its clients: 'a', 'b'); a client with nothing to do is left out of a round whose global batch is smaller than its number of clients: skip the round
     """
     check_reader(reader)
     indexed = as_indexed(reader) or reader
@@ -225,18 +226,18 @@ def round_share(reader: Any, assignment: Mapping[Hashable, tuple[int, int]], cli
     except TypeError:
         n = None
     if n is None:
-        raise ValueError(f"round_share needs an indexed reader (len and [i]), or a shuffle of one, and "
-                         f"{describe(reader)!r} is not one: a round's samples are numbered by sample index")
+        raise BadValue(f"round_share needs an indexed reader (len and [i]), or a shuffle of one, and "
+                       f"{describe(reader)!r} is not one: a round's samples are numbered by sample index")
     if n == 0:
-        raise ValueError(f"round_share: {describe(reader)!r} has no entries, so no sample of the run can be read")
+        raise BadValue(f"round_share: {describe(reader)!r} has no entries, so no sample of the run can be read")
     if not isinstance(assignment, Mapping):
-        raise TypeError(f"round_share: assignment must be the dict assign_batches returns, {{client: (start, end)}}, "
-                        f"got {type(assignment).__name__} {assignment!r}")
+        raise BadType(f"round_share: assignment must be the dict assign_batches returns, {{client: (start, end)}}, "
+                      f"got {type(assignment).__name__} {assignment!r}")
     if client not in assignment:
         known = ", ".join(map(repr, itertools.islice(assignment, 8))) + (", ..." if len(assignment) > 8 else "")
-        raise ValueError(f"round_share: client {client!r} has no share in this assignment (its clients: {known}); "
-                         "a client with nothing to do is left out of a round whose global batch is smaller than "
-                         "its number of clients: skip the round")
+        raise BadValue(f"round_share: client {client!r} has no share in this assignment (its clients: {known}); "
+                       "a client with nothing to do is left out of a round whose global batch is smaller than "
+                       "its number of clients: skip the round")
     start, end = _interval(assignment[client], client)
     starts = sorted(_interval(value, other)[0] for other, value in assignment.items())
     return RoundShare(indexed, start, end, bisect.bisect_left(starts, start), len(assignment))

@@ -13,6 +13,8 @@ import re
 from collections.abc import Collection
 from typing import Any
 
+from readers.errors import BadValue
+
 try:
     import tomllib
 except ModuleNotFoundError:  # Python 3.10: tomli is the same parser, published on its own
@@ -49,7 +51,7 @@ EXAMPLES = {
 _AT = re.compile(r"\s*\(at (?:line (\d+), column (\d+)|end of document)\)$")
 
 
-class RunFileError(ValueError):
+class RunFileError(BadValue):
     """A data.toml or state.toml that cannot be used: ``path``, dotted ``key`` (None for the whole file),
     ``problem`` and ``fix``, all in the message."""
 

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from readers.digests import array_digest, hasher
+from readers.errors import BadType, BadValue
 from readers.stage import IndexedReader
 
 __all__ = ["TokenFileError", "Tokens", "tokenize_bytes", "tokens"]
@@ -35,7 +36,7 @@ SUFFIXES = (".bin", ".npy")
 _INT32_MAX = np.iinfo(np.int32).max
 
 
-class TokenFileError(ValueError):
+class TokenFileError(BadValue):
     """A token file that cannot be read as asked; the message names the file and the fault."""
 
 
@@ -44,7 +45,7 @@ def _files(path: Any) -> list[str]:
     if isinstance(path, (str, os.PathLike)):
         path = [path]
     elif not isinstance(path, Sequence) or not path:
-        raise TypeError(f"tokens: path must be a file, a folder or a non-empty list of them, got {path!r}")
+        raise BadType(f"tokens: path must be a file, a folder or a non-empty list of them, got {path!r}")
     found = []
     for item in map(os.fspath, path):
         if os.path.isdir(item):
@@ -104,7 +105,7 @@ MAPPED = 128
 
 def _check_token_size(token_size: Any, where: str) -> None:
     if token_size not in TOKEN_DTYPES or isinstance(token_size, bool):
-        raise ValueError(f"{where}: token_size must be 2 or 4 (bytes per token), got {token_size!r}")
+        raise BadValue(f"{where}: token_size must be 2 or 4 (bytes per token), got {token_size!r}")
 
 
 class Tokens(IndexedReader):
@@ -251,8 +252,8 @@ def tokens(path: Any, *, seq_len: int, token_size: int = 2) -> Tokens:
     readers.tokenized.windows.TokenFileError: .../c.bin has 18 bytes, not a multiple of token_size=4: it was cut short, or written with another token size (try token_size=2)
     """
     if isinstance(seq_len, bool) or not isinstance(seq_len, (int, np.integer)) or seq_len < 1:
-        raise ValueError(f"tokens: seq_len must be an int >= 1 (tokens per window, before the next-token "
-                         f"target), got {seq_len!r}")
+        raise BadValue(f"tokens: seq_len must be an int >= 1 (tokens per window, before the next-token "
+                       f"target), got {seq_len!r}")
     _check_token_size(token_size, "tokens")
     return Tokens(_files(path), int(seq_len), int(token_size))
 
@@ -277,7 +278,7 @@ def tokenize_bytes(sources: Sequence[Any], out: Any, *, token_size: int = 2, nam
     _check_token_size(token_size, "tokenize")
     sources = [os.fspath(s) for s in sources]
     if not sources:
-        raise ValueError("tokenize: give at least one text file to tokenize")
+        raise BadValue("tokenize: give at least one text file to tokenize")
     for source in sources:
         if not os.path.isfile(source):
             raise TokenFileError(f"{source}: no such file (a folder?); give text files to tokenize")

@@ -28,6 +28,7 @@ from multiprocessing import reduction
 from multiprocessing.connection import wait
 from typing import Any
 
+from readers.errors import BadType
 from readers.graph import describe
 from readers.workers import process as pool_process
 from readers.workers import shared_memory as shm
@@ -164,8 +165,8 @@ class Processes:
         try:
             blob = pickle.dumps(job, pickle.HIGHEST_PROTOCOL)
             if names := interactive_names(blob):
-                raise TypeError(f"it uses {', '.join(names)} from this interactive session (__main__), which a "
-                                "new process cannot import: define it in a module (a .py file) and import it")
+                raise BadType(f"it uses {', '.join(names)} from this interactive session (__main__), which a "
+                              "new process cannot import: define it in a module (a .py file) and import it")
             return blob
         except Exception as exc:
             fix = ("build it from module-level functions (a module-level generator function, functools.partial of "
@@ -179,8 +180,8 @@ class Processes:
                        "workers need)")
             else:
                 fix += ", or pass start_method='fork'"
-            raise TypeError(f"{self.pool.name}: the reader of worker {w} ({describe(job)}) cannot be pickled for the "
-                            f"{self.method!r} start method ({exc}); {fix}") from exc
+            raise BadType(f"{self.pool.name}: the reader of worker {w} ({describe(job)}) cannot be pickled for the "
+                          f"{self.method!r} start method ({exc}); {fix}") from exc
 
     def start(self, w: int, cursor: int) -> None:
         mine, theirs = self.ctx.Pipe(duplex=True)

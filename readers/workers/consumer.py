@@ -27,6 +27,7 @@ from typing import Any
 
 import toolz
 
+from readers.errors import ReaderkitError
 from readers.position import advance, check_resumable
 from readers.workers import worker as pool_worker
 from readers.workers.channels import Died, Processes, Threads
@@ -35,7 +36,7 @@ from readers.workers.forwarding import unpack_error
 __all__ = ["PassStats", "Pool", "WorkerDiedError"]
 
 
-class WorkerDiedError(RuntimeError):
+class WorkerDiedError(ReaderkitError, RuntimeError):
     """A worker process ended without finishing its reader or reporting an error."""
 
 

@@ -10,6 +10,7 @@ import math
 from collections.abc import Callable, Sequence
 
 from readers.checks import check_reader
+from readers.errors import BadType, BadValue
 from readers.graph import describe
 from readers.identity import function_identity
 from readers.ops.maps import Mapped
@@ -76,13 +77,13 @@ def xmap_readers(mapper: Callable, reader: Reader, process_num: int, buffer_size
     >>> xmap_readers(abs, from_sequence([1]), 2, 0)
     Traceback (most recent call last):
     ...
-    ValueError: xmap_readers buffer_size must be at least 1, got 0; it bounds the entries in flight, e.g. give 2 * process_num
+    readers.errors.BadValue: xmap_readers buffer_size must be at least 1, got 0; it bounds the entries in flight, e.g. give 2 * process_num
 
     See Also:
         prefetch, buffered, multiprocess_reader
     """
     if not callable(mapper):
-        raise TypeError(f"xmap_readers mapper must be callable, got {type(mapper).__name__} {mapper!r}")
+        raise BadType(f"xmap_readers mapper must be callable, got {type(mapper).__name__} {mapper!r}")
     check_reader(reader)
     process_num = count_option(process_num, "xmap_readers process_num", 1, "it is the number of workers")
     buffer_size = count_option(buffer_size, "xmap_readers buffer_size", 1,
@@ -107,7 +108,7 @@ class MultiprocessReader(Prefetch):
     unresumable = "multiprocess_reader merges its readers in whatever order their entries arrive"
 
     def __len__(self) -> int:
-        raise TypeError("multiprocess_reader has no length")
+        raise BadType("multiprocess_reader has no length")
 
     def _options(self) -> str:
         n = len(self.parents)
@@ -142,10 +143,10 @@ def multiprocess_reader(readers: Sequence[Reader], use_pipe: bool = True, queue_
         prefetch, buffered, xmap_readers
     """
     if not isinstance(readers, (list, tuple)):
-        raise TypeError(f"multiprocess_reader needs a list of readers, got {type(readers).__name__} "
-                        f"{describe(readers)!r}; wrap a single reader in a list")
+        raise BadType(f"multiprocess_reader needs a list of readers, got {type(readers).__name__} "
+                      f"{describe(readers)!r}; wrap a single reader in a list")
     if not readers:
-        raise ValueError("multiprocess_reader needs at least one reader, got an empty list")
+        raise BadValue("multiprocess_reader needs at least one reader, got an empty list")
     for i, r in enumerate(readers):
         check_reader(r, f"multiprocess_reader readers[{i}]")
     restarts = check_options("multiprocess_reader", "process", start_method, restarts)

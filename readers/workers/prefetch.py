@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from readers.checks import check_reader
+from readers.errors import BadType, BadValue
 from readers.graph import describe
 from readers.launch import local_worker
 from readers.ops.sharding import Shard, follows_workers
@@ -39,14 +40,14 @@ def count_option(value: Any, name: str, minimum: int | None = None, hint: str = 
     >>> count_option(0, "prefetch workers", 1, "it is the number of workers")
     Traceback (most recent call last):
     ...
-    ValueError: prefetch workers must be at least 1, got 0; it is the number of workers
+    readers.errors.BadValue: prefetch workers must be at least 1, got 0; it is the number of workers
     """
     try:
         n = operator.index(value)
     except TypeError:
-        raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}") from None
+        raise BadType(f"{name} must be an int, got {type(value).__name__} {value!r}") from None
     if minimum is not None and n < minimum:
-        raise ValueError(f"{name} must be at least {minimum}, got {n!r}; {hint}")
+        raise BadValue(f"{name} must be at least {minimum}, got {n!r}; {hint}")
     return n
 
 
@@ -58,19 +59,19 @@ def check_options(where: str, mode: str, start_method: str | None, restarts: Any
     >>> check_options("prefetch", "thread", None, 1)
     Traceback (most recent call last):
     ...
-    ValueError: prefetch restarts=1 needs mode='process': threads cannot be killed alone
+    readers.errors.BadValue: prefetch restarts=1 needs mode='process': threads cannot be killed alone
     """
     if persistent and mode != "process":
-        raise ValueError(f"{where} persistent=True keeps worker processes between passes, so it needs "
-                         f"mode='process' (got mode={mode!r}); threads start in microseconds and are not kept")
+        raise BadValue(f"{where} persistent=True keeps worker processes between passes, so it needs "
+                       f"mode='process' (got mode={mode!r}); threads start in microseconds and are not kept")
     if mode not in MODES:
-        raise ValueError(f"{where} mode must be 'thread' or 'process', got {mode!r}")
+        raise BadValue(f"{where} mode must be 'thread' or 'process', got {mode!r}")
     methods = multiprocessing.get_all_start_methods()
     if start_method is not None and start_method not in methods:
-        raise ValueError(f"{where} start_method must be one of {methods} or None, got {start_method!r}")
+        raise BadValue(f"{where} start_method must be one of {methods} or None, got {start_method!r}")
     restarts = count_option(restarts, f"{where} restarts", 0, "it is how often a dead worker process may restart")
     if restarts and mode != "process":
-        raise ValueError(f"{where} restarts={restarts} needs mode='process': threads cannot be killed alone")
+        raise BadValue(f"{where} restarts={restarts} needs mode='process': threads cannot be killed alone")
     return restarts
 
 

@@ -24,6 +24,7 @@ from collections.abc import Iterator
 from multiprocessing import reduction
 from typing import Any
 
+from readers.errors import BadType
 from readers.parents import iterate
 from readers.passes import close_iterator, end_pass
 from readers.workers import shared_memory as shm
@@ -128,7 +129,7 @@ def _load(job: Any, w: int) -> Any:
     try:
         return pickle.loads(job)
     except Exception as exc:
-        raise TypeError(
+        raise BadType(
             f"worker {w} could not load its reader ({exc!r}); a spawned worker imports it, so build it "
             "from module-level functions of an importable module (not __main__ or a test file), "
             "or use start_method='fork'") from exc

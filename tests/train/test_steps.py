@@ -5,6 +5,7 @@ import pytest
 import readers
 from readers.tokenized.schedule import BatchSchedule
 from train.checkpoints.files import CheckpointError, load_checkpoint
+from train.checkpoints.resume import Difference, ResumeRefused
 from train.checkpoints.settings import Checkpoints
 from train.models.language import NextTokenMLP
 from train.steps import train_steps
@@ -83,9 +84,10 @@ def test_a_resumed_run_ends_with_the_weights_and_log_of_an_uninterrupted_one(tmp
 def test_a_resume_with_another_schedule_or_data_is_refused(tmp_path):
     ck = str(tmp_path / "ck")
     train_steps(_data(), model=_model(), schedule=SCHEDULE, steps=5, checkpoints=Checkpoints(ck))
-    with pytest.raises(CheckpointError, match=r"schedule: \[4, 12, 200, 8\] then, \[4, 16, 200, 8\] now"):
+    with pytest.raises(ResumeRefused, match=r"schedule: \[4, 12, 200, 8\] then, \[4, 16, 200, 8\] now") as refused:
         train_steps(_data(), model=_model(), schedule=BatchSchedule(4, 16, 200, 8), steps=10,
                     checkpoints=Checkpoints(ck, resume=True))
+    assert refused.value.settings == [Difference("schedule", [4, 12, 200, 8], [4, 16, 200, 8])]
     with pytest.raises(CheckpointError, match="pipeline: stage 0 was 'shuffle.*seed=0\\)', now '.*seed=1\\)'"):
         train_steps(_data(seed=1), model=_model(), schedule=SCHEDULE, steps=10,
                     checkpoints=Checkpoints(ck, resume=True))

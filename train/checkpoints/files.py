@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from readers.errors import BadType
 from train.checkpoints.folders import (
     FILE,
     START_OVER,
@@ -102,7 +103,7 @@ def _write(directory: str, model_state: dict[str, Any], meta: dict[str, Any]) ->
     arrays = {f"model/{k}": np.asarray(v) for k, v in model_state.items()}
     for key, value in arrays.items():
         if value.dtype == object:
-            raise TypeError(f"save_checkpoint: model state {key[6:]!r} is not numeric ({type(model_state[key[6:]]).__name__}); state_dict() must hold arrays and numbers")
+            raise BadType(f"save_checkpoint: model state {key[6:]!r} is not numeric ({type(model_state[key[6:]]).__name__}); state_dict() must hold arrays and numbers")
     arrays["meta"] = np.array(json.dumps(meta))
     _sweep_parts(directory)  # a save killed before its rename leaves a part file that nothing else would remove
     fd, tmp = tempfile.mkstemp(prefix=f".checkpoint.{os.getpid()}.", suffix=".npz.part", dir=directory)

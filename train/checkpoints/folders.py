@@ -17,6 +17,8 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from readers.errors import BadValue
+
 __all__ = ["CheckpointError", "FolderInUse", "folder_in_use", "held_by_this_process", "hold_run", "lock_folder",
            "rank_folder", "rank_folders"]
 
@@ -33,7 +35,7 @@ _held: set[str] = set()  # folders this process holds exclusively
 START_OVER = "delete it, or start over with overwrite=True (--overwrite)"
 
 
-class CheckpointError(ValueError):
+class CheckpointError(BadValue):
     """A checkpoint that cannot be read or does not fit; the message names the file."""
 
 

@@ -12,12 +12,13 @@ import numbers
 import os
 import threading
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
+from readers.errors import BadValue
 from readers.identity import differences
 from readers.launch import job_id
 from train.checkpoints.files import (
@@ -34,12 +35,51 @@ from train.checkpoints.files import (
 from train.checkpoints.folders import START_OVER
 from train.feeds import user_stacklevel
 
-__all__ = ["check_folder", "check_meta", "claim", "open_run", "setting_differences", "this_job"]
+__all__ = ["Difference", "ResumeRefused", "check_folder", "check_meta", "claim", "open_run", "setting_differences",
+           "this_job"]
 
 Found = tuple[dict[str, np.ndarray], dict[str, Any]] | None
 _claims: dict[tuple[str, int], dict[str, Any]] = {}  # (folder, thread) -> its claim's flags and checkpoint
 
 _TOTALS = ("loss", "accuracy", "weight", "samples", "batches", "seconds")
+
+
+class Difference(NamedTuple):
+    """A setting whose value differs between the run that made a checkpoint and this one: its dotted name, as
+    the checkpoint records it (``config.lr``), and its value then and now.
+
+    >>> str(Difference("config.lr", 0.1, 0.2))
+    'config.lr: 0.1 then, 0.2 now'
+    """
+
+    setting: str
+    then: Any
+    now: Any
+
+    def __str__(self) -> str:
+        return f"{self.setting}: {self.then!r} then, {self.now!r} now"
+
+
+class ResumeRefused(CheckpointError):
+    """A resume refused because the checkpoint was made with other settings or data: ``settings``, a
+    ``Difference`` each, and ``data``, what differs in the data (a line each, ``readers.identity.differences``).
+    The message lists both and says what to do; the command line names the settings by its options.
+
+    >>> refused = ResumeRefused("ck", [Difference("seed", 0, 1)], ["length: 2 entries per pass, now 3"])
+    >>> refused.settings[0].then, refused.settings[0].now
+    (0, 1)
+    >>> print(refused)
+    ck: the checkpoint was made with other settings or data (seed: 0 then, 1 now; length: 2 entries per pass, now 3); resume with the same settings and data, or train into another checkpoint folder
+    """
+
+    def __init__(self, directory: str, settings: Sequence[Difference], data: Sequence[str] = ()):
+        self.directory, self.settings, self.data = directory, [Difference(*d) for d in settings], list(data)
+        differ = [*map(str, self.settings), *self.data]
+        super().__init__(f"{directory}: the checkpoint was made with other settings or data ({'; '.join(differ)}); "
+                         "resume with the same settings and data, or train into another checkpoint folder")
+
+    def __reduce__(self) -> tuple:  # the default passes only the message back to __init__
+        return type(self), (self.directory, self.settings, self.data)
 
 
 def this_job(world_size: int) -> dict[str, Any]:
@@ -85,8 +125,8 @@ def check_folder(directory: str, *, resume: bool, overwrite: bool, rank: int, wo
     """
     resume_flag, overwrite_flag = flags
     if resume and overwrite:
-        raise ValueError(f"{resume_flag} continues the checkpoint and {overwrite_flag} starts over, replacing it; "
-                         "give one of them")
+        raise BadValue(f"{resume_flag} continues the checkpoint and {overwrite_flag} starts over, replacing it; "
+                       "give one of them")
     held = checkpoints_in(directory)  # the files load_for_rank would read
     for path in held:
         check_file(path)
@@ -149,8 +189,8 @@ def claim(directory: str, *, resume: bool, overwrite: bool, rank: int, world_siz
     outer = _claims.get(key)
     if outer is not None:
         if (outer["resume"], outer["overwrite"]) != (resume, overwrite):
-            raise ValueError(f"{directory} is claimed already in this thread with resume={outer['resume']}, "
-                             f"overwrite={outer['overwrite']}; a run inside the claim must use the same")
+            raise BadValue(f"{directory} is claimed already in this thread with resume={outer['resume']}, "
+                           f"overwrite={outer['overwrite']}; a run inside the claim must use the same")
         found, outer["found"] = outer["found"], None
         yield found if found is not None else open_run(directory, **where)
         return
@@ -201,16 +241,16 @@ def _check_fields(path: str, meta: dict[str, Any], run: dict[str, Any]) -> None:
             raise _fault(path, f"history[{i}]", "an object with a 'pass' number", record)
 
 
-def setting_differences(key: str, then: Any, now: Any) -> list[str]:
-    """One line per setting that differs; a dict of settings (``config``) key by key.
+def setting_differences(key: str, then: Any, now: Any) -> list[Difference]:
+    """The settings that differ under ``key``; a dict of settings (``config``) key by key.
 
     >>> setting_differences("config", {"lr": 0.1, "seed": 1}, {"lr": 0.2, "seed": 1})
-    ['config.lr: 0.1 then, 0.2 now']
+    [Difference(setting='config.lr', then=0.1, now=0.2)]
     """
     if isinstance(then, dict) and isinstance(now, dict):
-        return [line for name in sorted(set(then) | set(now), key=str)
-                for line in setting_differences(f"{key}.{name}", then.get(name), now.get(name))]
-    return [] if then == now else [f"{key}: {then!r} then, {now!r} now"]
+        return [d for name in sorted(set(then) | set(now), key=str)
+                for d in setting_differences(f"{key}.{name}", then.get(name), now.get(name))]
+    return [] if then == now else [Difference(key, then, now)]
 
 
 def _migrate(path: str, meta: dict[str, Any], run: dict[str, Any]) -> dict[str, Any]:
@@ -234,9 +274,9 @@ def check_meta(directory: str, meta: dict[str, Any], run: dict[str, Any]) -> Non
     """Validate a checkpoint's fields, then refuse one made by a run whose settings or data differ.
 
     ``run`` holds the settings that decide the order of samples, and
-    ``"data"``, the provider's ``readers.fingerprint``. A refusal names every
-    setting that differs (each key of a dict such as ``config``) and what
-    differs in the data.
+    ``"data"``, the provider's ``readers.fingerprint``. A refusal
+    (``ResumeRefused``) names every setting that differs (each key of a dict
+    such as ``config``) and what differs in the data.
 
     >>> data = {"pipeline": ["from_sequence(str of 2)"], "length": 2, "content": "ab"}
     >>> state = {"pass": 1, "cursor": 0}
@@ -249,12 +289,13 @@ def check_meta(directory: str, meta: dict[str, Any], run: dict[str, Any]) -> Non
     >>> check_meta("ck", meta, {"seed": 1, "data": {**data, "content": "ac"}})
     Traceback (most recent call last):
     ...
-    train.checkpoints.folders.CheckpointError: ck: the checkpoint was made with other settings or data (seed: 0 then, 1 now; content: the data itself differs (same pipeline and length, other values)); resume with the same settings and data, or train into another checkpoint folder
+    train.checkpoints.resume.ResumeRefused: ck: the checkpoint was made with other settings or data (seed: 0 then, 1 now; content: the data itself differs (same pipeline and length, other values)); resume with the same settings and data, or train into another checkpoint folder
     """
     path = os.path.join(directory, FILE)
     meta = _migrate(path, meta, run)
     _check_fields(path, meta, run)
-    settings, data = [], []
+    settings: list[Difference] = []
+    data: list[str] = []
     for key, value in run.items():
         if key == "data":
             if not isinstance(meta[key], dict):
@@ -262,11 +303,8 @@ def check_meta(directory: str, meta: dict[str, Any], run: dict[str, Any]) -> Non
             data = differences(meta[key], value)
         else:
             settings += setting_differences(key, meta[key], value)
-    differ = settings + data
-    if differ:
-        raise CheckpointError(f"{directory}: the checkpoint was made with other settings or data "
-                              f"({'; '.join(differ)}); resume with the same settings and data, or train into "
-                              "another checkpoint folder")
+    if settings or data:
+        raise ResumeRefused(directory, settings, data)
     length = run.get("data", {}).get("length")
     if length is not None and meta["cursor"] > length:
         raise CheckpointError(f"{directory}: the checkpoint is at entry {meta['cursor']} of a pass, past the "

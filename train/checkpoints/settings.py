@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from readers.checks import whole
+from readers.errors import BadType, BadValue
 
 __all__ = ["Checkpoints", "checkpoints_of"]
 
@@ -28,7 +29,7 @@ class Checkpoints:
     >>> Checkpoints("runs/mnist", resume=True, overwrite=True)
     Traceback (most recent call last):
     ...
-    ValueError: Checkpoints: resume=True continues the run in the folder and overwrite=True replaces it; give one of them
+    readers.errors.BadValue: Checkpoints: resume=True continues the run in the folder and overwrite=True replaces it; give one of them
     """
 
     __slots__ = ("folder", "every", "resume", "overwrite", "config")
@@ -36,16 +37,16 @@ class Checkpoints:
     def __init__(self, folder: str | os.PathLike, *, every: int | None = None, resume: bool = False,
                  overwrite: bool = False, config: Mapping[str, Any] | None = None):
         if not isinstance(folder, (str, os.PathLike)) or not os.fspath(folder):
-            raise TypeError(f"Checkpoints: folder must be a path (a str or os.PathLike), got {folder!r}")
+            raise BadType(f"Checkpoints: folder must be a path (a str or os.PathLike), got {folder!r}")
         for name, value in (("resume", resume), ("overwrite", overwrite)):
             if not isinstance(value, bool):
-                raise TypeError(f"Checkpoints: {name} must be True or False, got {value!r}")
+                raise BadType(f"Checkpoints: {name} must be True or False, got {value!r}")
         if resume and overwrite:
-            raise ValueError("Checkpoints: resume=True continues the run in the folder and overwrite=True replaces "
-                             "it; give one of them")
+            raise BadValue("Checkpoints: resume=True continues the run in the folder and overwrite=True replaces "
+                           "it; give one of them")
         if config is not None and not isinstance(config, Mapping):
-            raise TypeError(f"Checkpoints: config must be a dict of your own settings (JSON data), got "
-                            f"{type(config).__name__} {config!r}")
+            raise BadType(f"Checkpoints: config must be a dict of your own settings (JSON data), got "
+                          f"{type(config).__name__} {config!r}")
         self.folder = os.fspath(folder)
         self.every = None if every is None else whole(every, "every", "Checkpoints", 1, floats=False)
         self.resume, self.overwrite, self.config = resume, overwrite, dict(config or {})
@@ -72,11 +73,11 @@ def checkpoints_of(value: Any, where: str) -> Checkpoints | None:
     >>> checkpoints_of(True, "train")
     Traceback (most recent call last):
     ...
-    TypeError: train: checkpoints must be a train.Checkpoints(folder, ...), a folder's path or None, got bool True
+    readers.errors.BadType: train: checkpoints must be a train.Checkpoints(folder, ...), a folder's path or None, got bool True
     """
     if value is None or isinstance(value, Checkpoints):
         return value
     if isinstance(value, (str, os.PathLike)):
         return Checkpoints(value)
-    raise TypeError(f"{where}: checkpoints must be a train.Checkpoints(folder, ...), a folder's path or None, got "
-                    f"{type(value).__name__} {value!r}")
+    raise BadType(f"{where}: checkpoints must be a train.Checkpoints(folder, ...), a folder's path or None, got "
+                  f"{type(value).__name__} {value!r}")

@@ -54,4 +54,5 @@ def cache_clear_command(directory: str, ns: int | None, yes: bool) -> None:
         if held:  # an --ns it does not hold is refused below, unasked
             click.confirm(f"delete {sum(s['entries'] for s in held):,} entries ({sum(s['bytes'] for s in held) / (1 << 20):,.2f} "
                           f"MiB) from {info['directory']}{'' if ns is None else f' (namespace {ns})'}?", abort=True)
-    click.echo(cleared_line(clear_cache(directory, ns)))
+    cleared = clear_cache(directory, ns)
+    click.echo(cleared_line(cleared))

@@ -13,6 +13,8 @@ from typing import Any
 
 import click
 
+from readers.errors import ReaderkitError
+from train.checkpoints.resume import Difference, ResumeRefused
 from train.events import BeginPass, EndIteration, EndPass, TestResult
 
 __all__ = ["Progress", "fail_cleanly", "in_flag_words", "keep_passes_before"]
@@ -146,49 +148,51 @@ _FLAGS = {"batch_size": "--batch-size", "seed": "--seed", "config.reader": "--re
           "model.vocab_size": "--vocab-size", "config.config": "--config"}
 
 
-def in_flag_words(message: str) -> str:
-    """A refusal that names the run's settings as a checkpoint does, in the command line's options; an
-    option named by several settings (the model's and the config's learning rate) once, in the words of
-    the setting the user gave (``config``).
+def in_flag_words(refused: ResumeRefused) -> str:
+    """A refused resume in the command line's words: each setting that differs named by its option, an option
+    that several settings name (the model's and the config's learning rate) once, in the words of the
+    setting the user gave (``config``).
 
-    >>> in_flag_words("ck: made with other settings or data (seed: 0 then, 1 now; model.lr: 0.1 then, 0.2 now; "
-    ...               "config.lr: 0.1 then, 0.2 now); resume with the same")
-    'ck: made with other settings or data (--seed: 0 then, 1 now; --lr: 0.1 then, 0.2 now); resume with the same'
+    >>> from train.checkpoints.resume import Difference
+    >>> in_flag_words(ResumeRefused("ck", [Difference("seed", 0, 1), Difference("model.lr", 0.1, 0.2),
+    ...                                    Difference("config.lr", 0.1, 0.2)]))
+    'ck: the checkpoint was made with other settings or data (--seed: 0 then, 1 now; --lr: 0.1 then, 0.2 now); resume with the same settings and data, or train into another checkpoint folder'
     """
-    head, paren, rest = message.partition(" (")
-    inner, close, tail = rest.partition("); ")
-    if not paren or not close:
-        return message
-    lines: dict[str, str] = {}
-    for line in inner.split("; "):
-        key, colon, value = line.partition(": ")
-        flag = _FLAGS.get(key, key)
-        if flag not in lines or key.startswith("config."):
-            lines[flag] = f"{flag}{colon}{value}"
-    return f"{head} ({'; '.join(lines.values())}); {tail}"
+    named: dict[str, Difference] = {}
+    for setting, then, now in refused.settings:
+        flag = _FLAGS.get(setting, setting)
+        if flag not in named or setting.startswith("config."):
+            named[flag] = Difference(flag, then, now)
+    return str(ResumeRefused(refused.directory, list(named.values()), refused.data))
 
 
 def fail_cleanly(command: Callable) -> Callable:
-    """Known errors become one line and a non-zero exit, not a traceback: the command line's commands wear it.
+    """An expected failure (``readers.ReaderkitError``) becomes one line and exit code 1, as click's own errors
+    do; anything else, a bug in readerkit or in a user's reader, keeps its traceback (and exit code 1): the
+    command line's commands wear it.
 
-    >>> import click
+    >>> import click, readers
     >>> from click.testing import CliRunner
     >>> @click.command()
     ... @fail_cleanly
     ... def broken():
-    ...     raise ValueError("no such folder: /nowhere")
+    ...     raise readers.MissingFile("no such folder: /nowhere")
     >>> CliRunner().invoke(broken).output
     'Error: no such folder: /nowhere\\n'
+    >>> @click.command()
+    ... @fail_cleanly
+    ... def buggy():
+    ...     return 1 + "2"
+    >>> result = CliRunner().invoke(buggy)
+    >>> result.exit_code, type(result.exception).__name__
+    (1, 'TypeError')
     """
 
     @functools.wraps(command)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        from readers.plugins.registry import PluginError
-        from readers.sources.datafiles import MissingDataError
-
         try:
             return command(*args, **kwargs)
-        except (MissingDataError, PluginError, ValueError, TypeError, OSError) as exc:
+        except ReaderkitError as exc:
             raise click.ClickException(str(exc)) from None
 
     return wrapper

@@ -12,26 +12,22 @@ reads the same database from any process, while a pipeline runs or after.
 """
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-from collections.abc import Iterator
-from typing import Any
 
 import click
 
 from train.commands.console import fail_cleanly
+from train.commands.continual_run import run_command
+from train.commands.options import (
+    PipelineRunSettings,
+    as_settings,
+    batch_size_option,
+    model_option,
+    reader_options,
+)
 
 __all__ = ["pipeline_group"]
-
-
-@contextlib.contextmanager
-def _no_such_id() -> Iterator[None]:
-    """A pipeline or training id the store does not hold: one line, as the other refusals."""
-    try:
-        yield
-    except LookupError as exc:
-        raise click.ClickException(str(exc)) from None
 
 
 @click.group("pipeline")
@@ -40,11 +36,8 @@ def pipeline_group() -> None:
 
 
 @pipeline_group.command("run")
-@click.option("--reader", "reader_name", default="split-mnist", show_default=True,
-              help="A timestamped reader: entries end in (key, time), e.g. split-mnist (see `readers`).")
-@click.option("--data-dir", type=click.Path(file_okay=False), default=None,
-              help="Folder holding the data files (searched before $READERKIT_DATA and the cache).")
-@click.option("--download/--no-download", default=True, show_default=True, help="Download missing data files.")
+@reader_options("split-mnist", "A timestamped reader: entries end in (key, time), e.g. split-mnist (see `readers`).",
+                "Download missing data files.")
 @click.option("--trigger", "trigger_spec", default="time:86400", show_default=True,
               help="When to train: every:N (samples), time:SECONDS (of data time) or "
                    "drift:window=W,threshold=X[,on=label|feature].")
@@ -52,12 +45,10 @@ def pipeline_group() -> None:
               help="What to train on: new (the samples since the last trigger), new:KEEP, all, or gdumb:K.")
 @click.option("--db", required=True, type=click.Path(dir_okay=False),
               help="The pipeline store (sqlite3): sets and trainings go here; `pipeline status` reads it.")
-@click.option("--model", "model_name", default="mlp", show_default=True,
-              help="A registered model (mlp, softmax) or module:attribute of a factory called as "
-                   "factory(n_inputs, n_classes=..., lr=..., seed=...).")
+@model_option
 @click.option("--classes", default=None, type=click.IntRange(min=2),
               help="Number of label classes.  [default: one more than the largest label of both splits]")
-@click.option("--batch-size", default=32, show_default=True, type=click.IntRange(min=1), help="Entries per minibatch.")
+@batch_size_option(32)
 @click.option("--passes", default=1, show_default=True, type=click.IntRange(min=1),
               help="Passes over each trigger's set (more when needed to reach --min-steps).")
 @click.option("--min-steps", default=600, show_default=True, type=click.IntRange(min=0),
@@ -71,17 +62,15 @@ def pipeline_group() -> None:
 @click.option("--resume", type=click.IntRange(min=1), default=None, metavar="PIPELINE_ID",
               help="Go on with this pipeline of --db after its last finished training (same options).")
 @fail_cleanly
-def pipeline_run_command(**params: Any) -> None:
+@as_settings(PipelineRunSettings)
+def pipeline_run_command(settings: PipelineRunSettings) -> None:
     """Run a continual-learning pipeline: one training per trigger, a table row each.
 
     Ctrl-C (or SIGTERM) stops it with exit code 130 (143): the running
     training is marked failed ("interrupted"), and the command that resumes
     the pipeline after its last finished training is printed.
     """
-    from train.commands.continual_run import run_command
-
-    with _no_such_id():
-        run_command(params)
+    run_command(settings)
 
 
 @pipeline_group.command("status")
@@ -97,7 +86,7 @@ def pipeline_status_command(db: str, pipeline_id: int | None, training_id: int |
 
     if not os.path.exists(db):
         raise click.ClickException(f"no pipeline store at {db!r}: give the --db a `pipeline run` wrote")
-    with PipelineStore(db, create=False) as store, _no_such_id():
+    with PipelineStore(db, create=False) as store:
         if as_json:
             found = [store.training(training_id)] if training_id is not None else store.trainings(pipeline_id)
             click.echo(json.dumps(found, indent=2))

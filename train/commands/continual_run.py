@@ -10,8 +10,10 @@ from typing import Any
 import click
 
 from readers.continual.store import PipelineStore
+from readers.errors import ReaderkitError
 from readers.plugins.registry import find_model
 from train.commands.continual_table import HEADER, finished_records, row_of
+from train.commands.options import PipelineRunSettings
 from train.commands.training import (
     Terminated,
     first_entry,
@@ -20,7 +22,7 @@ from train.commands.training import (
     sigterm_stops,
     splits,
 )
-from train.continual.config import PipelineConfigError
+from train.continual.config import PipelineConfigError, changed_lines
 from train.continual.strategies import parse_strategy
 from train.continual.stream_columns import entry_problem
 from train.continual.supervisor import run_pipeline
@@ -76,7 +78,7 @@ class _Table:
             self.file = None
 
 
-def run_command(params: dict[str, Any]) -> None:
+def run_command(settings: PipelineRunSettings) -> None:
     """Run ``pipeline run`` on its parsed options (``cli.py pipeline run --help`` lists them).
 
     >>> from click.testing import CliRunner
@@ -86,28 +88,28 @@ def run_command(params: dict[str, Any]) -> None:
     >>> result.exit_code, result.output.startswith("Error: mnist: the data folder /nonexistent does not exist")
     (1, True)
     """
-    table = _Table(params["log_json"], params["db"], params["resume"] is not None)
-    _check_options(params)
+    table = _Table(settings.log_json, settings.db, settings.resume is not None)
+    _check_options(settings)
     try:
         with sigterm_stops():
-            stream, test = splits(params["reader_name"], params["data_dir"], params["download"])
-            _check_timestamped(params["reader_name"], stream)
-            n_inputs, classes, shown = _sizes(stream, test, params)
-            if params["resume"] is None:
-                _note_unfinished(params["db"])
-            factory, lr = find_model(params["model_name"]), params["lr"]
-            click.echo(f"model {params['model_name']}: {shown}")
-            run_pipeline(stream, params["trigger_spec"], params["strategy_spec"],
-                         lambda seed: factory(n_inputs, n_classes=classes, lr=lr, seed=seed), db=params["db"],
-                         test=test, batch_size=params["batch_size"], passes=params["passes"],
-                         min_steps=params["min_steps"], seed=params["seed"], resume=params["resume"],
+            stream, test = splits(settings.reader_name, settings.data_dir, settings.download)
+            _check_timestamped(settings.reader_name, stream)
+            n_inputs, classes, shown = _sizes(stream, test, settings)
+            if settings.resume is None:
+                _note_unfinished(settings.db)
+            factory, lr = find_model(settings.model_name), settings.lr
+            click.echo(f"model {settings.model_name}: {shown}")
+            run_pipeline(stream, settings.trigger_spec, settings.strategy_spec,
+                         lambda seed: factory(n_inputs, n_classes=classes, lr=lr, seed=seed), db=settings.db,
+                         test=test, batch_size=settings.batch_size, passes=settings.passes,
+                         min_steps=settings.min_steps, seed=settings.seed, resume=settings.resume,
                          on_start=table.started, on_trigger=table,
-                         config={"reader": params["reader_name"]})  # the model's settings hold --lr and --classes
+                         config={"reader": settings.reader_name})  # the model's settings hold --lr and --classes
     except PipelineConfigError as exc:
         raise click.ClickException(in_flags(exc)) from None
     except KeyboardInterrupt as stop:
         table.close()
-        _interrupted(table, params, stop)
+        _interrupted(table, settings, stop)
     finally:
         table.close()
     if table.pipeline_id is None:
@@ -115,7 +117,7 @@ def run_command(params: dict[str, Any]) -> None:
     if table.last is None:
         click.echo(f"pipeline {table.pipeline_id}: every trigger's training had finished already; nothing to train")
     elif table.last["average_accuracy"] is not None:
-        click.echo(f"pipeline {table.pipeline_id} in {params['db']}: average accuracy over the "
+        click.echo(f"pipeline {table.pipeline_id} in {settings.db}: average accuracy over the "
                    f"{len(table.last['tasks'])} tasks after the last trigger: {100 * table.last['average_accuracy']:.2f}%")
 
 
@@ -131,13 +133,14 @@ def _file_problem(flag: str, path: str | None) -> str | None:
     return f"{flag} {path} {why}: give a file in a folder you can write to"
 
 
-def _check_options(params: dict[str, Any]) -> None:
+def _check_options(settings: PipelineRunSettings) -> None:
     """The options that need no data, all checked before the data is read (and nothing written if one is wrong)."""
-    problems = [p for p in (_file_problem("--db", params["db"]), _file_problem("--log-json", params["log_json"])) if p]
-    for flag, parse in (("--trigger", parse_trigger), ("--strategy", parse_strategy)):
+    problems = [p for p in (_file_problem("--db", settings.db), _file_problem("--log-json", settings.log_json)) if p]
+    for flag, spec, parse in (("--trigger", settings.trigger_spec, parse_trigger),
+                              ("--strategy", settings.strategy_spec, parse_strategy)):
         try:
-            parse(params[flag.strip("-") + "_spec"])
-        except (TypeError, ValueError) as exc:
+            parse(spec)
+        except ReaderkitError as exc:
             problems.append(f"{flag}: {exc}")
     if problems:
         raise click.ClickException(str(PipelineConfigError(problems)))
@@ -166,43 +169,41 @@ def _note_unfinished(db: str) -> None:
 
 #: Settings of run_pipeline as the command line's options, for refusals of a resume.
 _FLAGS = {"batch_size": "--batch-size", "passes": "--passes", "min_steps": "--min-steps", "seed": "--seed",
-          "strategy": "--strategy", "trigger": "--trigger", "lr": "--lr", "n_classes": "--classes",
-          "model": "--model", "data": "the data (--reader, --data-dir)", "source": "the data the keys index",
-          "test_data": "the test split", "resume=": "--resume ", "user": "--reader"}
+          "strategy": "--strategy", "trigger": "--trigger", "model.lr": "--lr", "model.n_classes": "--classes",
+          "model.class": "--model", "model": "--model", "data": "the data (--reader, --data-dir)",
+          "source": "the data the keys index", "test_data": "the test split", "user.reader": "--reader",
+          "user": "--reader"}
 
 
 def in_flags(exc: PipelineConfigError) -> str:
-    """A configuration refusal in the command line's words: settings named by their options.
+    """A configuration refusal in the command line's words: the settings a resume changes named by their options.
 
-    >>> print(in_flags(PipelineConfigError(["batch_size was 32, now 16", "model: its lr was 0.003, now 0.01"], "so")))
+    >>> from train.checkpoints.resume import Difference
+    >>> changes = [Difference("batch_size", 32, 16), Difference("model.lr", 0.003, 0.01)]
+    >>> print(in_flags(PipelineConfigError(changed_lines(changes), "so", changes)))
     the pipeline's configuration has 2 problems:
       - --batch-size was 32, now 16
       - --lr was 0.003, now 0.01
     so
     """
-    lines = []
-    for problem in exc.problems:
-        if problem.startswith("model: its "):
-            problem = problem[len("model: "):].replace("; its ", "; ")
-            problem = problem[len("its "):]
-        key = next((k for k in sorted(_FLAGS, key=len, reverse=True) if problem.startswith(k)), None)
-        lines.append(_FLAGS[key] + problem[len(key):] if key else problem)
-    return str(PipelineConfigError(lines, exc.advice))
+    if not exc.changes:
+        return str(exc)
+    return str(PipelineConfigError(changed_lines(exc.changes, _FLAGS), exc.advice))
 
 
-def _sizes(stream: Any, test: Any, params: dict[str, Any]) -> tuple[int, int, str]:
+def _sizes(stream: Any, test: Any, settings: PipelineRunSettings) -> tuple[int, int, str]:
     try:
-        return scan_sizes(stream, test, params["classes"])
-    except (TypeError, ValueError) as exc:
-        raise click.ClickException(f"reader {params['reader_name']!r}: {exc}") from None
+        return scan_sizes(stream, test, settings.classes)
+    except ReaderkitError as exc:
+        raise click.ClickException(f"reader {settings.reader_name!r}: {exc}") from None
 
 
-def _interrupted(table: _Table, params: dict[str, Any], stop: KeyboardInterrupt) -> None:
+def _interrupted(table: _Table, settings: PipelineRunSettings, stop: KeyboardInterrupt) -> None:
     what = "terminated (SIGTERM)" if isinstance(stop, Terminated) else "interrupted"
     if table.pipeline_id is None:
         click.echo(f"\n{what} before the pipeline started; nothing to resume", err=True)
     else:
-        click.echo(f"\n{what}: pipeline {table.pipeline_id} in {params['db']} goes on after its last finished "
+        click.echo(f"\n{what}: pipeline {table.pipeline_id} in {settings.db} goes on after its last finished "
                    f"training. Resume with, from {os.getcwd()}:\n  "
-                   f"{resume_command(params, ('--resume', str(table.pipeline_id)))}", err=True)
+                   f"{resume_command(settings.data_dir, ('--resume', str(table.pipeline_id)))}", err=True)
     click.get_current_context().exit(143 if isinstance(stop, Terminated) else 130)

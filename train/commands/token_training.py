@@ -21,9 +21,10 @@ import readers
 from readers.tokenized.runfiles import LocalData, load_run
 from readers.tokenized.schedule import BatchSchedule
 from readers.tokenized.windows import Tokens
-from train.checkpoints.files import CheckpointError
+from train.checkpoints.resume import ResumeRefused
 from train.checkpoints.settings import Checkpoints
 from train.commands.console import in_flag_words, keep_passes_before
+from train.commands.options import TrainSettings, given_flags
 from train.models.language import NextTokenMLP, TokenRangeError
 from train.steps import train_steps
 
@@ -83,76 +84,65 @@ def _token_data(run: Any, config: str) -> tuple[Any, int | None, Any]:
                                                       f"{info.get('tokens', 0):,} tokens the server holds")
 
 
-def _refuse_image_options(params: dict[str, Any]) -> None:
-    ctx = click.get_current_context()
-    from click.core import ParameterSource
-
-    given = [name for name in NOT_WITH_CONFIG if ctx.get_parameter_source(name) is ParameterSource.COMMANDLINE]
+def _refuse_image_options() -> None:
+    given = given_flags(*NOT_WITH_CONFIG)
     if given:
-        shown = ", ".join("--" + name.replace("_name", "").replace("_", "-") for name in given)
-        raise click.UsageError(f"{shown} do{'es' if len(given) == 1 else ''} not apply with --config, which trains "
-                               "a next-token model on the run file's data, with its schedule of batch sizes and "
-                               "steps (--lr, --seed, --vocab-size, --steps, --log-every and the checkpoint options "
+        raise click.UsageError(f"{', '.join(given)} do{'es' if len(given) == 1 else ''} not apply with --config, which "
+                               "trains a next-token model on the run file's data, with its schedule of batch sizes "
+                               "and steps (--lr, --seed, --vocab-size, --steps, --log-every and the checkpoint options "
                                "do apply)")
 
 
-def config_run(info: Any, found: Any, params: dict[str, Any]) -> None:
-    """Train a next-token model as the run file ``params["config"]`` describes (``cli.py train --config``).
+def config_run(info: Any, found: Any, settings: TrainSettings) -> None:
+    """Train a next-token model as the run file ``settings.config`` describes (``cli.py train --config``).
 
     >>> from click.testing import CliRunner
     >>> import cli
     >>> CliRunner().invoke(cli.main, ["train", "--config", "/nonexistent/state.toml"]).output.splitlines()[-1]
     "Error: Invalid value for '--config': File '/nonexistent/state.toml' does not exist."
     """
-    _refuse_image_options(params)
-    run = load_run(params["config"])
-    tokens, shuffle_seed, found_vocab = _token_data(run, params["config"])
+    _refuse_image_options()
+    run = load_run(settings.config)
+    tokens, shuffle_seed, found_vocab = _token_data(run, settings.config)
     data = tokens if shuffle_seed is None else readers.shuffle(tokens, seed=shuffle_seed)
-    vocab, whence = (params["vocab_size"], "--vocab-size") if params["vocab_size"] else found_vocab()
+    vocab, whence = (settings.vocab_size, "--vocab-size") if settings.vocab_size else found_vocab()
     schedule = BatchSchedule.of_run(run)
-    steps = params["steps"] or run.total_steps
-    model = NextTokenMLP(vocab, lr=params["lr"], seed=params["seed"])
+    steps = settings.steps or run.total_steps
+    model = NextTokenMLP(vocab, lr=settings.lr, seed=settings.seed)
     who = f"rank {info.rank}/{info.world_size}: " if info.world_size > 1 else ""
     ramp = (f"{run.batch_start} to {run.batch_end} windows over {run.warmup_tokens:,} tokens"
             if run.batch_start != run.batch_end else f"{run.batch_end} windows")
     click.echo(f"{who}model nexttoken: vocabulary {vocab} ({whence}); {len(tokens):,} windows of {run.seq_len} "
                f"tokens; {steps} steps, global batch {ramp}")
     if run.ignored:
-        click.echo(f"{who}ignored in {params['config']}: {', '.join(run.ignored)}", err=True)
-    log = _JsonLog(params["log_json"], info, found)
+        click.echo(f"{who}ignored in {settings.config}: {', '.join(run.ignored)}", err=True)
+    log = _JsonLog(settings.log_json, info, found)
 
     def on_log(record: dict[str, Any]) -> None:
         click.echo(f"{who}step {record['step']}: loss {record['loss']:.4f}  perplexity {record['perplexity']:.2f}  "
                    f"{record['tokens_per_s']:,.0f} tokens/s")
         log.write(record)
 
+    # steps are long: a checkpoint every --log-every steps, unless --checkpoint-every says otherwise
+    every = settings.checkpoint_every if given_flags("checkpoint_every") else settings.log_every
     try:
-        checkpoints = None if params["checkpoint_dir"] is None else Checkpoints(
-            params["checkpoint_dir"], every=_checkpoint_every(params), resume=params["resume"],
-            overwrite=params["overwrite"])
-        train_steps(data, model=model, schedule=schedule, steps=steps, seed=params["seed"], on_log=on_log,
-                    log_every=params["log_every"], checkpoints=checkpoints)
-    except CheckpointError as exc:
-        raise click.ClickException(in_flag_words(str(exc))) from None
+        checkpoints = None if settings.checkpoint_dir is None else Checkpoints(
+            settings.checkpoint_dir, every=every, resume=settings.resume, overwrite=settings.overwrite)
+        train_steps(data, model=model, schedule=schedule, steps=steps, seed=settings.seed, on_log=on_log,
+                    log_every=settings.log_every, checkpoints=checkpoints)
+    except ResumeRefused as exc:
+        raise click.ClickException(in_flag_words(exc)) from None
     except TokenRangeError as exc:
         raise click.ClickException(f"{exc}; pass --vocab-size {exc.token + 1} or more") from None
     except (readers.RemoteUnavailable, readers.RemoteError) as exc:
-        again = (f"; the checkpoint in {params['checkpoint_dir']} holds the steps saved so far: once the server is "
-                 "back, run the same command with --resume") if params["checkpoint_dir"] else ""
+        again = (f"; the checkpoint in {settings.checkpoint_dir} holds the steps saved so far: once the server is "
+                 "back, run the same command with --resume") if settings.checkpoint_dir else ""
         raise click.ClickException(f"{exc}{again}") from None
     finally:
         log.close()
     if found is not None and found[1].get("step", 0) >= steps:
-        click.echo(f"{who}the checkpoint in {params['checkpoint_dir']} already holds {found[1]['step']} steps; "
+        click.echo(f"{who}the checkpoint in {settings.checkpoint_dir} already holds {found[1]['step']} steps; "
                    f"nothing to train for --steps {steps}", err=True)
-
-
-def _checkpoint_every(params: dict[str, Any]) -> int:
-    """Steps between checkpoints: as given, else every ``--log-every`` steps (a step run's steps are long)."""
-    from click.core import ParameterSource
-
-    given = click.get_current_context().get_parameter_source("checkpoint_every") is ParameterSource.COMMANDLINE
-    return params["checkpoint_every"] if given else params["log_every"]
 
 
 class _JsonLog:

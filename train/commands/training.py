@@ -19,21 +19,22 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import click
-from click.core import ParameterSource
 
 import readers
 from readers.checks import check_reader
 from readers.plugins.registry import find_model, reader_splits
-from train.checkpoints.files import CheckpointError, load_for_rank, rank_folder
+from train.checkpoints.files import load_for_rank, rank_folder
 from train.checkpoints.folders import FILE
-from train.checkpoints.resume import claim
+from train.checkpoints.resume import ResumeRefused, claim
 from train.checkpoints.settings import Checkpoints
 from train.commands.console import Progress, in_flag_words
+from train.commands.options import TrainSettings, given_flags
 from train.driver import train
 from train.feeds import infer_sizes
 from train.models.classifiers import LabelRangeError
 
-__all__ = ["check_entry", "first_entry", "resume_command", "scan_sizes", "sigterm_stops", "splits", "train_command"]
+__all__ = ["check_entry", "first_entry", "resume_command", "scan_sizes", "sigterm_stops", "splits",
+           "train_command"]
 
 
 class Terminated(KeyboardInterrupt):
@@ -127,7 +128,7 @@ def _warnings_as_lines() -> Iterator[None]:
         yield
 
 
-def train_command(params: dict[str, Any]) -> None:
+def train_command(settings: TrainSettings) -> None:
     """Run the CLI's train command on its parsed options (``cli.py train --help`` lists them).
 
     >>> from click.testing import CliRunner
@@ -136,35 +137,33 @@ def train_command(params: dict[str, Any]) -> None:
     'Error: --resume needs --checkpoint-dir, the folder to resume'
     """
     info = readers.worker_info()
-    directory, started = params["checkpoint_dir"], time.time()
+    directory, started = settings.checkpoint_dir, time.time()
     try:
         with sigterm_stops():
-            for flag in ("resume", "overwrite"):
-                if params[flag] and directory is None:
+            for flag, given in (("resume", settings.resume), ("overwrite", settings.overwrite)):
+                if given and directory is None:
                     raise click.UsageError(f"--{flag} needs --checkpoint-dir, the folder to {flag}")
-            ctx = click.get_current_context()
-            alone = [name for name in ("steps", "log_every", "vocab_size") if not params["config"]
-                     and ctx.get_parameter_source(name) is ParameterSource.COMMANDLINE]
+            alone = [] if settings.config else given_flags("steps", "log_every", "vocab_size")
             if alone:
-                raise click.UsageError(f"--{alone[0].replace('_', '-')} applies only with --config (a run file's "
-                                       "next-token model); image runs count passes (--passes)")
-            log = params["log_json"]
+                raise click.UsageError(f"{alone[0]} applies only with --config (a run file's next-token model); "
+                                       "image runs count passes (--passes)")
+            log = settings.log_json
             if log and not os.path.isdir(os.path.dirname(os.path.abspath(log))):
                 raise click.UsageError(f"--log-json {log}: the folder {os.path.dirname(log)} does not exist; "
                                        "create it or give another file")
-            factory = find_model(params["model_name"])  # a typo is reported before any data is read or fetched
+            factory = find_model(settings.model_name)  # a typo is reported before any data is read or fetched
             held = contextlib.nullcontext() if directory is None else claim(
-                directory, resume=params["resume"], overwrite=params["overwrite"], rank=info.rank,
+                directory, resume=settings.resume, overwrite=settings.overwrite, rank=info.rank,
                 world_size=info.world_size, flags=("--resume", "--overwrite"))
             with held as found, _warnings_as_lines():  # the folder is this run's before anything is read
-                if params["config"]:
+                if settings.config:
                     from train.commands.token_training import config_run
 
-                    config_run(info, found, params)
+                    config_run(info, found, settings)
                 else:
-                    _train(factory, info, found, params)
+                    _train(factory, info, found, settings)
     except KeyboardInterrupt as stop:
-        _interrupted(directory, info, params, started, stop)
+        _interrupted(directory, info, settings, started, stop)
 
 
 def scan_sizes(train_reader: Any, test_reader: Any, given: int | None) -> tuple[int, int, str]:
@@ -194,27 +193,27 @@ def scan_sizes(train_reader: Any, test_reader: Any, given: int | None) -> tuple[
     return n_inputs, given, shown.rsplit(";", 1)[0] + f"; {given} classes (--classes)"
 
 
-def _train(factory: Callable, info: Any, found: Any, params: dict[str, Any]) -> None:
+def _train(factory: Callable, info: Any, found: Any, settings: TrainSettings) -> None:
     """The train command once its options are checked and its checkpoint folder is held."""
-    reader_name, directory, lr, lr_decay = params["reader_name"], params["checkpoint_dir"], params["lr"], params["lr_decay"]
-    train_reader, test_reader = splits(reader_name, params["data_dir"], params["download"])
+    reader_name, directory, lr, lr_decay = settings.reader_name, settings.checkpoint_dir, settings.lr, settings.lr_decay
+    train_reader, test_reader = splits(reader_name, settings.data_dir, settings.download)
     check_entry(reader_name, train_reader)
     if test_reader is not None:
         check_entry(f"{reader_name} (test split)", test_reader)  # a missing test file fails now, not after a pass
-    n_inputs, classes, shown = scan_sizes(train_reader, test_reader, params["classes"])
-    model = factory(n_inputs, n_classes=classes, lr=lr, seed=params["seed"])
+    n_inputs, classes, shown = scan_sizes(train_reader, test_reader, settings.classes)
+    model = factory(n_inputs, n_classes=classes, lr=lr, seed=settings.seed)
     try:
-        provider = readers.shuffle(train_reader, seed=params["seed"])
+        provider = readers.shuffle(train_reader, seed=settings.seed)
     except ValueError:  # a stream: shuffle in a buffer
-        provider = readers.shuffle(train_reader, 10000, seed=params["seed"])
-    who, log = "", params["log_json"]
+        provider = readers.shuffle(train_reader, 10000, seed=settings.seed)
+    who, log = "", settings.log_json
     if info.world_size > 1:  # each process trains its own model on its shard: say whose figures these are
         who = f"rank {info.rank}/{info.world_size}: "
         if log:
             stem, ext = os.path.splitext(log)
             log = f"{stem}.rank{info.rank}{ext}"
-    click.echo(f"{who}model {params['model_name']}: {shown}")
-    handler = Progress(log, who, resume=params["resume"])  # the log is opened at the first pass, once train() has accepted the run
+    click.echo(f"{who}model {settings.model_name}: {shown}")
+    handler = Progress(log, who, resume=settings.resume)  # the log is opened at the first pass, once train() has accepted the run
     at: dict[str, int] = {}
 
     def on_event(event: Any) -> None:
@@ -228,22 +227,22 @@ def _train(factory: Callable, info: Any, found: Any, params: dict[str, Any]) -> 
 
     try:
         checkpoints = None if directory is None else Checkpoints(
-            directory, every=params["checkpoint_every"], resume=params["resume"], overwrite=params["overwrite"],
-            config={"reader": reader_name, "model": params["model_name"], "classes": classes, "lr": lr,
+            directory, every=settings.checkpoint_every, resume=settings.resume, overwrite=settings.overwrite,
+            config={"reader": reader_name, "model": settings.model_name, "classes": classes, "lr": lr,
                     "lr_decay": lr_decay})
-        train(provider, ["image", "label"], params["batch_size"], params["passes"], model=model,
-              event_handler=on_event, test_provider=test_reader, seed=params["seed"], checkpoints=checkpoints)
-    except CheckpointError as exc:
-        raise click.ClickException(in_flag_words(str(exc))) from None
+        train(provider, ["image", "label"], settings.batch_size, settings.passes, model=model,
+              event_handler=on_event, test_provider=test_reader, seed=settings.seed, checkpoints=checkpoints)
+    except ResumeRefused as exc:
+        raise click.ClickException(in_flag_words(exc)) from None
     except LabelRangeError as exc:
         if exc.label < 0:
             raise
-        raise click.ClickException(_label_advice(exc, at, train_reader, directory, params["classes"] is not None)) from None
+        raise click.ClickException(_label_advice(exc, at, train_reader, directory, settings.classes is not None)) from None
     finally:
         handler.close()
     if found is not None and not handler.passes:
         click.echo(f"{who}the checkpoint in {directory} already holds {found[1]['pass']} passes; nothing to "
-                   f"train for --passes {params['passes']}", err=True)
+                   f"train for --passes {settings.passes}", err=True)
 
 
 def _label_advice(exc: LabelRangeError, at: dict[str, int], reader: Any, directory: str | None, given: bool) -> str:
@@ -263,17 +262,18 @@ def _label_advice(exc: LabelRangeError, at: dict[str, int], reader: Any, directo
     return "; ".join(advice)
 
 
-def resume_command(params: dict[str, Any], resume: tuple[str, ...] = ("--resume",)) -> str:
+def resume_command(data_dir: str | None, resume: tuple[str, ...] = ("--resume",)) -> str:
     """The command line of this run with ``resume`` (--resume) and without --resume or --overwrite, to print when
     it is stopped.
 
-    The data folder it found through ``READERKIT_DATA`` is set on the line,
-    so the command finds the same data from any shell.
+    The options are those of the current click command, as given; when it
+    has no ``data_dir``, the data folder it found through ``READERKIT_DATA``
+    is set on the line, so the command finds the same data from any shell.
 
     >>> import cli
     >>> with cli.main.make_context("readerkit", ["train"]) as root:
     ...     with cli.train.make_context("train", ["--passes", "3", "--overwrite"], parent=root) as ctx:
-    ...         resume_command(ctx.params)
+    ...         resume_command(None)
     'readerkit train --passes 3 --resume'
     """
     ctx = click.get_current_context()
@@ -281,7 +281,7 @@ def resume_command(params: dict[str, Any], resume: tuple[str, ...] = ("--resume"
     prog = ["python", sys.argv[0]] if root.endswith(".py") and os.path.basename(sys.argv[0]) == root else [root]
     args = ctx.command_path.split()[1:] or ["train"]  # "train", or a group's "pipeline run"
     for param in ctx.command.params:
-        value = params.get(param.name)
+        value = ctx.params.get(param.name)
         if not isinstance(param, click.Option) or param.name in ("resume", "overwrite") or value == param.default:
             continue
         if param.is_flag:
@@ -289,18 +289,18 @@ def resume_command(params: dict[str, Any], resume: tuple[str, ...] = ("--resume"
         else:
             args += [param.opts[0], str(value)]
     env = []
-    if params.get("data_dir") is None and os.environ.get("READERKIT_DATA"):
+    if data_dir is None and os.environ.get("READERKIT_DATA"):
         env = [f"READERKIT_DATA={shlex.quote(os.environ['READERKIT_DATA'])}"]
     return " ".join([*env, shlex.join([*prog, *args, *resume])])
 
 
-def _interrupted(directory: str | None, info: Any, params: dict[str, Any], started: float,
+def _interrupted(directory: str | None, info: Any, settings: TrainSettings, started: float,
                  stop: KeyboardInterrupt) -> None:
     """Say where the run stopped and how to resume it; exit 130 (Ctrl-C) or 143 (SIGTERM)."""
     what = "terminated (SIGTERM)" if isinstance(stop, Terminated) else "interrupted"
     found = load_for_rank(directory, info.rank, info.world_size) if directory else None
     own = os.path.join(rank_folder(directory, info.rank, info.world_size), FILE) if directory else ""
-    if found is not None and params["overwrite"] and (not os.path.exists(own) or os.path.getmtime(own) < started):
+    if found is not None and settings.overwrite and (not os.path.exists(own) or os.path.getmtime(own) < started):
         click.echo(f"\n{what}: no checkpoint of this run was saved yet; the earlier run's checkpoint in "
                    f"{directory} is left as it was", err=True)
     elif found is None:
@@ -312,5 +312,5 @@ def _interrupted(directory: str | None, info: Any, params: dict[str, Any], start
         launcher = ("\n(run it under your launcher, as this run was: torchrun, srun or mpirun, with this or "
                     "another number of processes)") if info.world_size > 1 else ""
         click.echo(f"\n{what}: the checkpoint in {directory} holds {where}. "
-                   f"Resume with, from {os.getcwd()}:\n  {resume_command(params)}{launcher}", err=True)
+                   f"Resume with, from {os.getcwd()}:\n  {resume_command(settings.data_dir)}{launcher}", err=True)
     click.get_current_context().exit(143 if isinstance(stop, Terminated) else 130)

@@ -24,23 +24,30 @@ import readers
 from readers.checks import check_reader, whole
 from readers.continual.schema import as_json
 from readers.continual.store import PipelineStore
+from readers.errors import BadValue
 from readers.graph import Node, describe
 from readers.parents import as_indexed
+from train.checkpoints.resume import Difference
 from train.continual.strategies import Strategy, parse_strategy
 from train.continual.stream_columns import entry_problem, split_by_task, stream_chunks
 from train.continual.triggers import Trigger, parse_trigger
 from train.driver import evaluate
 from train.feeds import columns_of
 
-__all__ = ["CheckedPipeline", "PipelineConfigError", "check_pipeline"]
+__all__ = ["CheckedPipeline", "PipelineConfigError", "changed_lines", "check_pipeline"]
 
 #: What a resumed pipeline must have as it had: the settings that decide its sets and trainings.
 RESUMED_KEYS = ("data", "source", "test_data", "trigger", "strategy", "seed", "model", "mapping", "batch_size",
                 "passes", "min_steps", "task_seconds", "user")
 
 
-class PipelineConfigError(ValueError):
+class PipelineConfigError(BadValue):
     """Everything wrong with a pipeline's configuration (``problems``, one line each), found before it starts.
+
+    A refused resume also carries its ``changes`` as data: a
+    ``train.checkpoints.resume.Difference`` per setting that differs (dotted
+    for a key of the model's settings or of the data's fingerprint), whose
+    lines (``changed_lines``) are its problems.
 
     >>> print(PipelineConfigError(["batch_size must be an int >= 1, got 0", "no test split"]))
     the pipeline's configuration has 2 problems:
@@ -48,11 +55,14 @@ class PipelineConfigError(ValueError):
       - no test split
     """
 
-    def __init__(self, problems: Sequence[str], advice: str = ""):
-        self.problems, self.advice = list(problems), advice
+    def __init__(self, problems: Sequence[str], advice: str = "", changes: Sequence[Difference] = ()):
+        self.problems, self.advice, self.changes = list(problems), advice, [Difference(*d) for d in changes]
         lines = "\n".join(f"  - {p}" for p in self.problems)
         count = "a problem" if len(self.problems) == 1 else f"{len(self.problems)} problems"
         super().__init__(f"the pipeline's configuration has {count}:\n{lines}" + (f"\n{advice}" if advice else ""))
+
+    def __reduce__(self) -> tuple:  # the default passes only the message back to __init__
+        return type(self), (self.problems, self.advice, self.changes)
 
 
 @dataclass
@@ -87,29 +97,48 @@ class CheckedPipeline:
         except LookupError as exc:
             raise PipelineConfigError([f"resume={pipeline_id}: {exc}"],
                                       "leave resume out to start a new pipeline") from None
-        changed = [_changed(key, stored.get(key), self.config.get(key)) for key in RESUMED_KEYS
-                   if _without_seed(key, stored.get(key)) != _without_seed(key, self.config.get(key))]
-        if changed:
-            raise PipelineConfigError(changed, f"pipeline {pipeline_id} in {store.path} ran with other settings: "
-                                               "resume it with the ones it started with, or start a new pipeline")
+        changes = [d for key in RESUMED_KEYS for d in _changes(key, stored.get(key), self.config.get(key))]
+        if changes:
+            raise PipelineConfigError(changed_lines(changes), f"pipeline {pipeline_id} in {store.path} ran with "
+                                      "other settings: resume it with the ones it started with, or start a new "
+                                      "pipeline", changes)
         return pipeline_id
 
 
-def _without_seed(key: str, value: Any) -> Any:
-    """A model's settings less its seed, which is the pipeline's own setting (compared once, as ``seed``)."""
-    return {k: v for k, v in value.items() if k != "seed"} if key == "model" and isinstance(value, dict) else value
+def _changes(key: str, then: Any, now: Any) -> list[Difference]:
+    """What a resume changes of the setting ``key``: a dict (the model's settings, the data's fingerprint) key by
+    key, less the model's seed, which is the pipeline's own setting (compared once, as ``seed``).
 
-
-def _changed(key: str, then: Any, now: Any) -> str:
-    """One setting a resume changes, in words: the data by what differs in it, the model by its settings.
-
-    >>> _changed("model", {"n_inputs": 784, "lr": 0.003}, {"n_inputs": 784, "lr": 0.01})
-    'model: its lr was 0.003, now 0.01'
+    >>> _changes("model", {"n_inputs": 784, "lr": 0.003, "seed": 1}, {"n_inputs": 784, "lr": 0.01, "seed": 2})
+    [Difference(setting='model.lr', then=0.003, now=0.01)]
     """
     if isinstance(then, dict) and isinstance(now, dict):
-        keys = [k for k in {**then, **now} if then.get(k) != now.get(k) and not (key == "model" and k == "seed")]
-        return f"{key}: " + "; ".join(f"its {k} was {then.get(k)!r:.80}, now {now.get(k)!r:.80}" for k in keys)
-    return f"{key} was {then!r:.80}, now {now!r:.80}"
+        return [Difference(f"{key}.{k}", then.get(k), now.get(k)) for k in {**then, **now}
+                if then.get(k) != now.get(k) and not (key == "model" and k == "seed")]
+    return [] if then == now else [Difference(key, then, now)]
+
+
+def changed_lines(changes: Sequence[Difference], names: Mapping[str, str] | None = None) -> list[str]:
+    """A line per setting a resume changes; the keys of a dict setting (``model.lr``) share their setting's line.
+    ``names`` words a setting otherwise (the command line's options); a key it names gets a line of its own.
+
+    >>> changes = [Difference("batch_size", 32, 16), Difference("model.lr", 0.003, 0.01),
+    ...            Difference("model.hidden", 8, 16)]
+    >>> changed_lines(changes)
+    ['batch_size was 32, now 16', 'model: its lr was 0.003, now 0.01; its hidden was 8, now 16']
+    >>> changed_lines(changes, {"batch_size": "--batch-size", "model.lr": "--lr"})
+    ['--batch-size was 32, now 16', '--lr was 0.003, now 0.01', 'model: its hidden was 8, now 16']
+    """
+    names = names or {}
+    lines: dict[str, list[str]] = {}  # a setting's line, or a dict setting's line: the parts said of its keys
+    for setting, then, now in changes:
+        key, dot, part = setting.partition(".")
+        was = f"was {then!r:.80}, now {now!r:.80}"
+        if dot and setting not in names:
+            lines.setdefault(f"{names.get(key, key)}:", []).append(f"its {part} {was}")
+        else:
+            lines[f"{names.get(setting, setting)} {was}"] = []
+    return [f"{line} {'; '.join(parts)}" if parts else line for line, parts in lines.items()]
 
 
 def _number(problems: list[str], value: Any, name: str, low: int) -> int:

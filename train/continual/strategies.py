@@ -39,6 +39,7 @@ from typing import Any
 
 import numpy as np
 
+from readers.errors import BadType, BadValue
 from train.continual.trigger_specs import read_value
 
 __all__ = ["AllData", "GDumb", "NewData", "Strategy", "parse_strategy"]
@@ -52,9 +53,9 @@ def _natural(value: Any, what: str, low: int) -> int:
             raise TypeError
         value = operator.index(value)
     except TypeError:
-        raise TypeError(f"{what} must be an integer >= {low}, got {value!r}") from None
+        raise BadType(f"{what} must be an integer >= {low}, got {value!r}") from None
     if value < low:
-        raise ValueError(f"{what} must be an integer >= {low}, got {value!r}")
+        raise BadValue(f"{what} must be an integer >= {low}, got {value!r}")
     return value
 
 
@@ -102,7 +103,7 @@ class Strategy:
     >>> AllData().inform([1, 2], [0])
     Traceback (most recent call last):
     ...
-    ValueError: keys and labels must be 1-D arrays of one length, got shapes (2,) and (1,)
+    readers.errors.BadValue: keys and labels must be 1-D arrays of one length, got shapes (2,) and (1,)
     """
 
     name = "strategy"
@@ -130,11 +131,11 @@ class Strategy:
         """
         keys, labels = np.asarray(keys), np.asarray(labels)
         if keys.ndim != 1 or labels.shape != keys.shape:
-            raise ValueError(f"keys and labels must be 1-D arrays of one length, got shapes {keys.shape} "
-                             f"and {labels.shape}")
+            raise BadValue(f"keys and labels must be 1-D arrays of one length, got shapes {keys.shape} "
+                           f"and {labels.shape}")
         for what, values in (("keys", keys), ("labels", labels)):
             if values.size and values.dtype.kind not in "iu":
-                raise TypeError(f"{what} must be integers, got {values.dtype}")
+                raise BadType(f"{what} must be integers, got {values.dtype}")
         self._inform(keys.astype(np.int64, copy=False), labels.astype(np.int64, copy=False))
         self._informed = self.informed + len(keys)
 
@@ -186,10 +187,10 @@ class NewData(Strategy):
                 raise TypeError
             keep = float(keep)
         except (TypeError, ValueError):
-            raise TypeError(f"NewData: keep must be a number, the fraction in [0, 1] of the older samples kept, got "
-                            f"{keep!r}") from None
+            raise BadType(f"NewData: keep must be a number, the fraction in [0, 1] of the older samples kept, got "
+                          f"{keep!r}") from None
         if not 0 <= keep <= 1:
-            raise ValueError(f"NewData: keep must be a fraction in [0, 1], got {keep!r}")
+            raise BadValue(f"NewData: keep must be a fraction in [0, 1], got {keep!r}")
         self.keep, self.seed = keep, _natural(seed, "NewData: seed", 0)
         self._keys, self._old, self._triggers = _Keys(), 0, 0
 
@@ -324,14 +325,14 @@ def parse_strategy(spec: str, *, seed: int = 0) -> Strategy:
     >>> parse_strategy("gdumb")
     Traceback (most recent call last):
     ...
-    ValueError: unknown strategy spec 'gdumb'; accepted forms: new, new:KEEP (0 <= KEEP <= 1), all, gdumb:K (K >= 1)
+    readers.errors.BadValue: unknown strategy spec 'gdumb'; accepted forms: new, new:KEEP (0 <= KEEP <= 1), all, gdumb:K (K >= 1)
     >>> parse_strategy("gdumb:2.5")
     Traceback (most recent call last):
     ...
-    ValueError: bad strategy spec 'gdumb:2.5': gdumb:K needs a whole number K >= 1, got '2.5'; accepted forms: ...
+    readers.errors.BadValue: bad strategy spec 'gdumb:2.5': gdumb:K needs a whole number K >= 1, got '2.5'; accepted forms: ...
     """
     if not isinstance(spec, str):
-        raise TypeError(f"a strategy spec must be a str, got {spec!r}; accepted forms: {FORMS}")
+        raise BadType(f"a strategy spec must be a str, got {spec!r}; accepted forms: {FORMS}")
     kind, sep, argument = spec.strip().partition(":")
     try:
         if kind == "new":
@@ -342,5 +343,5 @@ def parse_strategy(spec: str, *, seed: int = 0) -> Strategy:
         if kind == "gdumb" and sep:
             return GDumb(read_value(argument, int, "gdumb:K needs a whole number K >= 1"), seed=seed)
     except (TypeError, ValueError) as error:
-        raise ValueError(f"bad strategy spec {spec!r}: {error}; accepted forms: {FORMS}") from None
-    raise ValueError(f"unknown strategy spec {spec!r}; accepted forms: {FORMS}")
+        raise BadValue(f"bad strategy spec {spec!r}: {error}; accepted forms: {FORMS}") from None
+    raise BadValue(f"unknown strategy spec {spec!r}; accepted forms: {FORMS}")

@@ -33,6 +33,7 @@ import numpy as np
 
 import readers
 from readers.continual.store import PipelineStore
+from readers.errors import BadValue
 from train.continual.config import CheckedPipeline, PipelineConfigError, check_pipeline
 from train.continual.stream_columns import seen_tasks, stream_chunks
 from train.driver import evaluate, train
@@ -48,7 +49,7 @@ PROGRESS_EVERY = 1.0
 HEARTBEAT_EVERY = 30.0
 
 
-class PipelineReplayError(ValueError):
+class PipelineReplayError(BadValue):
     """A resumed pipeline's stream, trigger or strategy gave another set than the one stored at a trigger."""
 
 
@@ -66,16 +67,16 @@ class _Labels:
     def add(self, keys: np.ndarray, labels: np.ndarray, position: int) -> None:
         if len(keys) and (keys.min() < 0 or keys.max() >= len(self._of)):
             i = int(np.flatnonzero((keys < 0) | (keys >= len(self._of)))[0])
-            raise ValueError(f"the stream's entry at position {position + i} has key {int(keys[i])}, but keys index "
-                             f"the source, which has {len(self._of)} entries: give keys 0..{len(self._of) - 1}")
+            raise BadValue(f"the stream's entry at position {position + i} has key {int(keys[i])}, but keys index "
+                           f"the source, which has {len(self._of)} entries: give keys 0..{len(self._of) - 1}")
         self._of[keys] = labels
 
     def counts(self, keys: np.ndarray) -> dict[str, int]:
         """``{str(label): count}`` over ``keys``, each with the label the stream gave it last."""
         labels = self._of[keys]
         if (labels < 0).any():
-            raise ValueError(f"the strategy selected key {int(keys[labels < 0][0])}, which the stream has not given "
-                             "yet: a strategy selects among the keys it was informed of")
+            raise BadValue(f"the strategy selected key {int(keys[labels < 0][0])}, which the stream has not given "
+                           "yet: a strategy selects among the keys it was informed of")
         counts = np.bincount(labels)
         return {str(v): int(counts[v]) for v in np.flatnonzero(counts).tolist()}
 

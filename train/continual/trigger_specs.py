@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from readers.errors import BadValue
+
 __all__ = ["FORMS", "drift_options", "read_value", "spec_number"]
 
 FORMS = ("every:N (N >= 1), time:SECONDS (SECONDS > 0), "
@@ -35,27 +37,27 @@ def read_value(text: str, parse: Callable[[str], Any], needs: str) -> Any:
     >>> read_value("2.5", int, "every:N needs a whole number N >= 1")
     Traceback (most recent call last):
     ...
-    ValueError: every:N needs a whole number N >= 1, got '2.5'
+    readers.errors.BadValue: every:N needs a whole number N >= 1, got '2.5'
     """
     try:
         value = parse(text.strip())
     except ValueError:
         value = None
     if value is None or (parse is int and value < 1):
-        raise ValueError(f"{needs}, got {text.strip()!r}")
+        raise BadValue(f"{needs}, got {text.strip()!r}")
     return value
 
 
 def _bounds(text: str) -> tuple[float, float]:
     low, sep, high = text[1:].partition(":")  # from 1: a negative LO's sign is no separator
     if not sep:
-        raise ValueError("no LO:HI")
+        raise BadValue("no LO:HI")
     return float(text[0] + low), float(high)
 
 
 def _on(text: str) -> str:
     if text not in ("label", "feature"):
-        raise ValueError("neither")
+        raise BadValue("neither")
     return text
 
 
@@ -74,18 +76,18 @@ def drift_options(text: str) -> dict[str, Any]:
     >>> drift_options("window=500,threshold=x")
     Traceback (most recent call last):
     ...
-    ValueError: threshold=X needs a number X, 0 <= X < 1, got 'x'
+    readers.errors.BadValue: threshold=X needs a number X, 0 <= X < 1, got 'x'
     """
     options: dict[str, Any] = {}
     for part in text.split(","):
         key, sep, value = part.partition("=")
         key = key.strip()
         if not sep or key not in _DRIFT:
-            raise ValueError(f"{part!r} is not one of window=, threshold=, on=, bins=, bounds=")
+            raise BadValue(f"{part!r} is not one of window=, threshold=, on=, bins=, bounds=")
         if key in options:
-            raise ValueError(f"{key}= is given twice")
+            raise BadValue(f"{key}= is given twice")
         options[key] = read_value(value, *_DRIFT[key])
     missing = [k for k in ("window", "threshold") if k not in options]
     if missing:
-        raise ValueError(f"drift needs {' and '.join(k + '=' for k in missing)}")
+        raise BadValue(f"drift needs {' and '.join(k + '=' for k in missing)}")
     return options

@@ -37,6 +37,7 @@ from typing import Any
 
 import numpy as np
 
+from readers.errors import BadType, BadValue
 from train.continual.trigger_specs import FORMS, drift_options, read_value, spec_number
 
 __all__ = ["Drift", "EveryN", "EveryT", "Trigger", "parse_trigger"]
@@ -49,18 +50,18 @@ def _real(value: Any, what: str) -> float:
             raise TypeError
         return float(value)
     except (TypeError, ValueError):
-        raise TypeError(f"{what}, got {value!r}") from None
+        raise BadType(f"{what}, got {value!r}") from None
 
 
 def _count(value: Any, what: str) -> int:
     if isinstance(value, bool):
-        raise TypeError(f"{what} must be an integer >= 1, got {value!r}")
+        raise BadType(f"{what} must be an integer >= 1, got {value!r}")
     try:
         value = operator.index(value)
     except TypeError:
-        raise TypeError(f"{what} must be an integer >= 1, got {value!r}") from None
+        raise BadType(f"{what} must be an integer >= 1, got {value!r}") from None
     if value < 1:
-        raise ValueError(f"{what} must be an integer >= 1, got {value!r}")
+        raise BadValue(f"{what} must be an integer >= 1, got {value!r}")
     return value
 
 
@@ -78,7 +79,7 @@ class Trigger:
     >>> trigger.feed([0.0, 1.0, 0.5], [0, 0, 0])
     Traceback (most recent call last):
     ...
-    ValueError: times go backwards at stream position 2: 1.0 then 0.5; a timestamped stream's times must be non-decreasing (sort the stream by time)
+    readers.errors.BadValue: times go backwards at stream position 2: 1.0 then 0.5; a timestamped stream's times must be non-decreasing (sort the stream by time)
     """
 
     def __init__(self) -> None:
@@ -156,27 +157,27 @@ class Trigger:
     def _check(self, times: Any, labels: Any, features: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
         times, labels = np.asarray(times, np.float64), np.asarray(labels)
         if times.ndim != 1 or labels.shape != times.shape:
-            raise ValueError(f"times and labels must be 1-D arrays of one length, got shapes {times.shape} "
-                             f"and {labels.shape}")
+            raise BadValue(f"times and labels must be 1-D arrays of one length, got shapes {times.shape} "
+                           f"and {labels.shape}")
         if labels.size and labels.dtype.kind not in "iu":
-            raise TypeError(f"labels must be integers, got {labels.dtype}")
+            raise BadType(f"labels must be integers, got {labels.dtype}")
         labels = labels.astype(np.int64, copy=False)
         if features is not None:
             features = np.asarray(features)
             if features.ndim < 1 or len(features) != len(times):
-                raise ValueError(f"features must have one row per entry: {len(times)} rows, got shape {features.shape}")
+                raise BadValue(f"features must have one row per entry: {len(times)} rows, got shape {features.shape}")
             features = features.reshape(len(times), int(np.prod(features.shape[1:])))
         if not np.isfinite(times).all():
             i = int(np.flatnonzero(~np.isfinite(times))[0])
-            raise ValueError(f"time at stream position {self.seen + i} is {float(times[i])!r}; times must be finite seconds")
+            raise BadValue(f"time at stream position {self.seen + i} is {float(times[i])!r}; times must be finite seconds")
         before = np.concatenate(([self._last_time], times[:-1])) if self._last_time is not None else times[:-1]
         after = times if self._last_time is not None else times[1:]
         back = np.flatnonzero(after < before)
         if back.size:
             i = int(back[0])
             position = self.seen + i + (self._last_time is None)
-            raise ValueError(f"times go backwards at stream position {position}: {float(before[i])!r} then {float(after[i])!r}; "
-                             "a timestamped stream's times must be non-decreasing (sort the stream by time)")
+            raise BadValue(f"times go backwards at stream position {position}: {float(before[i])!r} then {float(after[i])!r}; "
+                           "a timestamped stream's times must be non-decreasing (sort the stream by time)")
         return times, labels, features
 
 
@@ -221,7 +222,7 @@ class EveryT(Trigger):
     def __init__(self, seconds: float) -> None:
         seconds = _real(seconds, "EveryT: seconds must be a number > 0")
         if not (math.isfinite(seconds) and seconds > 0):
-            raise ValueError(f"EveryT: seconds must be a finite number > 0, got {seconds!r}")
+            raise BadValue(f"EveryT: seconds must be a finite number > 0, got {seconds!r}")
         self.seconds = seconds
         super().__init__()
 
@@ -291,20 +292,20 @@ class Drift(Trigger):
         self.window = _count(window, "Drift: window")
         threshold = _real(threshold, "Drift: threshold must be a number in [0, 1) (a total variation distance)")
         if not 0 <= threshold < 1:
-            raise ValueError(f"Drift: threshold must be in [0, 1) (a total variation distance), got {threshold!r}")
+            raise BadValue(f"Drift: threshold must be in [0, 1) (a total variation distance), got {threshold!r}")
         if on not in ("label", "feature"):
-            raise ValueError(f"Drift: on must be 'label' or 'feature', got {on!r}")
+            raise BadValue(f"Drift: on must be 'label' or 'feature', got {on!r}")
         for name, value in (("bins", bins), ("bounds", bounds)):
             if value is not None and on != "feature":
-                raise ValueError(f"Drift: {name} are for on='feature' only; drop them or set on='feature'")
+                raise BadValue(f"Drift: {name} are for on='feature' only; drop them or set on='feature'")
         self.bins = None if on != "feature" else 10 if bins is None else _count(bins, "Drift: bins")
         if bounds is not None:
             try:
                 low, high = (float(b) for b in bounds)
             except (TypeError, ValueError):
-                raise TypeError(f"Drift: bounds must be two numbers (LO, HI), got {bounds!r}") from None
+                raise BadType(f"Drift: bounds must be two numbers (LO, HI), got {bounds!r}") from None
             if not (math.isfinite(low) and math.isfinite(high) and low < high):
-                raise ValueError(f"Drift: bounds must be finite with LO < HI, got {bounds!r}")
+                raise BadValue(f"Drift: bounds must be finite with LO < HI, got {bounds!r}")
             bounds = (low, high)
         self.threshold, self.on, self.bounds = threshold, on, bounds
         super().__init__()
@@ -348,7 +349,7 @@ class Drift(Trigger):
         if self.on == "label":
             values = labels
         elif features is None:
-            raise ValueError(f"{self!r} needs features; pass features= to feed (one row per entry)")
+            raise BadValue(f"{self!r} needs features; pass features= to feed (one row per entry)")
         else:
             values = features.astype(np.float64).mean(axis=1)
         values = np.concatenate((self._pending, values))
@@ -374,17 +375,17 @@ def parse_trigger(spec: str) -> Trigger:
     >>> parse_trigger("every:2.5")
     Traceback (most recent call last):
     ...
-    ValueError: bad trigger spec 'every:2.5': every:N needs a whole number N >= 1, got '2.5'; accepted forms: every:N (N >= 1), ...
+    readers.errors.BadValue: bad trigger spec 'every:2.5': every:N needs a whole number N >= 1, got '2.5'; accepted forms: every:N (N >= 1), ...
     """
     if not isinstance(spec, str):
-        raise TypeError(f"a trigger spec must be a str, got {spec!r}; accepted forms: {FORMS}")
+        raise BadType(f"a trigger spec must be a str, got {spec!r}; accepted forms: {FORMS}")
     kind, sep, argument = spec.strip().partition(":")
     builders = {"every": lambda a: EveryN(read_value(a, int, "every:N needs a whole number N >= 1")),
                 "time": lambda a: EveryT(read_value(a, float, "time:SECONDS needs a number of seconds > 0")),
                 "drift": lambda a: Drift(**drift_options(a))}
     if not sep or kind not in builders:
-        raise ValueError(f"unknown trigger spec {spec!r}; accepted forms: {FORMS}")
+        raise BadValue(f"unknown trigger spec {spec!r}; accepted forms: {FORMS}")
     try:
         return builders[kind](argument)
     except (TypeError, ValueError) as error:
-        raise ValueError(f"bad trigger spec {spec!r}: {error}; accepted forms: {FORMS}") from None
+        raise BadValue(f"bad trigger spec {spec!r}: {error}; accepted forms: {FORMS}") from None

@@ -13,6 +13,8 @@ from typing import Any
 
 import numpy as np
 
+from readers.errors import BadValue
+
 __all__ = ["AdamModel"]
 
 _BETA1, _BETA2, _EPS = 0.9, 0.999, 1e-8
@@ -64,7 +66,7 @@ class AdamModel:
         >>> b.load_state_dict(SoftmaxRegression(4, 2).state_dict())
         Traceback (most recent call last):
         ...
-        ValueError: state 'W0' has shape (4, 2) but SoftmaxRegression(n_inputs=3, n_classes=2, ...) needs (3, 2); ...
+        readers.errors.BadValue: state 'W0' has shape (4, 2) but SoftmaxRegression(n_inputs=3, n_classes=2, ...) needs (3, 2); ...
         """
         targets = dict(zip(self._names, self._params))
         targets.update((f"m.{n}", a) for n, a in zip(self._names, self._m))
@@ -72,18 +74,18 @@ class AdamModel:
         expected = set(targets) | {"step"}
         missing, unexpected = sorted(expected - set(state)), sorted(set(state) - expected)
         if missing or unexpected:
-            raise ValueError(f"state does not fit {self!r}: missing {missing}, unexpected {unexpected}; "
-                             f"load a state saved by a {type(self).__name__} of the same sizes")
+            raise BadValue(f"state does not fit {self!r}: missing {missing}, unexpected {unexpected}; "
+                           f"load a state saved by a {type(self).__name__} of the same sizes")
         step = np.asarray(state["step"])
         if step.shape != () or step.dtype.kind not in "iu" or step < 0:
-            raise ValueError(f"state 'step' must be a non-negative integer, got {state['step']!r}")
+            raise BadValue(f"state 'step' must be a non-negative integer, got {state['step']!r}")
         sources = {name: np.asarray(state[name]) for name in targets}
         for name, source in sources.items():
             if source.shape != targets[name].shape:
-                raise ValueError(f"state {name!r} has shape {source.shape} but {self!r} needs "
-                                 f"{targets[name].shape}; build the model with the sizes it was saved with")
+                raise BadValue(f"state {name!r} has shape {source.shape} but {self!r} needs "
+                               f"{targets[name].shape}; build the model with the sizes it was saved with")
             if source.dtype.kind != "f":
-                raise ValueError(f"state {name!r} must hold floats, got {source.dtype}")
+                raise BadValue(f"state {name!r} must hold floats, got {source.dtype}")
         for name, source in sources.items():
             np.copyto(targets[name], source, casting="same_kind")
         self._step = int(step)

@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from readers.errors import BadValue
 from train.models.adam import AdamModel
 
 __all__ = ["LabelRangeError", "MLP", "SoftmaxRegression", "softmax_cross_entropy"]
@@ -38,7 +39,7 @@ __all__ = ["LabelRangeError", "MLP", "SoftmaxRegression", "softmax_cross_entropy
 _EMPTY = {"loss": 0.0, "accuracy": 0.0, "count": 0, "weight": 0.0}
 
 
-class LabelRangeError(ValueError):
+class LabelRangeError(BadValue):
     """A label outside 0..n_classes-1 of the model: ``label`` is the value, ``n_classes`` the model's count.
 
     >>> try:
@@ -120,11 +121,11 @@ class _Network(AdamModel):
     def __init__(self, sizes: Sequence[int], lr: float, seed: int | np.random.Generator):
         for n in sizes:
             if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
-                raise ValueError(f"layer sizes must be positive integers, got {n!r} in {tuple(sizes)!r}")
+                raise BadValue(f"layer sizes must be positive integers, got {n!r} in {tuple(sizes)!r}")
         if sizes[-1] < 2:
-            raise ValueError(f"n_classes must be at least 2, got {sizes[-1]!r}")
+            raise BadValue(f"n_classes must be at least 2, got {sizes[-1]!r}")
         if isinstance(lr, bool) or not (isinstance(lr, numbers.Real) and math.isfinite(lr) and lr > 0):
-            raise ValueError(f"lr must be a positive number, got {lr!r}")
+            raise BadValue(f"lr must be a positive number, got {lr!r}")
         self.n_inputs, self.n_classes, self.lr, self.seed = int(sizes[0]), int(sizes[-1]), float(lr), seed
         self._built_lr = self.lr
         rng = np.random.default_rng(seed)
@@ -203,29 +204,29 @@ class _Network(AdamModel):
     def _images(self, images: Any) -> np.ndarray:
         x = np.asarray(images)
         if x.ndim < 2 or math.prod(x.shape[1:]) != self.n_inputs or x.dtype.kind not in "fiub":
-            raise ValueError(f"'image' must be numbers of shape (batch, {self.n_inputs}), got {x.dtype} "
-                             f"of shape {x.shape}; map the column that holds the images to 'image'")
+            raise BadValue(f"'image' must be numbers of shape (batch, {self.n_inputs}), got {x.dtype} "
+                           f"of shape {x.shape}; map the column that holds the images to 'image'")
         return x.reshape(len(x), self.n_inputs).astype(np.float32, copy=False)
 
     def _prepare(self, batch: Mapping[str, Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
         """Validated images, labels and loss scale (w / sum w) of the entries of weight > 0, and sum w."""
         for name in self.inputs:
             if name not in batch:
-                raise ValueError(f"the batch has no {name!r} input, only {sorted(batch)!r}; fix the mapping so it "
-                                 f"names the model's inputs {list(self.inputs)!r} (and optionally 'weight')")
+                raise BadValue(f"the batch has no {name!r} input, only {sorted(batch)!r}; fix the mapping so it "
+                               f"names the model's inputs {list(self.inputs)!r} (and optionally 'weight')")
         x, y = self._images(batch["image"]), np.asarray(batch["label"])
         if y.shape != (len(x),) or y.dtype.kind not in "iu":
-            raise ValueError(f"'label' must be integers of shape ({len(x)},) to match the images, "
-                             f"got {y.dtype} of shape {y.shape}")
+            raise BadValue(f"'label' must be integers of shape ({len(x)},) to match the images, "
+                           f"got {y.dtype} of shape {y.shape}")
         w = batch.get("weight")
         keep = None
         if w is not None:
             w = np.asarray(w, dtype=np.float32)
             if w.shape != y.shape:
-                raise ValueError(f"'weight' must have shape {y.shape} to match the labels, got {w.shape}")
+                raise BadValue(f"'weight' must have shape {y.shape} to match the labels, got {w.shape}")
             if not (np.isfinite(w).all() and (w >= 0).all()):
                 bad = w[~(np.isfinite(w) & (w >= 0))][0]
-                raise ValueError(f"weights must be finite and >= 0, got {float(bad)}")
+                raise BadValue(f"weights must be finite and >= 0, got {float(bad)}")
             keep = w > 0
         bad = (y < 0) | (y >= self.n_classes)
         if keep is not None:

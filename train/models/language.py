@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from readers.errors import BadValue
 from train.models.adam import AdamModel
 from train.models.classifiers import softmax_cross_entropy
 
@@ -43,7 +44,7 @@ _EMPTY = {"loss": 0.0, "accuracy": 0.0, "count": 0, "weight": 0.0, "tokens": 0}
 _NAMES = ("embedding", "W0", "b0", "W1", "b1")
 
 
-class TokenRangeError(ValueError):
+class TokenRangeError(BadValue):
     """A token id outside 0..vocab_size-1: ``token`` is the value, ``where`` its index in the array given.
 
     >>> try:
@@ -80,7 +81,7 @@ def _check_range(tokens: np.ndarray, vocab_size: int, keep: np.ndarray | None = 
 def _integers(value: Any, name: str) -> np.ndarray:
     a = np.asarray(value)
     if a.dtype.kind not in "iu":
-        raise ValueError(f"{name!r} must be integer token ids, got {a.dtype}; read the tokens as integers")
+        raise BadValue(f"{name!r} must be integer token ids, got {a.dtype}; read the tokens as integers")
     return a
 
 
@@ -101,7 +102,7 @@ def unigram_entropy(tokens: Any, vocab_size: int) -> float:
     _check_range(t, vocab_size)
     t = t[t != IGNORE] if t.dtype.kind == "i" else t.ravel()
     if t.size == 0:
-        raise ValueError("unigram_entropy: no tokens to count (all -100, or none given)")
+        raise BadValue("unigram_entropy: no tokens to count (all -100, or none given)")
     counts = np.bincount(t.astype(np.intp, copy=False), minlength=vocab_size)
     p = counts[counts > 0] / t.size
     return float(max(-(p * np.log(p)).sum(), 0.0))
@@ -145,7 +146,7 @@ def _loss_and_gradients(params: Sequence[np.ndarray], ids: np.ndarray, y: np.nda
 
 def _positive_int(value: Any, name: str, least: int = 1) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < least:
-        raise ValueError(f"{name} must be an integer of at least {least}, got {value!r}")
+        raise BadValue(f"{name} must be an integer of at least {least}, got {value!r}")
     return int(value)
 
 
@@ -176,7 +177,7 @@ class NextTokenMLP(AdamModel):
         self.context = _positive_int(context, "context")
         self.embed, self.hidden = _positive_int(embed, "embed"), _positive_int(hidden, "hidden")
         if isinstance(lr, bool) or not (isinstance(lr, numbers.Real) and math.isfinite(lr) and lr > 0):
-            raise ValueError(f"lr must be a positive number, got {lr!r}")
+            raise BadValue(f"lr must be a positive number, got {lr!r}")
         self.lr, self._built_lr, self.seed = float(lr), float(lr), seed
         rng = np.random.default_rng(seed)
         fan_in = self.context * self.embed
@@ -252,20 +253,20 @@ class NextTokenMLP(AdamModel):
         """Contexts (n, context), targets and loss scale (w / sum w) of the target tokens that count, and
         (windows of weight > 0, total weight of the counted tokens)."""
         if "tokens" not in batch:
-            raise ValueError(f"the batch has no 'tokens' input, only {sorted(batch)!r}; fix the mapping so it "
-                             "names the column of token windows 'tokens' (and optionally 'weight')")
+            raise BadValue(f"the batch has no 'tokens' input, only {sorted(batch)!r}; fix the mapping so it "
+                           "names the column of token windows 'tokens' (and optionally 'weight')")
         tokens = _integers(batch["tokens"], "tokens")
         if tokens.ndim != 2 or tokens.shape[1] < 2:
-            raise ValueError(f"'tokens' must have shape (batch, seq_len + 1) with seq_len >= 1, got {tokens.shape}; "
-                             "give windows of inputs plus one next-token target, as readers.tokens reads them")
+            raise BadValue(f"'tokens' must have shape (batch, seq_len + 1) with seq_len >= 1, got {tokens.shape}; "
+                           "give windows of inputs plus one next-token target, as readers.tokens reads them")
         w, keep = batch.get("weight"), None
         if w is not None:
             w = np.asarray(w, dtype=np.float32)
             if w.shape != (len(tokens),):
-                raise ValueError(f"'weight' must have shape ({len(tokens)},), one per window, got {w.shape}")
+                raise BadValue(f"'weight' must have shape ({len(tokens)},), one per window, got {w.shape}")
             if not (np.isfinite(w).all() and (w >= 0).all()):
                 bad = w[~(np.isfinite(w) & (w >= 0))][0]
-                raise ValueError(f"weights must be finite and >= 0, got {float(bad)}")
+                raise BadValue(f"weights must be finite and >= 0, got {float(bad)}")
             keep = w > 0
         _check_range(tokens, self.vocab_size, keep)
         if keep is not None and not keep.all():  # dropped, not multiplied by 0: padding may hold garbage

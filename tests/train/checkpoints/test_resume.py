@@ -13,7 +13,13 @@ from train.checkpoints.files import (
     lock_folder,
     save_checkpoint,
 )
-from train.checkpoints.resume import check_meta, claim, open_run
+from train.checkpoints.resume import (
+    Difference,
+    ResumeRefused,
+    check_meta,
+    claim,
+    open_run,
+)
 from train.checkpoints.settings import Checkpoints
 from train.driver import train
 
@@ -264,6 +270,18 @@ def test_check_meta_names_what_differs_in_the_data():
         check_meta("ck", META, {"seed": 0, "data": {**DATA, "length": 3}})
     with pytest.raises(CheckpointError, match="does not record 'seed'"):
         check_meta("ck", {k: v for k, v in META.items() if k != "seed"}, {"seed": 0, "data": DATA})
+
+
+def test_a_refused_resume_carries_its_differences_as_data():
+    """Issue 26: the CLI named the flags by parsing this message's prose."""
+    with pytest.raises(ResumeRefused) as refused:
+        check_meta("ck", {**META, "config": {"lr": 0.1, "reader": "a"}},
+                   {"seed": 1, "config": {"lr": 0.2, "reader": "a"}, "data": {**DATA, "length": 3}})
+    assert refused.value.settings == [Difference("seed", 0, 1), Difference("config.lr", 0.1, 0.2)]
+    assert refused.value.data == ["length: 2 entries per pass, now 3"] and refused.value.directory == "ck"
+    assert str(refused.value) == ("ck: the checkpoint was made with other settings or data (seed: 0 then, 1 now; "
+                                  "config.lr: 0.1 then, 0.2 now; length: 2 entries per pass, now 3); resume with the "
+                                  "same settings and data, or train into another checkpoint folder")
 
 
 def test_a_reader_state_that_does_not_fit_names_the_field(tmp_path):

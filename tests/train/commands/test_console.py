@@ -1,9 +1,10 @@
-"""train.commands.console: the line per pass, and a JSON log that keeps each pass once across a resume."""
+"""train.commands.console: the line per pass, a JSON log that keeps each pass once across a resume, and a refused resume in flag words."""
 import io
 import json
 import math
 
-from train.commands.console import Progress, keep_passes_before
+from train.checkpoints.resume import Difference, ResumeRefused
+from train.commands.console import Progress, in_flag_words, keep_passes_before
 from train.events import EndPass, TestResult
 
 METRICS = {"loss": 0.25, "accuracy": 0.5, "samples_per_s": 2500.0, "seconds": 0.4}
@@ -61,3 +62,21 @@ def test_progress_opens_its_log_at_the_first_pass_only(tmp_path):
     fresh.flush()
     fresh.close()
     assert [line[:12] for line in log.read_text().splitlines()] == ['{"pass": 0, ']
+
+
+def test_in_flag_words_names_options_and_says_each_once():
+    refused = ResumeRefused("ck", [Difference("batch_size", 128, 64), Difference("model.n_classes", 10, 12),
+                                   Difference("config.classes", 10, 12), Difference("config.reader", "a", "b")],
+                            ["pipeline: stage 0 was 'x', now 'y'"])
+    assert in_flag_words(refused) == (
+        "ck: the checkpoint was made with other settings or data (--batch-size: 128 then, 64 now; --classes: 10 "
+        "then, 12 now; --reader: 'a' then, 'b' now; pipeline: stage 0 was 'x', now 'y'); resume with the same "
+        "settings and data, or train into another checkpoint folder")
+
+
+def test_in_flag_words_reads_the_refusals_data_not_its_prose():
+    """Issue 26: the flags were parsed out of the message, so a value holding "; " or "): " broke them."""
+    refused = ResumeRefused("ck (old)", [Difference("config.reader", "mine: a; b (x)", "c"), Difference("seed", 0, 1)])
+    assert in_flag_words(refused) == (
+        "ck (old): the checkpoint was made with other settings or data (--reader: 'mine: a; b (x)' then, 'c' now; "
+        "--seed: 0 then, 1 now); resume with the same settings and data, or train into another checkpoint folder")

@@ -13,6 +13,9 @@ import cli
 from readers import PipelineStore
 from tests.helpers import paths as _paths
 from tests.helpers.continual_data import fake_mnist
+from train.checkpoints.resume import Difference
+from train.commands.continual_run import in_flags
+from train.continual.config import PipelineConfigError, changed_lines
 
 ROOT = str(_paths.ROOT)
 ROW = re.compile(r"^\s+(\d+)\s+(\d+)\s+(\d+\.\d)\s+(\d+\.\d)  ((?:\d+\.\d ?)+)\s+((?:\d:\d+ ?)+)$", re.M)
@@ -152,3 +155,19 @@ def test_resuming_a_pipeline_the_store_does_not_hold_is_refused(tmp_path, data):
     result = invoke("--data-dir", data, "--no-download", "--db", tmp_path / "runs.db", "--min-steps", 5,
                     "--resume", 9)
     assert result.exit_code == 1 and "no pipeline 9 in" in result.output and "(its pipelines: 1)" in result.output
+
+
+def test_a_refused_resume_names_each_changed_setting_by_its_option():
+    """Issue 26: the options were parsed out of the refusal's prose, so only a model's first setting got its flag."""
+    changes = [Difference("model.lr", 0.003, 0.01), Difference("model.n_classes", 10, 4),
+               Difference("model.hidden", [8], [16]), Difference("user.reader", "split-mnist", "mine:rows"),
+               Difference("data.length", 600, 300)]
+    refused = PipelineConfigError(changed_lines(changes), "resume it with the ones it started with", changes)
+    assert in_flags(refused).splitlines() == [
+        "the pipeline's configuration has 5 problems:",
+        "  - --lr was 0.003, now 0.01",
+        "  - --classes was 10, now 4",
+        "  - --model: its hidden was [8], now [16]",
+        "  - --reader was 'split-mnist', now 'mine:rows'",
+        "  - the data (--reader, --data-dir): its length was 600, now 300",
+        "resume it with the ones it started with"]

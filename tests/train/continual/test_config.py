@@ -5,6 +5,7 @@ import pytest
 import readers
 import train
 from tests.helpers.continual_data import blobs, softmax
+from train.checkpoints.resume import Difference
 from train.continual.config import PipelineConfigError, check_pipeline
 
 DEFAULTS = {"db": "runs.db", "keep_models": 1, "test": None, "source": None, "mapping": ["image", "label"], "batch_size": 32, "passes": 1,
@@ -109,5 +110,6 @@ def test_resume_compares_the_stored_settings(tmp_path):
         with pytest.raises(PipelineConfigError) as caught:
             other.check_resumable(store, p)
         assert caught.value.problems == ["strategy was 'all', now 'new'", "batch_size was 32, now 8"]
+        assert caught.value.changes == [Difference("strategy", "all", "new"), Difference("batch_size", 32, 8)]
         with pytest.raises(PipelineConfigError, match=r"resume=7: .*no pipeline 7 in .*\(its pipelines: 1\)"):
             pipeline.check_resumable(store, 7)

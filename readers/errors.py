@@ -1,0 +1,59 @@
+"""Expected failures: the errors readerkit raises on purpose, whose message says what was wrong and what to do.
+
+Bad input, a refused resume, a busy folder, missing data: each derives from
+``ReaderkitError``, and also from the built-in exception such code raised
+before (``BadValue`` is a ``ValueError``), so ``except ValueError`` still
+catches it. The command line prints a ``ReaderkitError`` as one line;
+anything else, such as a ``TypeError`` raised inside a user's reader, is a
+bug somewhere and keeps its traceback.
+
+A reader of your own may raise them too, to be reported the same way:
+
+>>> import readers
+>>> def rows():
+...     raise readers.BadValue("rows.csv, line 3: 'x' is not a number; fix the file")
+>>> try:
+...     list(rows())
+... except ValueError as exc:
+...     print(isinstance(exc, readers.ReaderkitError), exc)
+True rows.csv, line 3: 'x' is not a number; fix the file
+
+An error raised in a worker process reaches the consumer as its own type
+(``readers.workers.forwarding``): these take their message alone, so they
+pickle.
+"""
+from __future__ import annotations
+
+__all__ = ["BadType", "BadValue", "FileError", "MissingFile", "NotFound", "ReaderkitError", "TimedOut"]
+
+
+class ReaderkitError(Exception):
+    """An expected failure: the message names what was wrong and says what to change.
+
+    >>> issubclass(BadValue, ReaderkitError), issubclass(BadValue, ValueError)
+    (True, True)
+    """
+
+
+class BadValue(ReaderkitError, ValueError):
+    """A value readerkit cannot use: an option out of range, a malformed file or spec, data that does not fit."""
+
+
+class BadType(ReaderkitError, TypeError):
+    """A value of a kind readerkit cannot use: a reader that is not callable, a column that is not numbers."""
+
+
+class NotFound(ReaderkitError, LookupError):
+    """A name or id that is not there: a pipeline, a training, a client of a round."""
+
+
+class FileError(ReaderkitError, OSError):
+    """A file or folder that cannot be used as asked: not writable, not openable."""
+
+
+class MissingFile(FileError, FileNotFoundError):
+    """A file or folder that does not exist."""
+
+
+class TimedOut(ReaderkitError, TimeoutError):
+    """Something held by another process for longer than readerkit waits: a lock, a folder."""

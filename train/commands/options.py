@@ -1,0 +1,157 @@
+"""The command line's options: those that several commands share, each declared once as a small decorator, and
+the settings objects of the commands with many.
+
+A command with many options (``train``, ``pipeline run``) takes one frozen
+dataclass whose fields are its options, built once from click's values
+(``as_settings``); one with a few takes them as typed parameters, as click
+intends.
+
+>>> from click.testing import CliRunner
+>>> @click.command()
+... @reader_options()
+... @batch_size_option(64)
+... def show(reader_name: str, data_dir: str | None, download: bool, batch_size: int) -> None:
+...     click.echo(f"{reader_name} {data_dir} {download} {batch_size}")
+>>> CliRunner().invoke(show, ["--no-download", "--batch-size", "8"]).output
+'mnist None False 8\\n'
+"""
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import click
+from click.core import ParameterSource
+
+__all__ = ["PipelineRunSettings", "TrainSettings", "as_settings", "batch_size_option", "given_flags", "model_option",
+           "reader_options"]
+
+READER_HELP = ("A registered reader (see `readers`); your own module (mydata, a mydata.py with train and optional test "
+               "readers); or module:attribute of a reader (a generator function) or a reader creator.")
+DOWNLOAD_HELP = "Download missing data files from the public mirrors (into the per-user cache)."
+
+
+@dataclass(frozen=True)
+class TrainSettings:
+    """The train command's options, as click parsed them (``cli.py train --help`` says what each does)."""
+
+    reader_name: str
+    data_dir: str | None
+    download: bool
+    model_name: str
+    classes: int | None
+    batch_size: int
+    passes: int
+    lr: float
+    lr_decay: float
+    seed: int
+    checkpoint_dir: str | None
+    checkpoint_every: int
+    resume: bool
+    overwrite: bool
+    log_json: str | None
+    config: str | None
+    steps: int | None
+    log_every: int
+    vocab_size: int | None
+
+
+@dataclass(frozen=True)
+class PipelineRunSettings:
+    """The options of ``pipeline run``, as click parsed them (``cli.py pipeline run --help`` says what each does)."""
+
+    reader_name: str
+    data_dir: str | None
+    download: bool
+    trigger_spec: str
+    strategy_spec: str
+    db: str
+    model_name: str
+    classes: int | None
+    batch_size: int
+    passes: int
+    min_steps: int
+    lr: float
+    seed: int
+    log_json: str | None
+    resume: int | None
+
+
+def reader_options(default: str = "mnist", reader_help: str = READER_HELP, download_help: str = DOWNLOAD_HELP) -> Callable:
+    """``--reader`` (as ``reader_name``), ``--data-dir`` and ``--download``: where a command's reader comes from.
+
+    >>> @click.command()
+    ... @reader_options("split-mnist", "A timestamped reader.")
+    ... def where(reader_name: str, data_dir: str | None, download: bool) -> None:
+    ...     pass
+    >>> [param.opts[0] for param in where.params]
+    ['--reader', '--data-dir', '--download']
+    """
+
+    def decorate(command: Callable) -> Callable:
+        command = click.option("--download/--no-download", default=True, show_default=True, help=download_help)(command)
+        command = click.option("--data-dir", type=click.Path(file_okay=False), default=None,
+                               help="Folder holding the data files (searched before $READERKIT_DATA and the cache)."
+                               )(command)
+        return click.option("--reader", "reader_name", default=default, show_default=True, help=reader_help)(command)
+
+    return decorate
+
+
+model_option = click.option("--model", "model_name", default="mlp", show_default=True,
+                            help="A registered model (mlp, softmax) or module:attribute of a factory called as "
+                                 "factory(n_inputs, n_classes=..., lr=..., seed=...).")
+
+
+def batch_size_option(default: int) -> Callable:
+    """``--batch-size``: entries per minibatch, ``default`` when not given."""
+    return click.option("--batch-size", default=default, show_default=True, type=click.IntRange(min=1),
+                        help="Entries per minibatch.")
+
+
+def as_settings(cls: type) -> Callable[[Callable], Callable]:
+    """Give a command its parsed options as one ``cls``, a frozen dataclass whose fields are the options' names.
+
+    >>> import dataclasses
+    >>> from click.testing import CliRunner
+    >>> @dataclasses.dataclass(frozen=True)
+    ... class Greeting:
+    ...     name: str
+    ...     times: int
+    >>> @click.command()
+    ... @click.option("--name", default="you")
+    ... @click.option("--times", default=1)
+    ... @as_settings(Greeting)
+    ... def greet(settings: Greeting) -> None:
+    ...     click.echo(" ".join([f"hello {settings.name}"] * settings.times))
+    >>> CliRunner().invoke(greet, ["--times", "2"]).output
+    'hello you hello you\\n'
+    """
+
+    def decorate(command: Callable[[Any], Any]) -> Callable:
+        @functools.wraps(command)
+        def wrapper(**values: Any) -> Any:
+            return command(cls(**values))
+
+        return wrapper
+
+    return decorate
+
+
+def given_flags(*names: str) -> list[str]:
+    """The options among ``names`` (their parameter names) that the current command line gives, as their flags:
+    for refusing options that do not apply.
+
+    >>> @click.command()
+    ... @reader_options()
+    ... def where(reader_name: str, data_dir: str | None, download: bool) -> None:
+    ...     click.echo(given_flags("reader_name", "data_dir", "download"))
+    >>> from click.testing import CliRunner
+    >>> CliRunner().invoke(where, ["--no-download", "--reader", "mine"]).output
+    "['--reader', '--download']\\n"
+    """
+    ctx = click.get_current_context()
+    flags = {param.name: param.opts[0] for param in ctx.command.params}
+    return [flags[name] for name in names if ctx.get_parameter_source(name) is ParameterSource.COMMANDLINE]
