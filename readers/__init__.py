@@ -37,7 +37,7 @@ mapping
 [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
 """
 from readers.allocator import tune_allocator
-from readers.caching import cached as caching
+from readers.caching.cached import cached as _cached
 from readers.continual.schema import NotAPipelineStore
 from readers.continual.store import PipelineBusy, PipelineStore
 from readers.continual.trigger_sets import trigger_set
@@ -58,16 +58,24 @@ from readers.launch import WorkerInfo, worker_context, worker_info
 from readers.network.client import RemoteUnavailable, remote
 from readers.network.server import serve
 from readers.network.wire import NotAuthorised, RemoteError, UnsupportedVersion
-from readers.ops import combine, maps, replay, sharding, shuffling
-from readers.ops import slicing as selection
-from readers.ops.combine import ComposeNotAligned
+from readers.ops.combine import ComposeNotAligned, chain, compose
 from readers.ops.locality import node_shuffle as _node_shuffle
+from readers.ops.maps import map_readers as _map_readers
+from readers.ops.maps import random_map as _random_map
+from readers.ops.maps import with_index
 from readers.ops.mixing import mix as _mix
+from readers.ops.replay import cache
+from readers.ops.replay import repeat as _repeat
+from readers.ops.sharding import shard as _shard
+from readers.ops.shuffling import shuffle as _shuffle
+from readers.ops.slicing import filter_entries as _filter_entries
+from readers.ops.slicing import firstn as _firstn
+from readers.ops.slicing import skip as _skip
 from readers.sources.in_memory import from_arrays, from_sequence, np_array
 from readers.sources.text import text_file
 from readers.stage import IndexedReader, Reader, Stage
-from readers.tokenized import rounds
 from readers.tokenized.rounds import assign_batches
+from readers.tokenized.rounds import round_share as _round_share
 from readers.tokenized.runfiles import (
     DataConfig,
     LocalData,
@@ -79,9 +87,11 @@ from readers.tokenized.runfiles import (
 )
 from readers.tokenized.schedule import BatchSchedule
 from readers.tokenized.windows import tokens
-from readers.workers import paddle as paddle_parallel
-from readers.workers import prefetch as parallel
+from readers.workers.paddle import multiprocess_reader as _multiprocess_reader
+from readers.workers.paddle import xmap_readers as _xmap_readers
 from readers.workers.prefetch import WorkerDiedError
+from readers.workers.prefetch import buffered as _buffered
+from readers.workers.prefetch import prefetch as _prefetch
 
 __all__ = [
     "BadType",
@@ -152,23 +162,19 @@ __all__ = [
 
 # The curried namespace, one line per decorator (toolz.curry): given only options, a decorator
 # waits for its reader (toolz.pipe); given the reader, it runs, so a missing option is an error.
-buffered = Curried(parallel.buffered)
-cache = replay.cache
-cached = Curried(caching.cached)
-chain = combine.chain
-compose = combine.compose
-filter_entries = Curried(selection.filter_entries)
-firstn = Curried(selection.firstn)
-map_readers = Curried(maps.map_readers, reader_at=1)
+buffered = Curried(_buffered)
+cached = Curried(_cached)
+filter_entries = Curried(_filter_entries)
+firstn = Curried(_firstn)
+map_readers = Curried(_map_readers, reader_at=1)
 mix = Curried(_mix)
-multiprocess_reader = Curried(paddle_parallel.multiprocess_reader)
+multiprocess_reader = Curried(_multiprocess_reader)
 node_shuffle = Curried(_node_shuffle)
-prefetch = Curried(parallel.prefetch)
-random_map = Curried(maps.random_map, reader_at=1)
-repeat = Curried(replay.repeat)
-round_share = Curried(rounds.round_share)
-shard = Curried(sharding.shard)
-shuffle = Curried(shuffling.shuffle)
-skip = Curried(selection.skip)
-with_index = maps.with_index
-xmap_readers = Curried(paddle_parallel.xmap_readers, reader_at=1)
+prefetch = Curried(_prefetch)
+random_map = Curried(_random_map, reader_at=1)
+repeat = Curried(_repeat)
+round_share = Curried(_round_share)
+shard = Curried(_shard)
+shuffle = Curried(_shuffle)
+skip = Curried(_skip)
+xmap_readers = Curried(_xmap_readers, reader_at=1)

@@ -1,6 +1,8 @@
 """The code's layout: a folder per capability whose docstring says its job, one meaning per module name, tests that
 mirror the packages, no import cycles and no calls into another object's private methods."""
 import ast
+import importlib
+import inspect
 import pathlib
 
 import pytest
@@ -112,3 +114,30 @@ def test_every_module_has_its_test_module(path):
     rel = path.relative_to(ROOT)
     test = ROOT / "tests" / rel.parent / f"test_{rel.name}"
     assert test.is_file(), f"{rel} has no test module: tests mirror the packages, add {test.relative_to(ROOT)}"
+
+
+@pytest.mark.parametrize("folder", SUBPACKAGES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_a_package_attribute_named_as_a_subpackage_is_that_subpackage(folder):
+    """Review of issue 26: readers/__init__ bound readers.caching to the cached module, so readers.caching.disk
+    failed to import; readers.selection and readers.parallel lived on under their old names."""
+    name = ".".join(folder.relative_to(ROOT).parts)
+    sub = importlib.import_module(name)
+    parent = importlib.import_module(name.rpartition(".")[0])
+    assert getattr(parent, folder.name) is sub
+    for path in sorted(folder.glob("*.py")):
+        if path.name != "__init__.py":
+            importlib.import_module(f"{name}.{path.stem}")  # each module imports by its path
+
+
+def test_no_module_of_the_old_flat_layout_is_reachable_by_its_old_name():
+    import readers
+    import train
+
+    old = {"readers": ["selection", "parallel", "paddle_parallel", "caching", "sources", "rounds", "maps", "combine",
+                       "replay", "sharding", "shuffling", "pipeline", "remote", "tokens", "mnist"],
+           "train": ["models", "checkpoint", "command", "console", "supervisor", "strategies"]}
+    for package, names in ((readers, old["readers"]), (train, old["train"])):
+        for name in names:
+            found = getattr(package, name, None)
+            assert found is None or not inspect.ismodule(found) or found.__name__ == f"{package.__name__}.{name}" \
+                and (ROOT / package.__name__ / name / "__init__.py").is_file(), f"{package.__name__}.{name} is {found!r}"

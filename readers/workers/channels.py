@@ -30,9 +30,9 @@ from typing import Any
 
 from readers.errors import BadType
 from readers.graph import describe
-from readers.workers import process as pool_process
-from readers.workers import shared_memory as shm
-from readers.workers import worker as pool_worker
+from readers.workers import process as worker_process
+from readers.workers import shared_memory
+from readers.workers import worker as worker_side
 from readers.workers.forwarding import interactive_names
 
 __all__ = ["GRACE", "Died", "Processes", "Threads", "pick_start_method"]
@@ -75,7 +75,7 @@ def pick_start_method(requested: str | None) -> str:
         return requested
     # (a kept worker's thread that waits for its parent's end holds no lock: forking past it is safe)
     others = [t for t in threading.enumerate()
-              if t is not threading.main_thread() and t.name != pool_process.WATCH_THREAD]
+              if t is not threading.main_thread() and t.name != worker_process.WATCH_THREAD]
     if sys.platform.startswith("linux") and not others:
         return "fork"
     return "spawn"
@@ -86,10 +86,10 @@ class Threads:
 
     def __init__(self, pool: Any, pass_id: int, cursors: list[int]):
         self.pool, self.out = pool, queue.SimpleQueue()
-        self.credits = [pool_worker.Credits(pool.limit, pool.stats.per_worker[w]) for w in range(len(pool.jobs))]
+        self.credits = [worker_side.Credits(pool.limit, pool.stats.per_worker[w]) for w in range(len(pool.jobs))]
         self.held: list[list] = [[] for _ in pool.jobs]  # messages for a worker the ordered merge is not at
         self.threads = [
-            threading.Thread(target=pool_worker.thread_main, name=f"readerkit-{pool.name}-{w}", daemon=True,
+            threading.Thread(target=worker_side.thread_main, name=f"readerkit-{pool.name}-{w}", daemon=True,
                              args=(w, job, pass_id, cursors[w], pool.contexts[w], self.out,
                                    self.credits[w], pool.stats.per_worker[w]))
             for w, job in enumerate(pool.jobs)]
@@ -145,7 +145,7 @@ class Processes:
         n = len(pool.jobs)
         self.procs: list[Any] = [None] * n
         self.conns: list[Any] = [None] * n
-        self.rings: list[shm.RingReader | None] = [None] * n
+        self.rings: list[shared_memory.RingReader | None] = [None] * n
         self.done = [False] * n  # whether worker w said its last word of this pass
         self.torn: set = set()  # workers whose pipe an interrupt left mid-message: only fit to be stopped
         self.watches: dict = {}  # of recv (see _watch); cleared whenever a pipe opens or closes
@@ -154,8 +154,8 @@ class Processes:
         self.jobs = pool.jobs if self.method == "fork" else [self._pickled(w, j) for w, j in enumerate(pool.jobs)]
         try:
             for w in range(n):
-                if shm.available():
-                    self.rings[w] = shm.RingReader()
+                if shared_memory.available():
+                    self.rings[w] = shared_memory.RingReader()
                 self.start(w, cursors[w])
         except BaseException:
             self.stop()
@@ -186,12 +186,12 @@ class Processes:
     def start(self, w: int, cursor: int) -> None:
         mine, theirs = self.ctx.Pipe(duplex=True)
         ring = self.rings[w]
-        spec = None if ring is None else (shm.SharedFd(ring.fd), ring.size, ring.restart_at())
+        spec = None if ring is None else (shared_memory.SharedFd(ring.fd), ring.size, ring.restart_at())
         self.conns[w] = mine
         self.watches.clear()
         inherited = [c for c in self.conns if c is not None] if self.method == "fork" else []
         p = self.ctx.Process(
-            target=pool_process.process_main, name=f"readerkit-{self.pool.name}-{w}", daemon=True,
+            target=worker_process.process_main, name=f"readerkit-{self.pool.name}-{w}", daemon=True,
             args=(w, self.jobs[w] if self.method == "fork" else None, (self.pass_id, cursor), self.pool.contexts[w],
                   theirs, self.pool.limit, spec, os.getpid(), inherited, self.pool.where(w), self.persistent,
                   # a kept worker outlives a pass, and so maybe the thread that ran the pass
@@ -210,12 +210,12 @@ class Processes:
             except OSError:
                 pass  # it died: the first recv says how
 
-    def _watch(self, w: int | None) -> tuple[pool_worker.Watch, dict]:
+    def _watch(self, w: int | None) -> tuple[worker_side.Watch, dict]:
         """A watch on worker ``w``'s pipe and sentinel (None: every live worker's), and whose each is."""
         if w not in self.watches:
             live = [w] if w is not None else [i for i, c in enumerate(self.conns) if c is not None and not self.done[i]]
             owner = {self.conns[i]: i for i in live} | {self.procs[i].sentinel: i for i in live}
-            self.watches[w] = (pool_worker.Watch(list(owner)), owner)
+            self.watches[w] = (worker_side.Watch(list(owner)), owner)
         return self.watches[w]
 
     def recv(self, w: int | None) -> tuple:
@@ -227,15 +227,15 @@ class Processes:
                 if ready is conn or conn.poll():
                     try:
                         data = conn.recv_bytes()
-                        kind, stats, payload = shm.unpack(data, self.rings[i])
+                        kind, stats, payload = shared_memory.unpack(data, self.rings[i])
                     except (EOFError, OSError):
                         raise Died(i, self._how(i)) from None
                     except BaseException:  # Ctrl-C mid-message: the pipe's next bytes are no message's start
                         self.torn.add(i)
                         raise
                     self.pool.stats.per_worker[i] = list(stats)
-                    if kind == pool_worker.ENTRIES:
-                        payload = shm.unfold(payload)
+                    if kind == worker_side.ENTRIES:
+                        payload = shared_memory.unfold(payload)
                     else:
                         self._retire(i)
                     return i, kind, payload
@@ -262,7 +262,7 @@ class Processes:
             fresh = ring is not None and ring.tail < ring.seen  # arrays still held: it frees in order
             if p is not None and conn is not None and p.is_alive():
                 try:
-                    conn.send_bytes(pool_worker.pass_message(pass_id, cursor, fresh))
+                    conn.send_bytes(worker_side.pass_message(pass_id, cursor, fresh))
                     if fresh:
                         self._send_ring(w)
                     continue
@@ -282,7 +282,7 @@ class Processes:
         late = [w for w, conn in enumerate(self.conns) if conn is not None and not self.done[w]]
         for w in late:
             try:
-                self.conns[w].send_bytes(pool_worker.CANCEL)
+                self.conns[w].send_bytes(worker_side.CANCEL)
             except OSError:
                 pass  # gone: the drain below finds its end of file
         for w in late:
@@ -291,8 +291,8 @@ class Processes:
                 while not self.done[w]:
                     if not conn.poll(max(0.0, deadline - time.monotonic())):
                         raise TimeoutError
-                    kind = shm.unpack(conn.recv_bytes(), self.rings[w])[0]  # (its arrays freed at once)
-                    self.done[w] = kind != pool_worker.ENTRIES
+                    kind = shared_memory.unpack(conn.recv_bytes(), self.rings[w])[0]  # (its arrays freed at once)
+                    self.done[w] = kind != worker_side.ENTRIES
             except (EOFError, OSError, TimeoutError):
                 self._bury(w)
             except BaseException:  # interrupted while draining: this worker cannot be trusted again
@@ -305,7 +305,7 @@ class Processes:
 
     def _send_ring(self, w: int) -> None:
         """Hand worker ``w`` a new ring; the old one's memory goes with the last array that views it."""
-        new = shm.RingReader(self.rings[w].size)
+        new = shared_memory.RingReader(self.rings[w].size)
         try:
             reduction.send_handle(self.conns[w], new.fd, self.procs[w].pid)
         except BaseException:
@@ -362,7 +362,7 @@ class Processes:
     def fill(self) -> float:
         fills = []
         for w, ring in enumerate(self.rings):
-            bound = pool_worker.cap(self.pool.limit, self.pool.stats.per_worker[w])
+            bound = worker_side.cap(self.pool.limit, self.pool.stats.per_worker[w])
             if ring is not None and bound != math.inf:
                 fills.append(min(1.0, max(0, ring.made() - self.pool.received[w]) / bound))
         return sum(fills) / len(fills) if fills else 0.0

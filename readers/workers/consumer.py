@@ -29,7 +29,7 @@ import toolz
 
 from readers.errors import ReaderkitError
 from readers.position import advance, check_resumable
-from readers.workers import worker as pool_worker
+from readers.workers import worker as worker_side
 from readers.workers.channels import Died, Processes, Threads
 from readers.workers.forwarding import unpack_error
 
@@ -168,13 +168,13 @@ class Pool:
                 self._revive(died)
                 continue
             self.stats.consumer_wait += time.perf_counter() - t0
-            if kind == pool_worker.ENTRIES:
+            if kind == worker_side.ENTRIES:
                 self.received[i] += len(payload)
                 self.stats.fill_sum += self.backend.fill()
                 self.stats.fill_samples += 1
                 self.backend.ack(i, len(payload))
                 return i, payload
-            if kind == pool_worker.FAILED:
+            if kind == worker_side.FAILED:
                 raise payload if isinstance(payload, BaseException) else unpack_error(payload, self.where(i))
             return i, None  # done, or (threads) stopped
 
@@ -187,7 +187,7 @@ class Pool:
             check_resumable(self.jobs[w])
         except ValueError as exc:
             raise WorkerDiedError(f"{message}; it cannot be restarted: {exc}") from None
-        with pool_worker.in_context(self.contexts[w]):
+        with worker_side.in_context(self.contexts[w]):
             cursor = advance(self.jobs[w], self.cursors[w], self.received[w])
         self.stats.restarts += 1
         self.stats.retire(w)

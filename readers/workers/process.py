@@ -27,7 +27,7 @@ from typing import Any
 from readers.errors import BadType
 from readers.parents import iterate
 from readers.passes import close_iterator, end_pass
-from readers.workers import shared_memory as shm
+from readers.workers import shared_memory
 from readers.workers.forwarding import pack_error
 from readers.workers.worker import (
     DONE,
@@ -103,14 +103,14 @@ def _die_with_parent(parent: int, tied: bool) -> None:
     threading.Thread(target=watch, name=WATCH_THREAD, daemon=True).start()
 
 
-def _fresh_ring(conn: Any, old: shm.RingWriter) -> shm.RingWriter:
+def _fresh_ring(conn: Any, old: shared_memory.RingWriter) -> shared_memory.RingWriter:
     """The new ring whose descriptor the consumer sends after a pass message (it does when arrays of the
     old one are still held: that ring frees in order, so it would stay full)."""
     fd = reduction.recv_handle(conn)
     size = len(old.mm)
     with contextlib.suppress(BufferError):
         old.close()
-    return shm.RingWriter(shm.SharedFd(fd), size, 0)
+    return shared_memory.RingWriter(shared_memory.SharedFd(fd), size, 0)
 
 
 def _alive(pid: int) -> bool:
@@ -139,7 +139,7 @@ def _unsendable(where: str, chunk: list, first: int, exc: Exception) -> tuple[in
     """``exc``, raised pickling ``chunk`` (entries ``first``... of a worker), as an error naming the entry at
     fault, and that entry's place in ``chunk`` (0, and ``exc`` itself, when no one entry is at fault)."""
     for k, entry in enumerate(chunk):
-        if (what := shm.unpicklable(entry)) is not None:
+        if (what := shared_memory.unpicklable(entry)) is not None:
             return k, TypeError(
                 f"{where}: its entry {first + k} is {what}, which cannot be pickled ({exc}), so it cannot reach "
                 "the consumer's process; make entries numpy arrays or plain data (numbers, str, bytes, and tuples, "
@@ -172,12 +172,12 @@ def process_main(w: int, job: Any, first: tuple[int, int], context: tuple | None
             return  # the consumer died before this process asked to die with it
     else:  # started by a fork server: the kernel cannot tie it to the consumer
         _die_with_parent(parent, False)
-    writer = shm.RingWriter(*ring) if ring is not None else None
+    writer = shared_memory.RingWriter(*ring) if ring is not None else None
     stats = [0, 0.0, 0.0, 0]
     sent = [0]  # entries sent so far in this pass
 
     def send(kind: int, payload: Any) -> None:
-        data = shm.pack((kind, tuple(stats), payload), writer)
+        data = shared_memory.pack((kind, tuple(stats), payload), writer)
         try:
             conn.send_bytes(data)
         except OSError:
@@ -190,7 +190,7 @@ def process_main(w: int, job: Any, first: tuple[int, int], context: tuple | None
     def send_chunk(chunk: list) -> None:
         before = writer.head if writer is not None else 0
         try:
-            send(ENTRIES, shm.fold(chunk) if writer is not None else chunk)
+            send(ENTRIES, shared_memory.fold(chunk) if writer is not None else chunk)
         except _Gone:
             raise
         except Exception as exc:  # an entry that does not pickle: send those before it, then say which
