@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
-from collections.abc import Hashable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -35,7 +35,7 @@ from readers.graph import Node, Share, describe
 from readers.parents import access_of, as_indexed, open_plan
 from readers.plans import Plan, slice_chunks
 from readers.position import is_native
-from readers.stage import Stage
+from readers.stage import IndexedReader, Stage
 
 __all__ = ["RoundShare", "assign_batches", "round_share"]
 
@@ -122,6 +122,59 @@ def assign_batches(clients: Iterable[Hashable], *, data_index: int, global_batch
     return dict(zip([ids[i] for i in order[:busy].tolist()], zip(starts.tolist(), ends.tolist())))
 
 
+def _shifted(chunks: Iterable[np.ndarray], offset: int) -> Iterator[np.ndarray]:
+    return (chunk + offset for chunk in chunks)
+
+
+class _PassSpan(IndexedReader):
+    """The source of a share that crosses passes whose entries are drawn per pass: ``parents`` are the
+    parent's source bound to each pass in turn, all of length n; index ``j * n + i`` is entry i of the j-th."""
+
+    name = "passes"
+
+    def __len__(self) -> int:
+        return len(self.parents[0]) * len(self.parents)
+
+    def _owners(self, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return np.divmod(indices, len(self.parents[0]))
+
+    def _get(self, i: int) -> Any:
+        j, k = divmod(i, len(self.parents[0]))
+        return self.parents[j].at(k)
+
+    def _split(self, indices: np.ndarray, read: Callable[[Any, np.ndarray], Any]) -> list[tuple[np.ndarray, Any]]:
+        """(where in ``indices``, what ``read`` gives) for each pass the indices fall in."""
+        owner, local = self._owners(indices)
+        return [(owner == j, read(self.parents[j], local[owner == j])) for j in np.unique(owner).tolist()]
+
+    def gather(self, indices: np.ndarray) -> Iterator:
+        owner, local = self._owners(indices)
+        parts = {j: iter(self.parents[j].gather(local[owner == j])) for j in np.unique(owner).tolist()}
+        return map(next, map(parts.__getitem__, owner.tolist()))  # each pass's entries in their order
+
+    def gather_columns(self, indices: np.ndarray) -> tuple | np.ndarray | None:
+        parts = self._split(indices, lambda source, local: source.gather_columns(local))
+        if any(columns is None for _, columns in parts):
+            return None
+        if len(parts) == 1:
+            return parts[0][1]
+        tupled = isinstance(parts[0][1], tuple)
+        out = []
+        for c in range(len(parts[0][1]) if tupled else 1):
+            pieces = [(mine, columns[c] if tupled else columns) for mine, columns in parts]
+            column = np.empty((len(indices), *pieces[0][1].shape[1:]), dtype=np.result_type(*(p for _, p in pieces)))
+            for mine, piece in pieces:
+                column[mine] = piece
+            out.append(column)
+        return tuple(out) if tupled else out[0]
+
+    def sample_ids(self, indices: np.ndarray) -> np.ndarray:
+        ids = np.empty(len(indices), np.int64)
+        for mine, found in self._split(indices, lambda source, local: source.sample_ids(local)):
+            ids[mine] = found
+        return ids
+
+
 class RoundShare(Stage):
     """Samples ``start`` .. ``end`` of the run, read from an indexed reader's passes (see ``round_share``)."""
 
@@ -155,21 +208,26 @@ class RoundShare(Stage):
         head = self._part(first_pass, lo - first_pass * n, min(hi - first_pass * n, n))
         if first_pass == last_pass:
             return head
-        rest = range(first_pass + 1, last_pass + 1)  # the passes the share crosses into, opened as reached
-        return Plan(head.source, itertools.chain(head.chunks, itertools.chain.from_iterable(
-            self._chunks_of(q, min(hi - q * n, n), head.source) for q in rest)))
+        parts = [self._part(q, 0, min(hi - q * n, n)) for q in range(first_pass + 1, last_pass + 1)]
+        for q, part in enumerate(parts, first_pass + 1):
+            self._check_source(q, part.source, head.source)
+        if all(part.source is head.source for part in parts):  # one source serves every pass the share crosses
+            return Plan(head.source, itertools.chain(head.chunks, *(part.chunks for part in parts)))
+        # each pass reads its own copy of the source (one bound to its pass: its entries are drawn per pass):
+        # one source over them all, pass j's entry i at j * n + i
+        span = _PassSpan(head.source, *(part.source for part in parts))
+        return Plan(span, itertools.chain(head.chunks, *(_shifted(part.chunks, j * n)
+                                                         for j, part in enumerate(parts, 1))))
 
-    def _chunks_of(self, pass_id: int, stop: int, source: Any) -> Iterator[np.ndarray]:
-        """Entries 0 .. stop - 1 of the parent's pass ``pass_id``, whose plan must read ``source``."""
-        plan = self._part(pass_id, 0, stop)
-        same = plan.source is source or (isinstance(plan.source, Node) and isinstance(source, Node)
-                                         and plan.source.identity() == source.identity())
+    def _check_source(self, pass_id: int, source: Any, before: Any) -> None:
+        """Refuse a parent whose pass ``pass_id`` reads other data than the pass before it."""
+        same = source is before or (isinstance(source, Node) and isinstance(before, Node)
+                                    and source.identity() == before.identity())
         if not same:
             raise BadValue(f"round_share: {describe(self.parents[0])} reads pass {pass_id} from "
-                           f"{describe(plan.source)} and the pass before from {describe(source)}, so a share "
+                           f"{describe(source)} and the pass before from {describe(before)}, so a share "
                            "that crosses passes cannot gather both with one source; give round_share a reader "
                            "whose passes differ only in their order (a shuffle of an indexed reader)")
-        return plan.chunks
 
     def identity(self) -> str:
         """The share by its samples alone: which client reads them is no part of the data.

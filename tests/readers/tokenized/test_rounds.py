@@ -18,6 +18,7 @@ from readers.testing import assert_resumes_at_every_step, assert_same
 from readers.tokenized.rounds import assign_batches, round_share
 from readers.tokenized.schedule import BatchSchedule
 from tests.helpers.layouts import as_rank
+from tests.helpers.toys import tag_draw
 from train import train
 
 clients_of = st.one_of(st.sets(st.integers(-1000, 10 ** 6), min_size=1, max_size=40),
@@ -279,3 +280,18 @@ def test_train_reads_each_ranks_whole_share_without_sharding_it_again():
 def test_round_share_curries_for_toolz_pipe():
     share = readers.Curried(round_share)(assignment={"a": (2, 6)}, client="a")
     assert labels(toolz.pipe(shuffled(), share)()) == labels(round_share(shuffled(), {"a": (2, 6)}, "a")())
+
+
+def test_a_share_that_crosses_passes_reads_each_pass_with_its_own_draws():
+    """Review of issue 26: samples 10..13 of a run over 10 entries are pass 1's, and drew pass 0's draws."""
+    data = readers.random_map(tag_draw, readers.from_sequence(list(range(10))), seed=5)
+    run = [entry for p in range(3) for entry in data.run(p)]  # sample p of the run: entry p % 10 of pass p // 10
+    for assignment, client in (({"a": (6, 13), "b": (14, 19)}, "a"), ({"a": (0, 9), "b": (10, 13)}, "b"),
+                               ({"a": (3, 25)}, "a")):
+        start, end = assignment[client]
+        share = readers.round_share(data, assignment, client)
+        assert list(share()) == run[start:end + 1]
+        collated = list(batching.collated(batching.batch(share, 4))())
+        assert [d for _, draws in collated for d in draws.tolist()] == [d for _, d in run[start:end + 1]]
+        assert [i for *_, i in readers.with_index(share)()] == [p % 10 for p in range(start, end + 1)]
+    assert_resumes_at_every_step(lambda: readers.round_share(data, {"a": (3, 25)}, "a"))
