@@ -24,7 +24,9 @@ pickle.
 """
 from __future__ import annotations
 
-__all__ = ["BadType", "BadValue", "FileError", "MissingFile", "NotFound", "ReaderkitError", "TimedOut"]
+import os
+
+__all__ = ["BadType", "BadValue", "FileError", "MissingFile", "NotFound", "ReaderkitError", "TimedOut", "make_folder"]
 
 
 class ReaderkitError(Exception):
@@ -57,3 +59,23 @@ class MissingFile(FileError, FileNotFoundError):
 
 class TimedOut(ReaderkitError, TimeoutError):
     """Something held by another process for longer than readerkit waits: a lock, a folder."""
+
+
+def make_folder(path: str | os.PathLike, what: str) -> None:
+    """Make the folder ``path`` (and its parents) for ``what``, or raise a ``FileError`` that says why not.
+
+    A folder the operating system refuses (a path through a file, no permission, a full disk) is an expected
+    failure: the message names the folder, the reason and what to give instead.
+
+    >>> import tempfile
+    >>> with tempfile.NamedTemporaryFile() as f:
+    ...     make_folder(os.path.join(f.name, "runs"), "the checkpoint folder")
+    Traceback (most recent call last):
+    ...
+    readers.errors.FileError: cannot make the checkpoint folder .../runs (Not a directory): give a folder this process can write
+    """
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as exc:
+        raise FileError(f"cannot make {what} {os.fspath(path)} ({exc.strerror or exc}): give a folder this process "
+                        "can write") from None

@@ -702,3 +702,18 @@ def test_cli_an_unreachable_server_is_one_line(tmp_path, monkeypatch):
                         r"server answered for \d+ s, over \d+ attempts to connect \(the last: .*\); check that "
                         r"`python cli.py serve` runs there .*", result.output.splitlines()[-1])
 
+
+
+@pytest.mark.parametrize("command", [
+    ["train", "--reader", "tests.test_cli:rows", "--checkpoint-dir", "{file}/runs"],
+    ["tokenize", "{file}", "--out", "{file}/tokens"],
+    ["cache", "info", "{file}/cache"],
+    ["cache", "clear", "--yes", "{file}/cache"],
+])
+def test_cli_a_folder_the_system_refuses_is_one_line(command, tmp_path):
+    """Review of issue 26: a folder under a file gave NotADirectoryError's traceback, not the one line it gave before."""
+    file = tmp_path / "a-file.txt"
+    file.write_text("text\n")
+    result = run(*[part.format(file=file) for part in command])
+    assert result.exit_code == 1 and len(result.output.strip().splitlines()) == 1, result.output
+    assert result.output.startswith("Error: ") and str(file) in result.output and "Traceback" not in result.output

@@ -36,7 +36,7 @@ _SUFFIXES = ("", "-wal", "-shm")
 def _dense_files(directory: str, name: str = "") -> list[str]:
     """The dense files of namespace ``name`` (of every namespace when ""): ``DenseFile``'s ``dense-NAME-C.npy``,
     and what a process killed while making one left (``dense-NAME-C.npy.PID.THREAD.tmp``)."""
-    with contextlib.suppress(FileNotFoundError), os.scandir(directory) as found:
+    with contextlib.suppress(FileNotFoundError, NotADirectoryError), os.scandir(directory) as found:
         prefix = f"dense-{name}-" if name else "dense-"
         return sorted(f.path for f in found if f.name.startswith(prefix) and f.name.endswith((".npy", ".tmp")))
     return []
@@ -47,7 +47,7 @@ def _file_bytes(directory: str) -> int:
     the dense files, by the blocks allocated (a dense file is sparse until its rows are written)."""
     total = 0
     for path in [os.path.join(directory, FILE + suffix) for suffix in _SUFFIXES] + _dense_files(directory):
-        with contextlib.suppress(FileNotFoundError):
+        with contextlib.suppress(FileNotFoundError, NotADirectoryError):  # no file: nothing held
             stat = os.stat(path)
             total += stat.st_blocks * 512 if hasattr(stat, "st_blocks") else stat.st_size
     return total

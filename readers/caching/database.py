@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from readers.errors import BadType, BadValue, FileError, MissingFile
+from readers.errors import BadType, BadValue, FileError, MissingFile, make_folder
 from readers.storage.sqlite import FileFormat, Marks, connect
 
 __all__ = [
@@ -135,11 +135,7 @@ def open_database(directory: str | os.PathLike, create: bool = True) -> sqlite3.
     """
     path = os.path.join(os.fspath(directory), FILE)
     if create:
-        try:
-            os.makedirs(directory, exist_ok=True)
-        except OSError as exc:
-            raise OSError(exc.errno, f"cannot make the cache folder {directory} ({exc.strerror}): give a folder this "
-                                     "process can write") from None
+        make_folder(directory, "the cache folder")
     elif not os.path.exists(path):
         raise MissingFile(f"{directory} holds no readerkit cache (no {FILE}): check the folder")
     return connect(path, _CacheFile(), create)

@@ -43,7 +43,7 @@ from typing import Any
 
 import numpy as np
 
-from readers.errors import BadType, BadValue, FileError, MissingFile
+from readers.errors import BadType, BadValue, FileError, MissingFile, make_folder
 from readers.storage.codec import CorruptEntry, decode, encode
 from readers.storage.sqlite import (
     FileFormat,
@@ -302,5 +302,5 @@ def open_store(path: str, create: bool = True) -> sqlite3.Connection:
         if not create:
             raise MissingFile(f"no pipeline store at {path!r} (cwd {os.getcwd()!r}): check the path; a pipeline "
                               "makes it with PipelineStore(path)")
-        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        make_folder(os.path.dirname(os.path.abspath(path)), "the pipeline store's folder")
     return connect(path, _StoreFile(), create, wait=EMPTY_WAIT)

@@ -19,7 +19,7 @@ import urllib.request
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from readers.errors import BadValue, MissingFile
+from readers.errors import BadValue, MissingFile, make_folder
 
 __all__ = ["DataFile", "MissingDataError", "cache_dir", "fetch", "fetch_all", "locate", "search_dirs"]
 
@@ -82,7 +82,7 @@ def locate(file: DataFile, dirs: Sequence[str]) -> str | None:
 
 def _download(url: str, dest_dir: str, file: DataFile, progress: Progress | None, timeout: float) -> str:
     """Download ``url`` into ``dest_dir`` atomically; raise ValueError on a short or wrong body."""
-    os.makedirs(dest_dir, exist_ok=True)
+    make_folder(dest_dir, "the download folder")
     fd, tmp = tempfile.mkstemp(prefix=f".{file.name}.", suffix=".part", dir=dest_dir)
     try:
         h = hashlib.sha256()

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from readers.digests import array_digest, hasher
-from readers.errors import BadType, BadValue
+from readers.errors import BadType, BadValue, make_folder
 from readers.stage import IndexedReader
 
 __all__ = ["TokenFileError", "Tokens", "tokenize_bytes", "tokens"]
@@ -282,7 +282,7 @@ def tokenize_bytes(sources: Sequence[Any], out: Any, *, token_size: int = 2, nam
     for source in sources:
         if not os.path.isfile(source):
             raise TokenFileError(f"{source}: no such file (a folder?); give text files to tokenize")
-    os.makedirs(out, exist_ok=True)
+    make_folder(out, "the token folder")
     path = os.path.join(os.fspath(out), name)
     part, done = f"{path}.part", 0
     try:

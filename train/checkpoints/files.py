@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from readers.errors import BadType
+from readers.errors import BadType, make_folder
 from train.checkpoints.folders import (
     FILE,
     START_OVER,
@@ -99,7 +99,7 @@ def save_checkpoint(directory: str, model_state: dict[str, Any], meta: dict[str,
 
 def _write(directory: str, model_state: dict[str, Any], meta: dict[str, Any]) -> str:
     """The body of ``save_checkpoint``, with Ctrl-C held by the caller."""
-    os.makedirs(directory, exist_ok=True)
+    make_folder(directory, "the checkpoint folder")
     arrays = {f"model/{k}": np.asarray(v) for k, v in model_state.items()}
     for key, value in arrays.items():
         if value.dtype == object:

@@ -17,7 +17,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from readers.errors import BadValue
+from readers.errors import BadValue, make_folder
 
 __all__ = ["CheckpointError", "FolderInUse", "folder_in_use", "held_by_this_process", "hold_run", "lock_folder",
            "rank_folder", "rank_folders"]
@@ -104,7 +104,7 @@ def lock_folder(directory: str, *, shared: bool = False) -> Iterator[None]:
     ...
     train.checkpoints.folders.FolderInUse: another run is using .../... (pid ...); wait for it to end, or give this run another checkpoint folder
     """
-    os.makedirs(directory, exist_ok=True)
+    make_folder(directory, "the checkpoint folder")
     fd = _flock(os.path.join(directory, LOCK), shared, f"another run is using {directory}")
     key = os.path.realpath(directory)
     added = not shared and key not in _held
