@@ -186,6 +186,10 @@ def in_flags(exc: PipelineConfigError) -> str:
       - --lr was 0.003, now 0.01
     so
     """
+    if exc.unknown is not None:
+        pipeline_id, why = exc.unknown
+        return str(PipelineConfigError([*exc.problems, f"--resume {pipeline_id}: {why}"], exc.advice.replace(
+            "leave resume out", "leave --resume out")))
     if not exc.changes:
         return str(exc)
     return str(PipelineConfigError(changed_lines(exc.changes, _FLAGS), exc.advice))

@@ -55,14 +55,17 @@ class PipelineConfigError(BadValue):
       - no test split
     """
 
-    def __init__(self, problems: Sequence[str], advice: str = "", changes: Sequence[Difference] = ()):
+    def __init__(self, problems: Sequence[str], advice: str = "", changes: Sequence[Difference] = (),
+                 unknown: tuple[int, str] | None = None):
         self.problems, self.advice, self.changes = list(problems), advice, [Difference(*d) for d in changes]
-        lines = "\n".join(f"  - {p}" for p in self.problems)
-        count = "a problem" if len(self.problems) == 1 else f"{len(self.problems)} problems"
+        self.unknown = unknown  # (pipeline_id, why): a resume of a pipeline the store does not hold
+        shown = self.problems + ([f"resume={unknown[0]}: {unknown[1]}"] if unknown else [])
+        lines = "\n".join(f"  - {p}" for p in shown)
+        count = "a problem" if len(shown) == 1 else f"{len(shown)} problems"
         super().__init__(f"the pipeline's configuration has {count}:\n{lines}" + (f"\n{advice}" if advice else ""))
 
     def __reduce__(self) -> tuple:  # the default passes only the message back to __init__
-        return type(self), (self.problems, self.advice, self.changes)
+        return type(self), (self.problems, self.advice, self.changes, self.unknown)
 
 
 @dataclass
@@ -95,8 +98,8 @@ class CheckedPipeline:
         try:
             stored = store.pipeline(pipeline_id)["config"]
         except LookupError as exc:
-            raise PipelineConfigError([f"resume={pipeline_id}: {exc}"],
-                                      "leave resume out to start a new pipeline") from None
+            raise PipelineConfigError([], "leave resume out to start a new pipeline",
+                                      unknown=(pipeline_id, str(exc))) from None
         changes = [d for key in RESUMED_KEYS for d in _changes(key, stored.get(key), self.config.get(key))]
         if changes:
             raise PipelineConfigError(changed_lines(changes), f"pipeline {pipeline_id} in {store.path} ran with "

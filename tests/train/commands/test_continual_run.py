@@ -155,6 +155,8 @@ def test_resuming_a_pipeline_the_store_does_not_hold_is_refused(tmp_path, data):
     result = invoke("--data-dir", data, "--no-download", "--db", tmp_path / "runs.db", "--min-steps", 5,
                     "--resume", 9)
     assert result.exit_code == 1 and "no pipeline 9 in" in result.output and "(its pipelines: 1)" in result.output
+    assert "  - --resume 9: pipeline: no pipeline 9 in" in result.output  # the option, as the user gave it
+    assert result.output.rstrip().endswith("leave --resume out to start a new pipeline")
 
 
 def test_a_refused_resume_names_each_changed_setting_by_its_option():
