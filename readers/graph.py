@@ -16,7 +16,7 @@ import functools
 from collections.abc import Callable, Iterator
 from typing import Any, ClassVar, NamedTuple
 
-__all__ = ["DrawnSeed", "Node", "Share", "describe", "describe_partial", "walk"]
+__all__ = ["DrawnSeed", "Node", "Share", "describe", "describe_partial", "drawing_stage", "walk"]
 
 
 class Share(NamedTuple):
@@ -275,3 +275,16 @@ def walk(reader: Any) -> Iterator:
     if isinstance(reader, Node):
         for parent in reader.parents:
             yield from walk(parent)
+
+
+def drawing_stage(reader: Any) -> Node | None:
+    """The first stage of ``reader``'s pipeline, top down, that draws its entries anew every pass
+    (``draws_per_pass``), or None: its passes then differ in what they hold, not only in their order.
+
+    >>> from readers import from_sequence, random_map, shuffle
+    >>> drawing_stage(shuffle(random_map(lambda e, rng: e, from_sequence("ab"), seed=0), seed=1)).name
+    'random_map'
+    >>> drawing_stage(shuffle(from_sequence("ab"), seed=1)) is None
+    True
+    """
+    return next((s for s in walk(reader) if isinstance(s, Node) and s.draws_per_pass), None)

@@ -177,11 +177,12 @@ True
 How it is built, for a stage of your own that draws. ``random_map`` is a
 map whose function also gets ``readers.ops.maps.sample_rng(seed, pass,
 sample ID)``. In a stream the pass is ``_stream``'s (and ``_seek``'s)
-``pass_id``, and the sample ID the entry's position in the pass. Random
-access (``_get``, ``gather``) gets no pass argument: a stage that declares
-``draws_per_pass = True`` is read, in each pass, through a copy bound to it
-(``Stage.for_pass``), whose ``bound_pass`` says which pass it is (None
-outside a pass, read as 0), and the sample ID is ``sample_ids``'s.
+``pass_id``, and the sample ID the entry's position in the pass (or what its
+``key=`` names). Random access (``_get``, ``gather``) gets no pass argument:
+a stage that declares ``draws_per_pass = True`` is read, in each pass,
+through a copy bound to it (``Stage.for_pass``), whose ``bound_pass`` says
+which pass it is (None outside a pass, read as 0), and the sample ID is its
+parent's ``sample_ids``'s (which it passes on, for stages above it).
 
 >>> from readers.ops.maps import sample_rng
 >>> from readers.stage import IndexedReader
@@ -195,14 +196,32 @@ outside a pass, read as 0), and the sample ID is ``sample_ids``'s.
 ...     def __len__(self):
 ...         return len(self.parents[0])
 ...
+...     def sample_ids(self, indices):
+...         return self.parents[0].sample_ids(indices)
+...
 ...     def _get(self, i):
-...         sample = int(self.parents[0].sample_ids(np.array([i]))[0])
+...         sample = int(self.sample_ids(np.array([i]))[0])
 ...         return self.parents[0].at(i) + sample_rng(self.seed, self.bound_pass or 0, sample).random()
 >>> assert_seeded_passes(lambda: readers.shuffle(Noisy(readers.from_sequence(np.arange(10.0)), seed=3), seed=1))
 
-A stage that forgets the pass (draws from ``(seed, sample)`` alone, as code
-written for one pass does) gives every pass the same draws, yet resumes
-exactly; ``assert_seeded_passes`` checks both, and catches it.
+``assert_seeded_passes`` checks that the passes differ and that each resumes
+exactly; for a stage that declares ``draws_per_pass`` (or with
+``draws=True``), that the entries differ, not only their order. A stage that
+forgets the pass (it draws from ``(seed, sample)`` alone, as code written for
+one pass does) gives every pass the same draws, yet resumes exactly: under a
+shuffle, only the entries' order would tell its passes apart, and the check
+catches it.
+
+>>> class Forgets(Noisy):
+...     def _get(self, i):
+...         return self.parents[0].at(i) + sample_rng(self.seed, 0, i).random()
+>>> assert_seeded_passes(lambda: readers.shuffle(Forgets(readers.from_sequence(np.arange(10.0)), seed=3), seed=1))
+Traceback (most recent call last):
+...
+AssertionError: shuffle(buf_size=None (global), seed=1)...: passes 0 and 1 gave the same entries in another order, ...
+
+In a torch DataLoader, call ``set_epoch(k)`` on the ``readers.torch_dataset``
+before epoch k: workers started afresh each epoch would run pass 0 again.
 
 3. A stream filter: drop_repeats
 --------------------------------

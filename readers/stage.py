@@ -99,7 +99,7 @@ import numpy as np
 
 from readers.checks import whole
 from readers.errors import BadType, BadValue
-from readers.graph import Node, walk
+from readers.graph import Node, drawing_stage
 from readers.passes import PassIterator
 from readers.plans import Plan, index_chunks, slice_chunks
 from readers.position import check_layout, check_state, is_native
@@ -282,7 +282,7 @@ class Stage(Node):
         >>> noisy.bound_pass, noisy.for_pass(3).bound_pass
         (None, 3)
         """
-        if self.bound_pass == pass_id or not any(isinstance(s, Node) and s.draws_per_pass for s in walk(self)):
+        if self.bound_pass == pass_id or drawing_stage(self) is None:
             return self
         bound = self.with_parents(*(p.for_pass(pass_id) if isinstance(p, Stage) else p for p in self.parents))
         bound.bound_pass = pass_id

@@ -24,6 +24,8 @@ from typing import Any
 
 import numpy as np
 
+from readers.digests import plain_digest
+from readers.graph import Node, drawing_stage, walk
 from readers.position import seeds_of
 
 __all__ = ["assert_resumes_at_every_step", "assert_same", "assert_seeded_passes", "steps_to_check"]
@@ -144,21 +146,33 @@ def _fresh(make: Callable[[], Any], pass_id: int) -> Any:
     return reader
 
 
-def assert_seeded_passes(make: Callable[[], Any], *, passes: int = 3, max_steps: int = 20) -> None:
+def _contents(entries: list) -> list[str] | None:
+    """A pass's entries as a sorted list of digests (their order left out), or None when one is not plain data."""
+    found = [plain_digest(entry) for entry in entries]
+    return None if None in found else sorted(found)
+
+
+def assert_seeded_passes(make: Callable[[], Any], *, passes: int = 3, max_steps: int = 20,
+                         draws: bool | None = None) -> None:
     """Check a pipeline with a seed: its passes differ, and each of them resumes exactly at every step.
 
     A pass of a seeded stage is a function of (seed, pass): the first
     ``passes`` passes of a reader from ``make()`` must all differ from one
     another (give it enough entries, ten or more, that two passes cannot agree
     by chance), and ``assert_resumes_at_every_step`` must hold in each of them.
-    A stage that draws per entry but is blind to the pass in random access
-    (it ignores ``bound_pass``) gives every pass the same draws, and fails here.
+    With ``draws`` (by default, when a stage of the pipeline declares
+    ``draws_per_pass``), the entries themselves must differ, not only their
+    order: a shuffle above a stage that draws would hide, by its order alone,
+    draws that are the same every pass. A stage that draws per entry but is
+    blind to the pass in random access (it ignores ``bound_pass``) gives every
+    pass the same draws, and fails here; check an augmentation of your own
+    with ``draws=True``.
 
     >>> from readers import from_sequence, random_map, shuffle
     >>> assert_seeded_passes(lambda: shuffle(from_sequence(range(10)), seed=0))
     >>> def noise(entry, rng):
     ...     return entry + rng.random()
-    >>> assert_seeded_passes(lambda: random_map(noise, from_sequence(range(10)), seed=0))
+    >>> assert_seeded_passes(lambda: shuffle(random_map(noise, from_sequence(range(10)), seed=0), seed=1))
     >>> from readers.stage import IndexedReader
     >>> class BlindNoise(IndexedReader):  # draws from the sample alone: every pass alike
     ...     name, seed = "blind_noise", 0
@@ -170,14 +184,29 @@ def assert_seeded_passes(make: Callable[[], Any], *, passes: int = 3, max_steps:
     Traceback (most recent call last):
     ...
     AssertionError: blind_noise(): passes 0 and 1 gave the same entries, though the pipeline has seeds 0: ...
+    >>> assert_seeded_passes(lambda: shuffle(BlindNoise(), seed=1), draws=True)
+    Traceback (most recent call last):
+    ...
+    AssertionError: shuffle(buf_size=None (global), seed=1)...: passes 0 and 1 gave the same entries in another order, ...
     """
     reader = make()
     seeds = seeds_of(reader)
     if seeds is None:
         raise AssertionError(f"{reader!r}: no stage declares a seed; a stage whose passes are random declares "
                              "the seed they depend on (its seed attribute), so states record it")
+    drawn = next((s.unrepeatable for s in walk(reader) if isinstance(s, Node) and s.unrepeatable), None)
+    if drawn:
+        raise AssertionError(f"{reader!r}: {drawn}, so no run repeats its passes; give it a seed to check it")
+    if draws is None:
+        draws = drawing_stage(reader) is not None
     runs = [list(reader()) for _ in range(passes)]
+    contents = [_contents(run) for run in runs] if draws else []
     for a, b in itertools.combinations(range(passes), 2):
+        if draws and contents[a] is not None and contents[a] == contents[b]:
+            raise AssertionError(
+                f"{reader!r}: passes {a} and {b} gave the same entries in another order, though a stage of it "
+                "draws: its draws must come from (seed, pass, sample): in random access, from the stage's "
+                "bound_pass (declare draws_per_pass = True; see readers.random_map)")
         try:
             assert_same(runs[b], runs[a])
         except AssertionError:

@@ -41,7 +41,7 @@ from readers.caching.disk import DiskStore, row_keys
 from readers.caching.memory import MISSING, MemoryTier
 from readers.checks import check_reader, whole
 from readers.errors import BadType, BadValue
-from readers.graph import Node, describe, walk
+from readers.graph import describe, drawing_stage
 from readers.identity import fingerprint, function_digest, function_identity
 from readers.ops.maps import Mapped
 from readers.parents import access_of, as_indexed, iterate, open_plan
@@ -357,7 +357,7 @@ def cached(reader: Any, func: Callable, *, directory: str | os.PathLike | None =
         raise BadType(f"cached: func must be callable, got {type(func).__name__} {func!r}")
     check_reader(reader, "cached reader")
     reader = as_indexed(reader) or reader
-    drawn = next((s for s in walk(reader) if isinstance(s, Node) and s.draws_per_pass), None)
+    drawn = drawing_stage(reader)
     if drawn is not None:
         raise BadValue(f"cached: {describe(drawn)} below it draws its entries anew every pass, and a cache keeps "
                        "a sample's first result for good: put the random stage above the cache, e.g. "

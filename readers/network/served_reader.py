@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from readers.errors import BadType, BadValue
-from readers.graph import Node, walk
+from readers.graph import drawing_stage
 from readers.identity import served_fingerprint
 from readers.network.wire import MAX_FRAME, VERSION, ProtocolError, pack_columns
 from readers.parents import is_indexed
@@ -68,7 +68,7 @@ class Served:
             raise BadType(f"a server serves an indexed reader (len and [i]), not {shown}; build it from "
                           "readers.tokens, readers.from_arrays or a registered reader with random access")
         self.reader, self.n = reader, len(reader)
-        self.draws = any(isinstance(s, Node) and s.draws_per_pass for s in walk(reader))
+        self.draws = drawing_stage(reader) is not None
         self.row_bytes, self.empty = 0, np.zeros(0, np.uint8)
         if self.n:  # entries spread over the reader say the columns' types and sizes, so a bad reader (objects,
             # entries of different sizes) fails here, not in the middle of a client's pass

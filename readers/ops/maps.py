@@ -8,6 +8,7 @@ planned, and over a stream it streams. One class per decorator serves all three.
 from __future__ import annotations
 
 import functools
+import hashlib
 import itertools
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
@@ -23,7 +24,7 @@ from readers.parents import access_of, as_indexed, iterate, open_plan
 from readers.plans import Plan
 from readers.stage import Stage
 
-__all__ = ["append_column", "map_readers", "random_map", "sample_rng", "with_index"]
+__all__ = ["append_column", "key_id", "map_readers", "random_map", "sample_rng", "with_index"]
 
 
 def append_column(entry: Any, value: Any, key: str = "weight") -> Any:
@@ -161,49 +162,84 @@ def sample_rng(seed: int, pass_id: int, sample_id: int) -> np.random.Generator:
     return np.random.Generator(np.random.PCG64(np.random.SeedSequence(seed, spawn_key=(pass_id, sample_id))))
 
 
+def key_id(value: Any) -> int:
+    """A sample's ID from what names it: an int from 0 up as it is; a str, bytes or other int by a 63-bit digest.
+
+    >>> key_id(7), key_id("cat.jpg") == key_id("cat.jpg") != key_id(b"cat.jpg")
+    (7, True)
+    """
+    if isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_)) and 0 <= value < 1 << 63:
+        return int(value)
+    if isinstance(value, (bytes, bytearray)):
+        named = b"b:" + bytes(value)
+    elif isinstance(value, str):
+        named = b"s:" + value.encode()
+    elif isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_)):
+        named = f"i:{int(value)}".encode()
+    else:
+        raise BadType(f"random_map: key returned {type(value).__name__} {value!r:.60}; a key names a sample for good: "
+                      "an int, str or bytes")
+    return int.from_bytes(hashlib.blake2b(named, digest_size=8).digest(), "little") >> 1
+
+
 class RandomMapped(_EntryByEntry):
     """``func(entry, rng)`` with a generator per sample and pass (see ``random_map``)."""
 
     name = "random_map"
     draws_per_pass = True
 
-    def __init__(self, func: Callable, reader: Any, seed: int):
+    def __init__(self, func: Callable, reader: Any, seed: int, key: Callable | None):
         super().__init__(reader)
-        self.func, self.seed = func, seed
+        self.func, self.seed, self.key = func, seed, key
 
     @property
     def positions(self) -> int | None:
-        return None if self.access == "stream" else 1  # a stream's draws are keyed by its own entries' positions
+        # a stream without a key draws by its own entries' positions; else each entry by its sample, one for one
+        return None if self.key is None and self.access == "stream" else 1
+
+    @property
+    def per_entry(self) -> str | None:
+        return None if self.key is None else "map"  # keyed: a shard above may split the stream below it
 
     def _rng(self, sample_id: int) -> np.random.Generator:
         return sample_rng(self.seed, self.bound_pass or 0, sample_id)
 
+    def _keyed(self, entry: Any, pass_id: int) -> Any:
+        return self.func(entry, sample_rng(self.seed, pass_id, key_id(self.key(entry))))
+
     def _get(self, i: int) -> Any:
         parent = self.parents[0]
+        if self.key is not None:
+            return self._keyed(parent.at(i), self.bound_pass or 0)
         return self.func(parent.at(i), self._rng(int(parent.sample_ids(np.array([i], np.int64))[0])))
 
     def gather(self, indices: np.ndarray) -> Iterator:
         parent = self.parents[0]
+        if self.key is not None:
+            return map(self._keyed, parent.gather(indices), itertools.repeat(self.bound_pass or 0))
         return map(self.func, parent.gather(indices), map(self._rng, parent.sample_ids(indices).tolist()))
 
     def _seek(self, pass_id: int, cursor: int) -> Iterator:
-        rngs = (sample_rng(self.seed, pass_id, k) for k in itertools.count(cursor))
-        return map(self.func, iterate(self.parents[0], pass_id, cursor), rngs)
+        entries = iterate(self.parents[0], pass_id, cursor)
+        if self.key is not None:
+            return map(self._keyed, entries, itertools.repeat(pass_id))
+        return map(self.func, entries, (sample_rng(self.seed, pass_id, k) for k in itertools.count(cursor)))
 
     def _options(self) -> str:
-        return f"{describe(self.func)}, seed={self.seed}"
+        return f"{describe(self.func)}, seed={self.seed}" + ("" if self.key is None else f", key={describe(self.key)}")
 
     def identity(self) -> str:
-        """The stage by its function's name and code, and its seed: other draws are other data.
+        """The stage by its function's name and code, its seed and its key: other draws are other data.
 
         >>> from readers import from_sequence
         >>> random_map(lambda e, rng: e, from_sequence([1]), seed=3).identity()
         'random_map(<lambda> ..., seed=3)'
         """
-        return f"{self.name}({function_identity(self.func)}, seed={self.seed})"
+        keyed = "" if self.key is None else f", key={function_identity(self.key)}"
+        return f"{self.name}({function_identity(self.func)}, seed={self.seed}{keyed})"
 
 
-def random_map(func: Callable, reader: Any, *, seed: int | None) -> Stage:
+def random_map(func: Callable, reader: Any, *, seed: int | None, key: Callable | None = None) -> Stage:
     """Apply ``func(entry, rng)`` to each entry, ``rng`` a numpy Generator drawn from (seed, pass, sample ID).
 
     For random augmentation: each pass draws afresh, and a sample gets the
@@ -212,13 +248,25 @@ def random_map(func: Callable, reader: Any, *, seed: int | None) -> Stage:
     ``sample_rng(seed, pass, sample ID)`` and nothing else. Over an indexed
     reader it stays indexed (``len``, ``[i]``, ``gather``), so a ``shuffle``,
     ``shard`` or ``batch`` above keeps its fast paths, and the sample ID is the
-    source's index; over a stream the ID is the entry's position in the pass.
-    Random access outside a pass (``r[i]``) reads pass 0.
+    source's index. Random access outside a pass (``r[i]``) reads pass 0.
+
+    Over a stream the sample ID is the entry's position in the pass, which
+    only the whole stream knows: a shard or workers above it then apply
+    ``func`` to every entry in every one of them and keep their share. Give
+    ``key``, a function of an entry that names its sample for good (an int,
+    str or bytes: a WebDataset ``__key__``, a file name), and the draw follows
+    that name instead, whatever the stream's order, and workers each augment
+    only their own share.
 
     It exists because the usual way draws alike: numpy's global generator is
     copied into every DataLoader worker, so torch users get the same "random"
-    crop in every worker, and again after a restart. ``seed=None`` draws a seed
-    from the operating system, different in every run (no checkpoint then).
+    crop in every worker, and again after a restart. In a torch DataLoader,
+    call ``set_epoch(k)`` on the ``readers.torch_dataset`` before epoch k, as
+    with DistributedSampler: workers that are started afresh each epoch run
+    pass 0 otherwise, and draw alike every epoch. ``seed=None`` draws a seed
+    from the operating system, different in every run (no checkpoint then). A
+    sample read twice in one pass (an upsampled source of a ``mix``) draws
+    alike both times.
 
     >>> import numpy as np
     >>> from readers import from_arrays, shuffle
@@ -235,14 +283,21 @@ def random_map(func: Callable, reader: Any, *, seed: int | None) -> Stage:
     >>> by_label = {int(label): image for image, label in shuffle(noisy, seed=1)()}  # pass 0, shuffled
     >>> bool(np.array_equal(by_label[3], first[3][0]))  # sample 3 draws as it did in order
     True
+    >>> def files():
+    ...     yield from [("b.jpg", np.zeros(2)), ("a.jpg", np.zeros(2))]
+    >>> named = random_map(lambda entry, rng: (entry[0], rng.random()), files, seed=0, key=lambda entry: entry[0])
+    >>> dict(named())["a.jpg"] == sample_rng(0, 0, key_id("a.jpg")).random()
+    True
 
     See Also:
         map_readers: the same without randomness.
     """
     if not callable(func):
         raise BadType(f"random_map: func must be callable as func(entry, rng), got {type(func).__name__} {func!r}")
+    if key is not None and not callable(key):
+        raise BadType(f"random_map: key must be a function of an entry, got {type(key).__name__} {key!r}")
     check_reader(reader, "random_map reader")
-    return RandomMapped(func, as_indexed(reader) or reader, check_seed(seed, "random_map"))
+    return RandomMapped(func, as_indexed(reader) or reader, check_seed(seed, "random_map"), key)
 
 
 # -- with_index ----------------------------------------------------------------------

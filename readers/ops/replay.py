@@ -7,7 +7,7 @@ from typing import Any
 
 from readers.checks import check_reader, whole
 from readers.errors import BadValue
-from readers.graph import describe
+from readers.graph import describe, drawing_stage
 from readers.parents import iterate
 from readers.stage import Stage
 
@@ -115,4 +115,10 @@ def cache(reader: Any) -> Cached:
     >>> list(r()), list(r()), len(calls)
     ([0, 1, 2], [0, 1, 2], 1)
     """
-    return Cached(check_reader(reader))
+    check_reader(reader)
+    drawn = drawing_stage(reader)
+    if drawn is not None:
+        raise BadValue(f"cache: {describe(drawn)} below it draws its entries anew every pass, and cache replays "
+                       "the first pass's for good: put the random stage above it, e.g. "
+                       "random_map(augment, cache(reader), seed=0)")
+    return Cached(reader)

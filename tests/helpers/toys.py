@@ -49,3 +49,13 @@ def is_vowel(x: str) -> bool:
 def tag_draw(entry: Any, rng: Any) -> tuple:
     """An augmentation for random_map's tests: the entry with one draw of its generator beside it."""
     return entry, float(rng.random())
+
+
+def named_entries(n: int = 20) -> Iterator[tuple[str, int]]:
+    """A stream whose entries name their sample: (file name, value), as a WebDataset shard's do."""
+    for i in range(n):
+        yield f"{i:04d}.jpg", i
+
+
+def name_of(entry: tuple) -> str:
+    return entry[0]

@@ -177,6 +177,19 @@ def test_the_seeded_check_catches_an_augmentation_blind_to_the_pass_which_the_re
         assert_seeded_passes(lambda: BlindAugmentation(readers.from_sequence(range(20))))
 
 
+def test_the_seeded_check_with_draws_catches_the_blind_augmentation_even_under_a_shuffle():
+    """Review of issue 26: a shuffle above made the passes differ by order alone, hiding draws that did not."""
+    with pytest.raises(AssertionError, match="gave the same entries in another order"):
+        assert_seeded_passes(lambda: readers.shuffle(BlindAugmentation(readers.from_sequence(range(20))), seed=0),
+                             draws=True)
+    assert_seeded_passes(lambda: readers.shuffle(readers.from_sequence(range(20)), seed=0))  # no draws: order is all
+
+
+def test_the_seeded_check_says_to_give_a_seed_drawn_from_the_system():
+    with pytest.raises(AssertionError, match=r"random_map\(seed=None\) draws a new seed in every run.*give it a seed"):
+        assert_seeded_passes(lambda: readers.random_map(_noise, readers.from_sequence(range(10)), seed=None))
+
+
 def test_the_seeded_check_refuses_a_pipeline_without_a_seed():
     with pytest.raises(AssertionError, match="no stage declares a seed"):
         assert_seeded_passes(lambda: readers.from_sequence(range(10)))

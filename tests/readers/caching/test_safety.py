@@ -166,7 +166,7 @@ def test_folders_that_cannot_hold_a_cache_are_refused_naming_them(tmp_path):
     for bad in (tmp_path / "file", ""):
         with pytest.raises(ValueError, match=r"directory=.* is not a folder: give the folder to keep the cache in"):
             readers.cached(source(), abs, directory=bad)
-    with pytest.raises(NotADirectoryError, match=r"cannot make the cache folder .*file/sub \(Not a directory\)"):
+    with pytest.raises(readers.FileError, match=r"cannot make the cache folder .*file/sub \(Not a directory\)"):
         list(readers.cached(source(), abs, directory=tmp_path / "file" / "sub")())
     (tmp_path / "taken" / "cache.sqlite3").mkdir(parents=True)  # sqlite cannot open its database there
     with pytest.raises(OSError, match=r"cannot open the cache in .*taken/cache.sqlite3 .*must be writable"):

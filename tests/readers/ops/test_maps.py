@@ -9,11 +9,11 @@ import batching
 import readers
 from readers.identity import fingerprint
 from readers.inspection import inspect_pipeline
-from readers.ops.maps import append_column, sample_rng
+from readers.ops.maps import append_column, key_id, sample_rng
 from readers.parents import is_indexed, is_planned
 from readers.testing import assert_seeded_passes
 from tests.helpers.layouts import set_env
-from tests.helpers.toys import double, tag_draw, ten_reader
+from tests.helpers.toys import double, name_of, named_entries, tag_draw, ten_reader
 
 
 def test_map_readers_applies_function_to_each_entry():
@@ -211,3 +211,31 @@ def test_random_map_below_a_padding_shard_and_a_map_draws_as_in_order():
         r.set_pass(1)
         got += [(value, draw) for value, draw, weight in r() if weight == 1.0]
     assert _draws(got) == want
+
+
+def test_random_map_with_a_key_draws_by_the_samples_name_whatever_the_streams_order():
+    named = readers.random_map(tag_draw, named_entries, seed=4, key=name_of)
+    entries = list(named())
+    assert [draw for _, draw in entries] == [sample_rng(4, 0, key_id(f"{i:04d}.jpg")).random() for i in range(20)]
+    reordered = readers.random_map(tag_draw, readers.shuffle(named_entries, 7, seed=1), seed=4, key=name_of)
+    assert _draws(reordered()) == _draws(entries)  # the draw follows the name, not the position
+    assert named.positions == 1 and named.per_entry == "map"
+    assert_seeded_passes(lambda: readers.random_map(tag_draw, named_entries, seed=4, key=name_of))
+    with pytest.raises(TypeError, match="key returned float 1.5; a key names a sample for good"):
+        list(readers.random_map(tag_draw, named_entries, seed=4, key=lambda entry: 1.5)())
+
+
+def test_random_map_with_a_key_lets_a_shard_or_workers_augment_only_their_share(no_leaks):
+    """Review of issue 26: over a stream, every worker augmented every entry and kept 1/k of them."""
+    seen = []
+
+    def counted(entry, rng):
+        seen.append(entry[0])
+        return tag_draw(entry, rng)
+
+    whole = _draws(readers.random_map(tag_draw, named_entries, seed=2, key=name_of)())
+    part = list(readers.shard(readers.random_map(counted, named_entries, seed=2, key=name_of), 1, 4)())
+    assert len(seen) == len(part) == 5 and all(whole[k] == d for k, d in part)
+    r = readers.prefetch(readers.random_map(tag_draw, named_entries, seed=2, key=name_of), 3, mode="process",
+                         start_method="fork")
+    assert _draws(r()) == whole

@@ -4,7 +4,7 @@ import pickle
 import pytest
 
 import readers
-from tests.helpers.toys import CountingReader, ten_reader
+from tests.helpers.toys import CountingReader, tag_draw, ten_reader
 
 
 def test_repeat_runs_passes_back_to_back():
@@ -62,3 +62,11 @@ def test_cache_pickles_empty_so_a_copy_reads_its_own():
     assert repr(r).startswith("cache(filled)")
     clone = pickle.loads(pickle.dumps(r))
     assert repr(clone).startswith("cache(empty)") and list(clone()) == [1, 2]
+
+
+def test_cache_refuses_a_reader_that_draws_anew_every_pass():
+    """Review of issue 26: cache replayed pass 0's draws for good, where cached refused the same pipeline."""
+    noisy = readers.random_map(tag_draw, readers.from_sequence(range(4)), seed=0)
+    with pytest.raises(ValueError, match=r"cache: random_map\(tag_draw, seed=0\) below it draws its entries anew"):
+        readers.cache(noisy)
+    assert len(list(readers.random_map(tag_draw, readers.cache(readers.from_sequence(range(4))), seed=0)())) == 4
