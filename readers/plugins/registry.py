@@ -129,11 +129,16 @@ def _import(spec: str) -> Any:
     if not module_name or not all(part.isidentifier() for part in parts):
         raise PluginLoadError(f"{spec!r} is not a valid 'module:attribute' spec, e.g. 'mypackage.data:make_reader'")
     try:
+        if not all(part.isidentifier() for part in module_name.split(".")):  # a path, not a module's name
+            raise ModuleNotFoundError(f"{module_name!r} is not a module's name")
         obj = importlib.import_module(module_name)
-    except Exception as exc:  # whatever the module raises, it is the plugin's fault, not ours
+    except ImportError as exc:  # the module, or one it needs, is not there: say which and what to do
         advice = shadow_note(module_name) or (f"; {hint}" if (hint := file_advice(spec)) else "")
         raise PluginLoadError(f"cannot import module {module_name!r} (from {spec!r}): {type(exc).__name__}: {exc}"
                               f"{advice}") from exc
+    except Exception as exc:  # a bug in the module's own code: its traceback says where
+        _note(exc, f"(raised while importing module {module_name!r}, named by {spec!r})")
+        raise
     for i, part in enumerate(parts):
         try:
             obj = getattr(obj, part)
@@ -146,11 +151,20 @@ def _import(spec: str) -> Any:
     return obj
 
 
+def _note(exc: BaseException, note: str) -> None:
+    """Add ``note`` to ``exc``'s traceback where Python shows notes (3.11 and later)."""
+    if hasattr(exc, "add_note"):
+        exc.add_note(note)
+
+
 def _load(kind: str, name: str, source: str, target: Any) -> Any:
     if isinstance(target, EntryPoint):
         try:
             return target.load()
         except Exception as exc:
+            if not isinstance(exc, (ImportError, AttributeError)):  # a bug in the plugin's code: its traceback
+                _note(exc, f"(raised while loading the entry point '{target.name} = {target.value}' of {source!r})")
+                raise
             raise PluginLoadError(
                 f"{_SINGULAR[kind]} {name!r}: entry point '{target.name} = {target.value}' in group "
                 f"{target.group!r} of distribution {source!r} failed to load: {type(exc).__name__}: {exc}"
@@ -321,6 +335,8 @@ def _summary(kind: str, name: str, source: str, target: Any) -> str:
         _checked(kind, name, source, obj)
     except PluginError as exc:  # a broken plugin is shown, not fatal to the listing
         return "error: " + " ".join(str(exc).split())
+    except Exception as exc:  # a bug in the plugin's own code: shown too (naming it raises it with its traceback)
+        return "error: " + " ".join(f"{type(exc).__name__}: {exc}".split())
     lines = (inspect.getdoc(obj) or "").strip().splitlines()
     return lines[0] if lines else "(no docstring)"
 

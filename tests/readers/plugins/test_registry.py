@@ -484,3 +484,21 @@ def test_a_missing_attribute_suggests_only_callables_the_module_defines(install)
         find_reader("mygen:jion")  # join is imported, not defined there
     with pytest.raises(PluginLoadError, match=r"did you mean 'rows'\?"):
         find_reader("mygen:rws")
+
+
+def test_a_bug_in_a_users_module_keeps_its_traceback_while_a_missing_one_is_one_line(install, tmp_path, monkeypatch):
+    """Review of issue 26: a NameError at import in --reader mymod became one line, without its file or line."""
+    (tmp_path / "mymod.py").write_text("import numpy\n\nrows = undefined_name\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(NameError, match="undefined_name") as info:
+        find_reader("mymod:rows")
+    assert not isinstance(info.value, PluginError)
+    assert any("while importing module 'mymod'" in note for note in getattr(info.value, "__notes__", ["while "
+                                                                                                      "importing module 'mymod'"]))
+    with pytest.raises(PluginLoadError, match="cannot import module 'no_such_mod_xyz'"):
+        find_reader("no_such_mod_xyz:rows")
+    install("buggy-plugin", "[readerkit.readers]\nbuggy = buggy_plugin:make\n", buggy_plugin="make = 1 / 0\n")
+    assert {p.name: p.summary for p in list_plugins("readers")}["buggy"].startswith("error: ZeroDivisionError")
+    with pytest.raises(ZeroDivisionError):
+        find_reader("buggy")
