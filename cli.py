@@ -29,9 +29,14 @@ from train.commands.options import (
     TrainSettings,
     as_settings,
     batch_size_option,
+    classes_option,
     given_flags,
+    log_json_option,
+    lr_option,
     model_option,
+    passes_option,
     reader_options,
+    seed_option,
 )
 from train.commands.training import first_entry, splits, train_command
 
@@ -62,24 +67,22 @@ def main() -> None:
 @main.command()
 @reader_options()
 @model_option
-@click.option("--classes", default=None, type=click.IntRange(min=2),
-              help="Number of label classes (labels 0..classes-1).  [default: one more than the largest label "
-                   "of the training and test splits: of 10,000 entries spread over an indexed reader, or a stream's first 10,000]")
+@classes_option("Number of label classes (labels 0..classes-1).  [default: one more than the largest label of the "
+                "training and test splits: of 10,000 entries spread over an indexed reader, or a stream's first 10,000]")
 @batch_size_option(128)
-@click.option("--passes", default=5, show_default=True, type=click.IntRange(min=1), help="Passes over the training data.")
-@click.option("--lr", default=3e-3, show_default=True, type=click.FloatRange(min=0, min_open=True), help="Adam learning rate of the first pass.")
+@passes_option(5, "Passes over the training data.")
+@lr_option("Adam learning rate of the first pass.")
 @click.option("--lr-decay", default=0.6, show_default=True, type=click.FloatRange(min=0, min_open=True, max=1),
               help="The learning rate of pass k is lr * lr_decay**k.")
-@click.option("--seed", default=0, show_default=True, type=click.IntRange(min=0), help="Seeds the shuffle and the model's initialisation.")
+@seed_option("Seeds the shuffle and the model's initialisation.")
 @click.option("--checkpoint-dir", type=click.Path(file_okay=False), default=None, help="Save the model and data position here after every pass and every --checkpoint-every steps "
                    "(in a rank<r> subfolder per process under a launcher with several). One run at a time.")
 @click.option("--checkpoint-every", default=200, show_default=True, type=click.IntRange(min=1), help="Steps between checkpoints within a pass (with --config: every --log-every steps unless given).")
 @click.option("--resume", is_flag=True, help="Continue from the checkpoint in --checkpoint-dir (same settings and data required).")
 @click.option("--overwrite", is_flag=True, help="Start over in a --checkpoint-dir that holds a checkpoint, replacing it.")
-@click.option("--log-json", type=click.Path(dir_okay=False), default=None,
-              help="Write one JSON object per pass to this file (with --resume, the passes the checkpoint holds "
-                   "are kept and later ones rewritten); under a launcher with several processes, rank r writes "
-                   "FILE with .rank<r> before its extension.")
+@log_json_option("Write one JSON object per pass to this file (with --resume, the passes the checkpoint holds are "
+                 "kept and later ones rewritten); under a launcher with several processes, rank r writes FILE with "
+                 ".rank<r> before its extension.")
 @click.option("--config", type=click.Path(exists=True, dir_okay=False), default=None,
               help="A state.toml run file: train a next-token model on its token data, step by step, with the "
                    "global batch of each step from its schedule (the image options do not apply).")
@@ -169,9 +172,8 @@ def inspect_reader(reader_name: str, data_dir: str | None, download: bool, count
               help="Entries to read per pass (lower it for a slow reader).")
 @click.option("--step-ms", default=0.0, show_default=True, type=click.FloatRange(min=0),
               help="Simulated training step: the consumer sleeps this long per minibatch.")
-@click.option("--passes", default=1, show_default=True, type=click.IntRange(min=1),
-              help="Passes of each measurement; the last counts (earlier ones warm caches).")
-@click.option("--log-json", type=click.Path(dir_okay=False), default=None, help="Also write the figures to this file, as one JSON object.")
+@passes_option(1, "Passes of each measurement; the last counts (earlier ones warm caches).")
+@log_json_option("Also write the figures to this file, as one JSON object.")
 @fail_cleanly
 def bench(reader_name: str, data_dir: str | None, download: bool, workers: int, mode: str, batch_size: int,
           limit: int, step_ms: float, passes: int, log_json: str | None) -> None:

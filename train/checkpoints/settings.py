@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from readers.checks import whole
@@ -11,6 +12,7 @@ from readers.errors import BadType, BadValue
 __all__ = ["Checkpoints", "checkpoints_of"]
 
 
+@dataclass(frozen=True)
 class Checkpoints:
     """Where a run saves its checkpoints, how often, and whether it resumes or replaces what is there.
 
@@ -22,46 +24,41 @@ class Checkpoints:
     refusing a folder without one, or one made with other settings or data.
     ``overwrite`` starts a new run in a folder that holds a checkpoint, which is
     replaced at the first save (else refused). ``config``: a JSON dict of your
-    own settings, which a resume must find the same.
+    own settings, which a resume must find the same. Checked when made.
 
     >>> Checkpoints("runs/mnist", every=200, resume=True)
-    Checkpoints('runs/mnist', every=200, resume=True)
+    Checkpoints(folder='runs/mnist', every=200, resume=True, overwrite=False, config={})
     >>> Checkpoints("runs/mnist", resume=True, overwrite=True)
     Traceback (most recent call last):
     ...
     readers.errors.BadValue: Checkpoints: resume=True continues the run in the folder and overwrite=True replaces it; give one of them
     """
 
-    __slots__ = ("folder", "every", "resume", "overwrite", "config")
+    folder: str
+    every: int | None = None
+    resume: bool = False
+    overwrite: bool = False
+    config: Mapping[str, Any] = field(default_factory=dict)
 
-    def __init__(self, folder: str | os.PathLike, *, every: int | None = None, resume: bool = False,
-                 overwrite: bool = False, config: Mapping[str, Any] | None = None):
+    __hash__ = None  # type: ignore[assignment]  # (its config is a dict)
+
+    def __post_init__(self) -> None:
+        folder, every, config = self.folder, self.every, self.config
         if not isinstance(folder, (str, os.PathLike)) or not os.fspath(folder):
             raise BadType(f"Checkpoints: folder must be a path (a str or os.PathLike), got {folder!r}")
-        for name, value in (("resume", resume), ("overwrite", overwrite)):
-            if not isinstance(value, bool):
-                raise BadType(f"Checkpoints: {name} must be True or False, got {value!r}")
-        if resume and overwrite:
+        for name in ("resume", "overwrite"):
+            if not isinstance(getattr(self, name), bool):
+                raise BadType(f"Checkpoints: {name} must be True or False, got {getattr(self, name)!r}")
+        if self.resume and self.overwrite:
             raise BadValue("Checkpoints: resume=True continues the run in the folder and overwrite=True replaces "
                            "it; give one of them")
         if config is not None and not isinstance(config, Mapping):
             raise BadType(f"Checkpoints: config must be a dict of your own settings (JSON data), got "
                           f"{type(config).__name__} {config!r}")
-        self.folder = os.fspath(folder)
-        self.every = None if every is None else whole(every, "every", "Checkpoints", 1, floats=False)
-        self.resume, self.overwrite, self.config = resume, overwrite, dict(config or {})
-
-    def __repr__(self) -> str:
-        options = [repr(self.folder)] + [f"{name}={getattr(self, name)!r}" for name, default in
-                                         (("every", None), ("resume", False), ("overwrite", False), ("config", {}))
-                                         if getattr(self, name) != default]
-        return f"Checkpoints({', '.join(options)})"
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Checkpoints) and repr(self) == repr(other)
-
-    def __hash__(self) -> int:
-        return hash(repr(self))
+        object.__setattr__(self, "folder", os.fspath(folder))
+        object.__setattr__(self, "every", None if every is None else whole(every, "every", "Checkpoints", 1,
+                                                                           floats=False))
+        object.__setattr__(self, "config", dict(config or {}))
 
 
 def checkpoints_of(value: Any, where: str) -> Checkpoints | None:
@@ -69,7 +66,7 @@ def checkpoints_of(value: Any, where: str) -> Checkpoints | None:
     defaults), or None for a run without checkpoints.
 
     >>> checkpoints_of("runs/a", "train")
-    Checkpoints('runs/a')
+    Checkpoints(folder='runs/a', every=None, resume=False, overwrite=False, config={})
     >>> checkpoints_of(True, "train")
     Traceback (most recent call last):
     ...

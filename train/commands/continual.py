@@ -23,8 +23,13 @@ from train.commands.options import (
     PipelineRunSettings,
     as_settings,
     batch_size_option,
+    classes_option,
+    log_json_option,
+    lr_option,
     model_option,
+    passes_option,
     reader_options,
+    seed_option,
 )
 
 __all__ = ["pipeline_group"]
@@ -46,19 +51,14 @@ def pipeline_group() -> None:
 @click.option("--db", required=True, type=click.Path(dir_okay=False),
               help="The pipeline store (sqlite3): sets and trainings go here; `pipeline status` reads it.")
 @model_option
-@click.option("--classes", default=None, type=click.IntRange(min=2),
-              help="Number of label classes.  [default: one more than the largest label of both splits]")
+@classes_option("Number of label classes.  [default: one more than the largest label of both splits]")
 @batch_size_option(32)
-@click.option("--passes", default=1, show_default=True, type=click.IntRange(min=1),
-              help="Passes over each trigger's set (more when needed to reach --min-steps).")
+@passes_option(1, "Passes over each trigger's set (more when needed to reach --min-steps).")
 @click.option("--min-steps", default=600, show_default=True, type=click.IntRange(min=0),
               help="Steps each training runs at least: a small set (GDumb's memory) is passed over until then.")
-@click.option("--lr", default=3e-3, show_default=True, type=click.FloatRange(min=0, min_open=True),
-              help="Adam learning rate.")
-@click.option("--seed", default=0, show_default=True, type=click.IntRange(min=0),
-              help="Seeds the strategy, each training's shuffle and each new model.")
-@click.option("--log-json", type=click.Path(dir_okay=False), default=None,
-              help="Write one JSON object per trigger to this file (appended to with --resume).")
+@lr_option("Adam learning rate.")
+@seed_option("Seeds the strategy, each training's shuffle and each new model.")
+@log_json_option("Write one JSON object per trigger to this file (appended to with --resume).")
 @click.option("--resume", type=click.IntRange(min=1), default=None, metavar="PIPELINE_ID",
               help="Go on with this pipeline of --db after its last finished training (same options).")
 @fail_cleanly

@@ -25,8 +25,8 @@ from typing import Any
 import click
 from click.core import ParameterSource
 
-__all__ = ["PipelineRunSettings", "TrainSettings", "as_settings", "batch_size_option", "given_flags", "model_option",
-           "reader_options"]
+__all__ = ["PipelineRunSettings", "TrainSettings", "as_settings", "batch_size_option", "classes_option", "given_flags",
+           "log_json_option", "lr_option", "model_option", "passes_option", "reader_options", "seed_option"]
 
 READER_HELP = ("A registered reader (see `readers`); your own module (mydata, a mydata.py with train and optional test "
                "readers); or module:attribute of a reader (a generator function) or a reader creator.")
@@ -109,6 +109,41 @@ def batch_size_option(default: int) -> Callable:
     """``--batch-size``: entries per minibatch, ``default`` when not given."""
     return click.option("--batch-size", default=default, show_default=True, type=click.IntRange(min=1),
                         help="Entries per minibatch.")
+
+
+def classes_option(help_text: str) -> Callable:
+    """``--classes``: the number of label classes (2 or more), None (inferred from the data) when not given."""
+    return click.option("--classes", default=None, type=click.IntRange(min=2), help=help_text)
+
+
+def passes_option(default: int, help_text: str) -> Callable:
+    """``--passes``: how many passes, ``default`` when not given."""
+    return click.option("--passes", default=default, show_default=True, type=click.IntRange(min=1), help=help_text)
+
+
+def lr_option(help_text: str) -> Callable:
+    """``--lr``: the learning rate, above 0 (3e-3 when not given)."""
+    return click.option("--lr", default=3e-3, show_default=True, type=click.FloatRange(min=0, min_open=True),
+                        help=help_text)
+
+
+def seed_option(help_text: str) -> Callable:
+    """``--seed``: an int from 0 (0 when not given)."""
+    return click.option("--seed", default=0, show_default=True, type=click.IntRange(min=0), help=help_text)
+
+
+def log_json_option(help_text: str) -> Callable:
+    """``--log-json FILE``: a file for the command's figures as JSON, none when not given.
+
+    >>> @click.command()
+    ... @log_json_option("Write the figures here.")
+    ... @seed_option("Seeds it.")
+    ... def run(log_json: str | None, seed: int) -> None:
+    ...     click.echo(f"{log_json} {seed}")
+    >>> CliRunner().invoke(run, ["--log-json", "a.json", "--seed", "3"]).output
+    'a.json 3\n'
+    """
+    return click.option("--log-json", type=click.Path(dir_okay=False), default=None, help=help_text)
 
 
 def as_settings(cls: type) -> Callable[[Callable], Callable]:

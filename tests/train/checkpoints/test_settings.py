@@ -9,8 +9,11 @@ from train.checkpoints.settings import Checkpoints, checkpoints_of
 def test_checkpoints_keep_their_settings_and_show_what_differs_from_the_defaults():
     ck = Checkpoints(pathlib.Path("runs") / "a", every=50, config={"lr": 0.1})
     assert (ck.folder, ck.every, ck.resume, ck.overwrite, ck.config) == ("runs/a", 50, False, False, {"lr": 0.1})
-    assert repr(ck) == "Checkpoints('runs/a', every=50, config={'lr': 0.1})"
+    assert repr(ck) == "Checkpoints(folder='runs/a', every=50, resume=False, overwrite=False, config={'lr': 0.1})"
     assert ck == Checkpoints("runs/a", every=50, config={"lr": 0.1}) != Checkpoints("runs/a")
+    assert Checkpoints("a", config={"x": 1, "y": 2}) == Checkpoints("a", config={"y": 2, "x": 1})
+    with pytest.raises(AttributeError):
+        ck.resume = True  # frozen: settings checked when made stay as checked
 
 
 @pytest.mark.parametrize("kwargs, error, match", [
