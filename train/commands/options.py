@@ -135,13 +135,14 @@ def seed_option(help_text: str) -> Callable:
 def log_json_option(help_text: str) -> Callable:
     """``--log-json FILE``: a file for the command's figures as JSON, none when not given.
 
+    >>> from click.testing import CliRunner
     >>> @click.command()
     ... @log_json_option("Write the figures here.")
     ... @seed_option("Seeds it.")
     ... def run(log_json: str | None, seed: int) -> None:
     ...     click.echo(f"{log_json} {seed}")
     >>> CliRunner().invoke(run, ["--log-json", "a.json", "--seed", "3"]).output
-    'a.json 3\n'
+    'a.json 3\\n'
     """
     return click.option("--log-json", type=click.Path(dir_okay=False), default=None, help=help_text)
 
