@@ -17,6 +17,7 @@ import numpy as np
 
 from readers import from_sequence, shuffle
 from tests.helpers import worker_jobs as jobs
+from tests.helpers.processes import open_descriptors
 
 MODES = ["thread", "process"]
 METHODS = ["fork", "spawn"]
@@ -88,15 +89,7 @@ def ring_maps() -> list[str]:
 
 
 def ring_fds() -> list[str]:
-    links = []
-    for fd in os.listdir("/proc/self/fd"):
-        try:
-            target = os.readlink(f"/proc/self/fd/{fd}")
-        except OSError:  # the descriptor listdir itself used
-            continue
-        if target.startswith("/memfd:readerkit-ring"):
-            links.append(target)
-    return links
+    return [target for target in open_descriptors() if target.startswith("/memfd:readerkit-ring")]
 
 
 def dev_shm() -> list[str]:

@@ -24,6 +24,7 @@ from readers.testing import assert_resumes_at_every_step, assert_same
 from tests.conftest import HANG
 from tests.helpers import cache_nodes as nodes
 from tests.helpers.cache_jobs import Gate
+from tests.helpers.child_processes import exit_codes
 from tests.helpers.layouts import as_rank
 
 N = 60
@@ -120,20 +121,6 @@ def test_cached_hit_rate_per_node_node_shuffle_against_global_shuffle(tmp_path):
 
 
 # -- processes -------------------------------------------------------------------------
-
-
-def exit_codes(jobs: list, timeout: float, gate: Gate) -> list:
-    """Start the processes ``jobs``, open ``gate`` when all reach it, and wait for them, killing any still running
-    after ``timeout`` seconds."""
-    for job in jobs:
-        job.start()
-    gate.open(timeout)
-    for job in jobs:
-        job.join(timeout)
-        if job.is_alive():
-            job.kill()
-            job.join()
-    return [job.exitcode for job in jobs]
 
 
 #: The race window of processes sharing a folder (readers.caching.cached.cached's doc): two both compute an entry only

@@ -24,6 +24,7 @@ from readers.continual.schema import (
     open_store,
 )
 from readers.storage.codec import encode
+from tests.helpers.child_processes import joined, started
 
 
 def test_open_store_makes_a_marked_wal_file_and_opens_it_again(tmp_path):
@@ -261,8 +262,7 @@ def test_opening_to_read_a_store_another_process_is_making_never_finds_it_empty(
     paths = [str(tmp_path / f"{i}.db") for i in range(10)]
     go = multiprocessing.get_context("spawn").Event()
     maker = multiprocessing.get_context("spawn").Process(target=make_stores, args=(paths, go))
-    maker.start()
-    try:
+    with started(maker):  # (a failed round leaves it waiting for its go: it is killed)
         for path in paths:
             go.set()
             while not os.path.exists(path):  # opened the moment it appears, as early as a reader can
@@ -271,9 +271,4 @@ def test_opening_to_read_a_store_another_process_is_making_never_finds_it_empty(
             db = open_store(path, create=False)
             assert db.execute("PRAGMA application_id").fetchone()[0] == APPLICATION_ID
             db.close()
-        maker.join(60)
-        assert maker.exitcode == 0
-    finally:
-        if maker.is_alive():  # (a failed round leaves it waiting for its go)
-            maker.kill()
-        maker.join()
+        assert joined(maker, 60) == 0

@@ -16,6 +16,7 @@ import readers
 from readers.continual.store import PipelineBusy, PipelineStore, StoredSet
 from readers.continual.trigger_sets import trigger_set
 from readers.sources.in_memory import from_arrays
+from tests.helpers.child_processes import exit_codes, joined, started
 
 WAIT = 60.0  # seconds: a bound for another process to show up or finish, never a measure of speed
 SOURCE_N = 100_000
@@ -79,14 +80,6 @@ def write_while_read(path: str, pipeline_id: int, steps: int, ids: "multiprocess
         store.finish_training(training, {"done": True})
 
 
-def _run(process: multiprocessing.Process) -> int:
-    process.start()
-    process.join(WAIT)
-    if process.is_alive():
-        process.kill()
-        process.join()
-        raise AssertionError("the child process hung")
-    return process.exitcode
 
 
 # -- pipelines ------------------------------------------------------------------------------------
@@ -225,7 +218,7 @@ def test_a_process_killed_mid_trigger_leaves_no_half_written_set(store):
     store.add_trigger(p, 0, set_of(0), position=100)
     store.add_trigger(p, 1, set_of(1), position=200)
     child = multiprocessing.get_context("spawn").Process(target=die_mid_trigger, args=(store.path, p))
-    assert _run(child) == -signal.SIGKILL
+    assert exit_codes([child], WAIT) == [-signal.SIGKILL]  # (None: it hung)
     assert store.triggers(p) == [0, 1] and store.last_trigger(p) == (1, 200)
     assert [store.trigger(p, t).keys.tolist() for t in (0, 1)] == [set_of(0).tolist(), set_of(1).tolist()]
     with PipelineStore(store.path) as again:  # a restarted pipeline goes on after the last complete trigger
@@ -271,8 +264,7 @@ def test_another_process_reads_sets_and_a_trainings_status_while_one_writes(stor
     ids, halfway, seen = spawn.Queue(), spawn.Event(), spawn.Event()
     source = from_arrays(np.arange(SOURCE_N) * 10)
     writer = spawn.Process(target=write_while_read, args=(store.path, p, steps, ids, halfway, seen))
-    writer.start()
-    try:
+    with started(writer):
         training = ids.get(timeout=WAIT)
         assert halfway.wait(WAIT), "the writer never got halfway"
         status = store.training(training)
@@ -287,12 +279,7 @@ def test_another_process_reads_sets_and_a_trainings_status_while_one_writes(stor
             assert {float(w) for _, w in r()} == {float(last or 1)}
             reads += 1
             writer.join(0.01)
-        writer.join(WAIT)
-        assert writer.exitcode == 0
-    finally:
-        if writer.is_alive():
-            writer.kill()
-            writer.join()
+        assert joined(writer, WAIT) == 0
     status = store.training(training)
     assert (status["status"], status["progress"]) == ("finished", 1.0)
     assert status["metrics"] == {"step": steps, "done": True} and status["ended"] >= status["started"]

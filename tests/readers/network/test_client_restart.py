@@ -9,7 +9,6 @@ the same port.
 import signal
 import socket
 import subprocess
-import sys
 import threading
 import time
 import warnings
@@ -24,9 +23,8 @@ from readers.network.in_flight import Request
 from readers.network.serving import BODY
 from readers.testing import assert_same
 from tests.conftest import HANG, finishes
-from tests.helpers import paths as _paths
+from tests.helpers.child_processes import read_line, start_python, stop
 
-ROOT = str(_paths.ROOT)
 N = 300
 
 
@@ -256,14 +254,12 @@ def write_tokens(folder) -> str:
 
 def start_cli_server(config: str, port: int, log) -> tuple[subprocess.Popen, str]:
     """``python cli.py serve --config config --port port``, and the address it announced."""
-    proc = subprocess.Popen([sys.executable, "cli.py", "serve", "--config", config, "--port", str(port)], cwd=ROOT,
-                            stdout=subprocess.PIPE, stderr=log, text=True)
+    proc = start_python("cli.py", "serve", "--config", config, "--port", port, stderr=log, text=True)
     try:
-        line = finishes(proc.stdout.readline, "the server's first line", timeout=30)
+        line = read_line(proc.stdout, 30, "the server's first line")
         assert line.startswith("serving 1249 entries on 127.0.0.1:"), line
     except BaseException:
-        proc.kill()
-        proc.wait()
+        stop(proc)
         raise
     return proc, line.split()[-1]
 
@@ -301,8 +297,5 @@ def test_remote_pass_rides_out_a_killed_cli_server(tmp_path):
         assert len(got) == 79
     finally:
         for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-            proc.wait()
-            proc.stdout.close()
+            stop(proc)
         log.close()

@@ -9,7 +9,6 @@ import collections
 import concurrent.futures
 import gc
 import json
-import os
 import shutil
 import socket
 import subprocess
@@ -34,6 +33,7 @@ from readers.network.wire import (
     unpack_columns,
 )
 from tests.conftest import wait_until
+from tests.helpers.processes import open_descriptors
 from tests.helpers.serve_helpers import (
     WAIT,
     Client,
@@ -48,10 +48,6 @@ from tests.helpers.serve_helpers import (
 def rss_mib() -> float:
     with open("/proc/self/status") as status:
         return next(int(line.split()[1]) for line in status if line.startswith("VmRSS:")) / 1024
-
-
-def open_files() -> int:
-    return len(os.listdir("/proc/self/fd"))
 
 
 BAD_IDS = [None, -1, -(2 ** 70), "1", 1.5, True, False, [], {}]
@@ -208,7 +204,7 @@ def test_server_survives_a_fuzz_of_hostile_connections_and_slow_clients(no_leaks
             fuzz_connection(server.address, rng)
         partial_frames(20)
         gc.collect()
-        rss, files = rss_mib(), open_files()
+        rss, files = rss_mib(), len(open_descriptors())
         with concurrent.futures.ThreadPoolExecutor(len(SLOW), thread_name_prefix="test-slow") as pool:
             slow = [pool.submit(slow_client, server.address, login, data, 0.4) for login, data, _ in SLOW]
             endings = collections.Counter(fuzz_connection(server.address, rng) for _ in range(3000))
@@ -226,7 +222,7 @@ def test_server_survives_a_fuzz_of_hostile_connections_and_slow_clients(no_leaks
         wait_until(lambda: len(server.server.sessions) <= 1, WAIT, "the fuzz's connections to close")
         gc.collect()
         assert rss_mib() - rss < 40, f"memory grew by {rss_mib() - rss:.0f} MiB over 3,000 connections"
-        assert open_files() <= files + 2, "sockets left open"
+        assert len(open_descriptors()) <= files + 2, "sockets left open"
         reasons = "\n".join(server.lines)
         for words in ("no login within 1.5 s", "idle for 2 s", "unfinished after 1.5 s", "closed mid-frame",
                       "a frame over the limit", "a malformed frame"):
@@ -273,7 +269,7 @@ def test_server_a_stalled_client_does_not_stall_the_others():
 
 def test_server_stop_finishes_answers_in_flight_and_closes_every_connection():
     images, labels = big_reader()
-    files = open_files()
+    files = len(open_descriptors())
     handle = readers.serve(readers.from_arrays(images, labels), log=[].append)
     try:
         with Client(handle.address) as busy, Client(handle.address) as idle, Client(handle.address) as silent:
@@ -296,7 +292,7 @@ def test_server_stop_finishes_answers_in_flight_and_closes_every_connection():
         assert [t.name for t in threading.enumerate() if t.name.startswith("readerkit-")] == []
         with pytest.raises(ConnectionRefusedError):
             socket.create_connection(("127.0.0.1", handle.port), timeout=WAIT).close()
-        assert open_files() == files and repr(handle).endswith(", stopped>")
+        assert len(open_descriptors()) == files and repr(handle).endswith(", stopped>")
     finally:
         handle.stop()
 

@@ -16,8 +16,6 @@ import multiprocessing
 import multiprocessing.util
 import os
 import signal
-import subprocess
-import sys
 import textwrap
 import warnings
 
@@ -36,11 +34,11 @@ from readers.launch import worker_context
 from readers.testing import assert_resumes_at_every_step
 from readers.workers.persistent import Keeper
 from tests.conftest import HANG, finishes, wait_until
-from tests.helpers import paths as _paths
 from tests.helpers import worker_jobs as jobs
+from tests.helpers.child_processes import python_child, read_line
+from tests.helpers.paths import ROOT
 from tests.helpers.pool_helpers import METHODS
-
-ROOT = str(_paths.ROOT)
+from tests.helpers.processes import gone, open_descriptors
 
 
 def tagged(method: str, workers: int = 2, n: int = 300, **options):
@@ -55,15 +53,6 @@ def values(entries) -> list:
 
 def pids(entries) -> set:
     return {p for _, p in entries}
-
-
-def gone(pid: int) -> bool:
-    """Whether process ``pid`` has ended (a zombie waiting to be reaped counts as ended)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
-    except FileNotFoundError:
-        return True
 
 
 def children() -> set:
@@ -382,10 +371,9 @@ SCRIPT = textwrap.dedent("""
     ("sys.exit(0)", False, "fork"),  # the interpreter exits with a pass open and a reader never closed
 ])
 def test_no_worker_outlives_its_process(end, in_thread, method):
-    script = SCRIPT.format(root=ROOT, in_thread=in_thread, end=end).replace('"fork"', repr(method))
-    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, cwd=ROOT)
-    try:
-        line = finishes(proc.stdout.readline, "the script starting its workers", timeout=60)
+    script = SCRIPT.format(root=str(ROOT), in_thread=in_thread, end=end).replace('"fork"', repr(method))
+    with python_child("-c", script, stderr=None) as proc:
+        line = read_line(proc.stdout, 60, "the script starting its workers")
         kept = [int(p) for p in line.split()]
         assert len(kept) == 3, line
         assert not any(map(gone, kept)) or end != "time.sleep(60)"
@@ -393,9 +381,6 @@ def test_no_worker_outlives_its_process(end, in_thread, method):
             proc.send_signal(signal.SIGKILL)
         finishes(proc.wait, "the script to end")
         wait_until(lambda: all(map(gone, kept)), HANG, lambda: f"workers {[p for p in kept if not gone(p)]} to end")
-    finally:
-        proc.kill()
-        proc.wait()
 
 
 def test_read_in_another_worker_context_the_stage_gets_workers_for_it(no_leaks):
@@ -411,7 +396,7 @@ def test_read_in_another_worker_context_the_stage_gets_workers_for_it(no_leaks):
 
 def test_arrays_held_from_a_pass_keep_later_passes_in_shared_memory(no_leaks):
     """The ring frees in order: a held array would stop it for good, so a kept worker gets a new ring."""
-    fds = len(os.listdir("/proc/self/fd"))
+    fds = len(open_descriptors())
     with prefetch(functools.partial(jobs.arrays, 100, 32768), 1, mode="process", start_method="fork",
                   persistent=True) as r:
         held = []
@@ -423,4 +408,4 @@ def test_arrays_held_from_a_pass_keep_later_passes_in_shared_memory(no_leaks):
         assert all((a == 0).all() and a.shape == (32768,) for a in held)
     del held, it
     gc.collect()
-    wait_until(lambda: len(os.listdir("/proc/self/fd")) <= fds, HANG, "the rings' descriptors to close")
+    wait_until(lambda: len(open_descriptors()) <= fds, HANG, "the rings' descriptors to close")
