@@ -86,11 +86,12 @@ def write_while_read(path: str, pipeline_id: int, steps: int, ids: "multiprocess
 
 
 def test_pipelines_are_registered_with_their_config(store):
+    before = time.time()
     a = store.register_pipeline({"model": "mlp", "lr": 0.1, "classes": [0, 1]})
     b = store.register_pipeline({"model": "cnn"})
     assert (a, b) == (1, 2)
     got = store.pipeline(a)
-    assert got["config"] == {"model": "mlp", "lr": 0.1, "classes": [0, 1]} and abs(got["created"] - time.time()) < 60
+    assert got["config"] == {"model": "mlp", "lr": 0.1, "classes": [0, 1]} and before <= got["created"] <= time.time()
     assert [p["config"]["model"] for p in store.pipelines()] == ["mlp", "cnn"]
     assert (got["owner"], got["heartbeat"]) == (None, None)  # no process holds it until claim_pipeline
     with pytest.raises(LookupError, match=r"pipeline: no pipeline 9 in .*pipelines.db \(its pipelines: 1-2\)"):
@@ -197,16 +198,11 @@ def test_bad_trigger_metadata_is_refused_before_anything_is_written(store, kwarg
     assert store.triggers(p) == []
 
 
-def test_a_60000_key_set_writes_and_reads_back_quickly(store):
+def test_a_60000_key_set_writes_and_reads_back_whole(store):
     p = store.register_pipeline({})
     keys, weights = set_of(0, 60_000), np.random.default_rng(0).random(60_000)
-    start = time.perf_counter()
     store.add_trigger(p, 0, keys, weights, position=60_000)
-    wrote = time.perf_counter() - start
-    start = time.perf_counter()
     back = store.trigger(p, 0)
-    read = time.perf_counter() - start
-    print(f"\n60,000-key set: written in {wrote * 1e3:.1f} ms, read back in {read * 1e3:.1f} ms")
     assert back.keys.tolist() == keys.tolist()
 
 
