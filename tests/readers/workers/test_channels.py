@@ -36,6 +36,7 @@ from tests.helpers.child_processes import python_child, read_line, read_to_end
 from tests.helpers.paths import ROOT
 from tests.helpers.pool_helpers import (
     METHODS,
+    assert_nothing_new_in_dev_shm,
     assert_rings_gone,
     closed_by_its_thread,
     dev_shm,
@@ -343,7 +344,7 @@ def test_prefetch_keyboard_interrupt_in_consumer_stops_processes(start_method, n
     assert np.array_equal(first, np.zeros(1024)) and views_ring(first)
     del first, it
     assert_rings_gone()
-    assert dev_shm() == shm_before
+    assert_nothing_new_in_dev_shm(shm_before)
 
 
 CTRL_C_SCRIPT = """
