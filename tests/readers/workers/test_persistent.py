@@ -104,11 +104,28 @@ def test_a_pass_abandoned_midway_is_cancelled_and_the_next_is_whole(method, no_l
         assert pids(first) <= pids(whole)  # drained and kept, not stopped
 
 
-def test_a_worker_stuck_in_its_source_is_stopped_and_replaced(no_leaks):
-    with prefetch(map_readers(jobs.tag_pid, functools.partial(jobs.count_then_block, 1)), 1, mode="process",
-                  start_method="fork", persistent=True) as r:  # (its first entry is sent at once, then it blocks)
-        first = finishes(lambda: list(itertools.islice(r(), 1)), "a pass abandoned while its worker blocks")
-        second = finishes(lambda: list(itertools.islice(r(), 1)), "the next pass, on a new worker")
+def first_entry_once_blocked(r, blocked) -> list:
+    """The first entry of a pass of ``r``, which is abandoned once its worker has begun to block in its source
+    (the file ``blocked`` appears)."""
+    it = r()
+    try:
+        first = next(it)
+        wait_until(blocked.exists, HANG, "the worker to block in its source after its first entry")
+    finally:
+        it.close()
+    return [first]
+
+
+def test_a_worker_stuck_in_its_source_is_stopped_and_replaced(tmp_path, no_leaks):
+    # Regression (a flaky test): the pass was abandoned as soon as entry 0 came, and on a loaded machine the
+    # cancel could reach the worker before it went back into its source; the worker then stopped the pass as
+    # asked and was rightly kept, so {pid} != {pid} failed. Now the pass ends once the worker is stuck.
+    blocked = tmp_path / "blocked"
+    source = functools.partial(jobs.count_then_block, 1, blocked=str(blocked))
+    with prefetch(map_readers(jobs.tag_pid, source), 1, mode="process", start_method="fork", persistent=True) as r:
+        first = finishes(lambda: first_entry_once_blocked(r, blocked), "a pass abandoned while its worker blocks")
+        blocked.unlink()
+        second = finishes(lambda: first_entry_once_blocked(r, blocked), "the next pass, on a new worker")
         assert values(first) == values(second) == [0]
         assert pids(first) != pids(second)
 
