@@ -24,6 +24,7 @@ from readers.continual.schema import (
     open_store,
 )
 from readers.storage.codec import encode
+from tests.conftest import HANG
 from tests.helpers.child_processes import joined, started
 
 
@@ -234,16 +235,29 @@ def test_a_damaged_model_state_is_refused_naming_it():
         decode_state(listed_, zlib.crc32(listed_), "the model of training 3")
 
 
-def test_a_store_being_made_by_another_process_is_waited_for_when_opened_to_read(tmp_path):
+def test_a_store_being_made_by_another_process_is_waited_for_when_opened_to_read(tmp_path, monkeypatch):
     path = str(tmp_path / "pipelines.db")
     sqlite3.connect(path).close()  # the file exists, empty, as just after the maker's connect
-    maker = threading.Timer(0.3, lambda: open_store(path).close())
+    reader, waiting, sleep = threading.current_thread(), threading.Event(), time.sleep
+
+    def noted_sleep(seconds: float) -> None:
+        if threading.current_thread() is reader:  # it found the file empty, and waits for its maker
+            waiting.set()
+        sleep(seconds)
+
+    def make() -> None:
+        if waiting.wait(HANG):
+            open_store(path).close()
+
+    monkeypatch.setattr(time, "sleep", noted_sleep)
+    maker = threading.Thread(target=make, name="test-maker")
     maker.start()
     try:
         db = open_store(path, create=False)  # waits for the tables rather than calling the file "empty"
         assert db.execute("PRAGMA application_id").fetchone()[0] == APPLICATION_ID
         db.close()
     finally:
+        waiting.set()
         maker.join()
 
 

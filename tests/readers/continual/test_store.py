@@ -49,16 +49,27 @@ def die_mid_trigger(path: str, pipeline_id: int) -> None:
     DiesMidTrigger(path).add_trigger(pipeline_id, 2, set_of(2), position=300)
 
 
-def write_until_killed(path: str, pipeline_id: int, started: "multiprocessing.synchronize.Event") -> None:
-    """Claim the pipeline, then trigger after trigger of 60,000 keys, a training on each; stops by itself after
-    WAIT (it is killed first)."""
-    store, deadline = PipelineStore(path), time.monotonic() + WAIT
+class SaysMidTrigger(PipelineStore):
+    """A store that sets ``inside`` in the middle of add_trigger's transaction for trigger 4, the set inserted but
+    not committed, and goes on."""
+
+    inside: "multiprocessing.synchronize.Event"
+
+    def _insert_trigger(self, db, row):
+        super()._insert_trigger(db, row)
+        if row[1] == 4:  # (pipeline_id, trigger_id, ...)
+            self.inside.set()
+
+
+def write_until_killed(path: str, pipeline_id: int, inside: "multiprocessing.synchronize.Event") -> None:
+    """Claim the pipeline, then trigger after trigger of 60,000 keys, a training on each, setting ``inside`` in
+    trigger 4's transaction; stops by itself after WAIT (it is killed first)."""
+    store, deadline = SaysMidTrigger(path), time.monotonic() + WAIT
+    store.inside = inside
     store.claim_pipeline(pipeline_id)
     for t in range(10 ** 6):
         store.add_trigger(pipeline_id, t, set_of(t, 60_000), np.full(60_000, t + 1.0), position=1000 * t)
         store.update_training(store.start_training(pipeline_id, t), progress=0.5)
-        if t == 3:
-            started.set()
         if time.monotonic() > deadline:
             break
 
@@ -225,19 +236,13 @@ def test_a_process_killed_mid_trigger_leaves_no_half_written_set(store):
 def test_a_writer_killed_in_a_loop_leaves_whole_triggers_and_running_trainings(store):
     p = store.register_pipeline({})
     spawn = multiprocessing.get_context("spawn")
-    started = spawn.Event()
-    writer = spawn.Process(target=write_until_killed, args=(store.path, p, started))
-    writer.start()
-    try:
-        assert started.wait(WAIT), "the writer never stored its first triggers"
-        time.sleep(0.05)  # into a later trigger's transaction, most likely: each writes 720 kB
-        os.kill(writer.pid, signal.SIGKILL)
+    inside = spawn.Event()
+    writer = spawn.Process(target=write_until_killed, args=(store.path, p, inside))
+    with started(writer):
+        assert inside.wait(WAIT), "the writer never reached trigger 4"
+        os.kill(writer.pid, signal.SIGKILL)  # inside trigger 4's transaction, most likely: it writes 720 kB
         writer.join(WAIT)
         assert writer.exitcode == -signal.SIGKILL
-    finally:
-        if writer.is_alive():
-            writer.kill()
-            writer.join()
     ids = store.triggers(p)
     assert len(ids) >= 4 and ids == list(range(len(ids))) and store.last_trigger(p) == (ids[-1], 1000 * ids[-1])
     for t in ids:

@@ -143,7 +143,21 @@ def test_remote_pass_rides_out_a_server_restart_on_the_same_port(serving, monkey
     server = serving(local)
     remote = readers.remote(server.address, in_flight=in_flight, deadline=HANG)
     want, got, again = list(batched(local)()), [], []
-    restart = threading.Timer(0.3, lambda: again.append(serving(local, port=port_of(server.address))))
+    refused, connect = threading.Event(), remote_module.Connection
+
+    def attempt(*args, **kwargs):
+        try:
+            return connect(*args, **kwargs)
+        except OSError:
+            refused.set()
+            raise
+
+    def start_again() -> None:  # once the client has found the server gone
+        if refused.wait(HANG):
+            again.append(serving(local, port=port_of(server.address)))
+
+    monkeypatch.setattr(remote_module, "Connection", attempt)
+    restart = threading.Thread(target=start_again, name="test-restart")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # "cannot reach ...; trying again"
         for k, b in enumerate(batched(remote)()):
@@ -152,6 +166,7 @@ def test_remote_pass_rides_out_a_server_restart_on_the_same_port(serving, monkey
                 server.stop()  # its answers in flight still go out; then the connection closes
                 restart.start()
     restart.join()
+    assert refused.is_set(), "the client never tried the server while it was stopped"
     assert_same(got, want)
     assert again[0].stats["connections"] == 1  # the rest of the pass came from the server started again
 

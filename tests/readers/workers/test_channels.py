@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import gc
+import mmap
 import multiprocessing
 import os
 import signal
@@ -30,7 +31,7 @@ from readers.graph import describe
 from readers.workers import channels as pool_channels
 from readers.workers.channels import pick_start_method
 from readers.workers.prefetch import buffered
-from tests.conftest import HANG, finishes, wait_until, worker_threads
+from tests.conftest import HANG, finishes, wait_for, wait_until, worker_threads
 from tests.helpers import worker_jobs as jobs
 from tests.helpers.child_processes import python_child, read_line, read_to_end
 from tests.helpers.paths import ROOT
@@ -43,26 +44,33 @@ from tests.helpers.pool_helpers import (
     endless,
     views_ring,
 )
-from tests.helpers.processes import gone, session
+from tests.helpers.processes import gone, session, waiting
+from tests.helpers.threads import running_in
 
 
 def ctrl_c_while_draining(it, then: threading.Event | None = None) -> None:
-    """Read the rest of the pass ``it``, and press Ctrl-C (SIGINT to the main thread) 0.1 s in: it must raise.
+    """Read the rest of the pass ``it``, and press Ctrl-C (SIGINT to the main thread) once it waits inside the
+    pass: it must raise.
 
     ``then`` is set right after Ctrl-C is pressed: a source that waits for it is still blocked when it comes.
     """
+    main, late = threading.main_thread(), []
+
     def press() -> None:
-        signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+        if not wait_for(lambda: running_in(main, "readers"), HANG):
+            late.append(f"the consumer did not enter the pass within {HANG} s")  # pressed all the same
+        signal.pthread_kill(main.ident, signal.SIGINT)
         if then is not None:
             then.set()
 
-    ctrl_c = threading.Timer(0.1, press)
+    ctrl_c = threading.Thread(target=press, name="test-ctrl-c")
     ctrl_c.start()
     try:
         with pytest.raises(KeyboardInterrupt):
             list(it)
     finally:
         ctrl_c.join()
+    assert not late, late
 
 
 # -- start methods ------------------------------------------------------------------------------
@@ -198,10 +206,11 @@ def test_multiprocess_reader_early_break_stops_processes(use_pipe, no_leaks):
     assert multiprocessing.active_children() == []
 
 
-def _marks_when_closed(path):
+def _marks_when_closed(path, made, w):
     def reader():
         try:
             for _ in range(1_000_000):
+                made[w] += 1
                 yield "x" * 100
         finally:
             path.touch()
@@ -212,11 +221,15 @@ def _marks_when_closed(path):
 def test_multiprocess_reader_early_stop_lets_blocked_workers_close_their_readers(
         use_pipe, tmp_path, no_leaks):
     marks = [tmp_path / "0", tmp_path / "1"]
-    r = multiprocess_reader([_marks_when_closed(m) for m in marks], use_pipe, queue_size=10,
+    made = np.frombuffer(mmap.mmap(-1, 16), np.int64)  # entries each reader gave, in memory the forks share
+    r = multiprocess_reader([_marks_when_closed(m, made, w) for w, m in enumerate(marks)], use_pipe, queue_size=10,
                             start_method="fork")
     it = r()
     next(it)
-    time.sleep(0.3)  # room for the workers to fill the pipe or queue and block
+    workers = [p.pid for p in multiprocessing.active_children()]
+    # a worker may be 5 entries (queue_size over 2 workers) ahead of what the consumer received, then waits
+    wait_until(lambda: all(made >= 5) and all(map(waiting, workers)), HANG,
+               lambda: f"both workers to wait for credit, 5 entries ahead; made {made.tolist()}")
     it.close()
     assert multiprocessing.active_children() == []
     assert [m.exists() for m in marks] == [True, True]  # stopped, not terminated

@@ -367,15 +367,18 @@ SCRIPT = textwrap.dedent("""
 
     idle = prefetch(map_readers(jobs.tag_pid, from_sequence(list(range(100)))), 2, mode="process",
                     start_method="fork", persistent=True)
-    pids = {{p for _, p in idle()}}
+    pids, tids = {{p for _, p in idle()}}, []
     busy = prefetch(map_readers(jobs.tag_pid, functools.partial(jobs.count_then_block, 1)), 1, mode="process",
                     start_method="fork", persistent=True)
     it = busy()
     if {in_thread}:  # kept workers started by a thread, which ends
-        threading.Thread(target=lambda: pids.add(next(it)[1])).start()
+        starter = threading.Thread(target=lambda: (pids.add(next(it)[1]), tids.append(threading.get_native_id())))
+        starter.start()
+        starter.join()
+        while os.path.exists(f"/proc/self/task/{{tids[0]}}"):  # until the kernel has ended that thread too
+            time.sleep(0.01)
     else:
         pids.add(next(it)[1])
-    time.sleep(0.2)
     print(" ".join(map(str, sorted(pids))), flush=True)
     {end}
 """)
