@@ -25,16 +25,26 @@ HANG = 10.0  # seconds: generous bound for "stops, raises or cleans up without h
 TEST_LIMIT = 60  # seconds: a test still running by then hangs, and fails rather than stall the suite
 
 
+def wait_for(predicate: Callable[[], bool], timeout: float) -> bool:
+    """Wait for ``predicate()`` to hold, at most ``timeout`` seconds; whether it did.
+
+    For a thread other than the test's, which cannot fail the test; the test's own thread uses ``wait_until``.
+    """
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
 def wait_until(predicate: Callable[[], bool], timeout: float, what: str | Callable[[], str]) -> None:
     """Wait for ``predicate()`` to hold, at most ``timeout`` seconds; else fail saying ``what`` was awaited.
 
     ``what`` may be a function, to describe the state at the time of failing.
     """
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            pytest.fail(f"waited {timeout} s for {what() if callable(what) else what}, in vain")
-        time.sleep(0.01)
+    if not wait_for(predicate, timeout):
+        pytest.fail(f"waited {timeout} s for {what() if callable(what) else what}, in vain")
 
 
 def finishes(work: Callable[[], Any], what: str, timeout: float = HANG) -> Any:

@@ -1,7 +1,6 @@
 """The command line: exit codes and exact output lines, on small generated data and on real MNIST."""
 import json
 import os
-import pathlib
 import re
 import signal
 import subprocess
@@ -14,10 +13,9 @@ from click.testing import CliRunner
 import readers
 from cli import main
 from tests.conftest import wait_until
+from tests.helpers.child_processes import python_child
+from tests.helpers.paths import ROOT, SHARED_DATA
 from tests.helpers.recording import write_mnist
-
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-SHARED = ROOT.parent / "shared" / "data"
 
 
 @pytest.fixture
@@ -141,11 +139,11 @@ def test_cli_help_explains_every_train_option():
         assert option in text
 
 
-@pytest.mark.skipif(not (SHARED / "mnist").is_dir(), reason="the real MNIST files (../shared/data/mnist) are absent")
+@pytest.mark.skipif(not (SHARED_DATA / "mnist").is_dir(), reason="the real MNIST files (../shared/data/mnist) are absent")
 def test_main_job_reaches_the_target_accuracy_on_real_mnist(tmp_path):
     """The README's main command, as a user runs it, on the real files."""
     log = tmp_path / "log.jsonl"
-    env = {**os.environ, "READERKIT_DATA": str(SHARED)}
+    env = {**os.environ, "READERKIT_DATA": str(SHARED_DATA)}
     proc = subprocess.run([sys.executable, "cli.py", "train", "--reader", "mnist", "--no-download", "--log-json", str(log)],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
@@ -389,15 +387,11 @@ def _stop_after_first_checkpoint(tmp_path, signum):
     (tmp_path / "slowdata.py").write_text(SLOW_READER)
     args = ["train", "--reader", "slowdata:rows", "--batch-size", "8", "--passes", "4", "--checkpoint-every", "1",
             "--checkpoint-dir", "ck"]
-    with subprocess.Popen([sys.executable, str(ROOT / "cli.py"), *args], cwd=tmp_path, env=STOPPED_ENV,
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
-        try:
-            wait_until(lambda: (tmp_path / "ck" / "checkpoint.npz").exists() or proc.poll() is not None, 60,
-                       "the first checkpoint")
-            proc.send_signal(signum)
-            _, err = proc.communicate(timeout=60)
-        finally:
-            proc.kill()
+    with python_child(ROOT / "cli.py", *args, cwd=tmp_path, env=STOPPED_ENV, text=True) as proc:
+        wait_until(lambda: (tmp_path / "ck" / "checkpoint.npz").exists() or proc.poll() is not None, 60,
+                   "the first checkpoint")
+        proc.send_signal(signum)
+        _, err = proc.communicate(timeout=60)
     return proc.returncode, err
 
 
@@ -572,9 +566,9 @@ def test_cli_help_explains_every_bench_option_and_the_rule():
     assert "names the bottleneck, by the first rule that holds" in text and ">>>" not in text
 
 
-@pytest.mark.skipif(not (SHARED / "mnist").is_dir(), reason="the real MNIST files (../shared/data/mnist) are absent")
+@pytest.mark.skipif(not (SHARED_DATA / "mnist").is_dir(), reason="the real MNIST files (../shared/data/mnist) are absent")
 def test_cli_bench_on_real_mnist():
-    result = run("bench", "--reader", "mnist", "--data-dir", str(SHARED / "mnist"), "--no-download", "--limit", "5000")
+    result = run("bench", "--reader", "mnist", "--data-dir", str(SHARED_DATA / "mnist"), "--no-download", "--limit", "5000")
     assert result.exit_code == 0, result.output
     lines = result.stdout.splitlines()
     assert lines[0] == "bench: mnist, first 5,000 entries, 2 process workers, batches of 64, step 0 ms"

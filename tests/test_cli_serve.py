@@ -4,10 +4,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import select
 import signal
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,9 +16,10 @@ import readers
 from readers.sources import mnist
 from readers.tokenized.windows import Tokens
 from tests.conftest import HANG
+from tests.helpers.child_processes import read_line, start_python, stop
+from tests.helpers.paths import SHARED_DATA
 
-ROOT = Path(__file__).resolve().parents[1]
-MNIST = ROOT.parent / "shared" / "data" / "mnist"
+MNIST = SHARED_DATA / "mnist"
 ANNOUNCED = re.compile(r"serving (\d+) entries on 127\.0\.0\.1:(\d+)")
 START = 30.0  # seconds: the most a server process may take to import, load its data and listen
 
@@ -33,15 +31,14 @@ class Process:
         self.err = folder / f"stderr-{time.monotonic_ns()}.txt"
         env = {k: v for k, v in os.environ.items() if k != "READERKIT_SECRET"}
         with open(self.err, "wb") as err:
-            self.proc = subprocess.Popen([sys.executable, "cli.py", "serve", *args], cwd=ROOT, env=env,
-                                         stdout=subprocess.PIPE, stderr=err, text=True)
+            self.proc = start_python("cli.py", "serve", *args, env=env, stderr=err, text=True)
         self.entries = self.port = None
 
     def first_line(self, timeout: float = START) -> str:
-        ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
-        if not ready:
-            pytest.fail(f"the server printed nothing within {timeout} s; stderr: {self.stderr()}")
-        return self.proc.stdout.readline().rstrip("\n")
+        try:
+            return read_line(self.proc.stdout, timeout, "the server's first line").rstrip("\n")
+        except AssertionError as exc:
+            pytest.fail(f"{exc}; stderr: {self.stderr()}")
 
     def announced(self) -> Process:
         line = self.first_line()
@@ -63,10 +60,7 @@ class Process:
         return self.err.read_text() if self.err.exists() else ""
 
     def kill(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(HANG)
-        self.proc.stdout.close()
+        stop(self.proc)
 
 
 @contextlib.contextmanager

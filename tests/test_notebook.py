@@ -15,6 +15,8 @@ import sys
 import pytest
 
 from tests.conftest import HANG, wait_until
+from tests.helpers.paths import SHARED_DATA
+from tests.helpers.processes import PROC, descendants, identity, kill, still_running
 
 nbformat = pytest.importorskip("nbformat")
 nbclient = pytest.importorskip("nbclient")
@@ -24,8 +26,7 @@ from jupyter_client.manager import AsyncKernelManager  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 NOTEBOOK = ROOT / "examples" / "pipeline.ipynb"
-MNIST = ROOT.parent / "shared" / "data" / "mnist"  # where the notebook looks, run from examples/
-PROC = pathlib.Path("/proc/self/stat").exists()
+MNIST = SHARED_DATA / "mnist"  # where the notebook looks, run from examples/
 CELL_LIMIT = 45  # seconds a cell may run: under the suite's 60 s watchdog, far above what a cell takes
 
 needs_mnist = pytest.mark.skipif(not MNIST.is_dir(), reason=f"the MNIST files are not in {MNIST}")
@@ -82,50 +83,6 @@ def cell(nb, cell_id: str):
     return found[0]
 
 
-def identity(pid: int) -> tuple[int, str] | None:
-    """``(pid, start time)`` of a live process; None when it has ended (a zombie has ended too)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
-    return None if fields[0] in ("Z", "X") else (pid, fields[19])
-
-
-def descendants(pid: int) -> list[tuple[int, str]]:
-    """Every live process below ``pid``, as ``identity`` gives it."""
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            children.setdefault(ppid, []).append(int(entry))
-    found, todo = [], [pid]
-    while todo:
-        for child in children.get(todo.pop(), ()):
-            todo.append(child)
-            if (live := identity(child)) is not None:
-                found.append(live)
-    return found
-
-
-def still_running(processes: list[tuple[int, str]]) -> list[int]:
-    """The pids of ``processes`` that still run (the same process: a reused pid has another start time)."""
-    return [pid for pid, started in processes if identity(pid) == (pid, started)]
-
-
-def kill_left_over(processes: list[tuple[int, str]]) -> None:
-    """Whatever a failed test left running is killed, so one failure does not leak into the next tests."""
-    for pid in still_running(processes):
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except OSError:
-            pass
-
-
 def kept_workers(kernel: dict) -> tuple[list, list]:
     """The kernel's processes, and among them its two persistent workers, checked to be running."""
     processes = descendants(kernel["pid"])
@@ -168,7 +125,7 @@ def test_notebook_composes_previews_prefetches_in_persistent_workers_and_trains_
             wait_until(lambda: not still_running(processes), HANG,
                        lambda: f"the kernel and its processes to end; still running: {still_running(processes)}")
     finally:
-        kill_left_over(processes)
+        kill(processes)  # what a failed test left running: one failure must not leak into the next tests
 
     # the kernel is this Python, so the notebook ran against this checkout's readerkit
     assert os.path.realpath(kernel["executable"]) == os.path.realpath(sys.executable)
@@ -224,4 +181,4 @@ def test_notebook_workers_exit_by_themselves_when_the_kernel_is_killed(moment):
             wait_until(lambda: not still_running(processes), HANG,
                        lambda: f"the killed kernel's processes to end; still running: {still_running(processes)}")
     finally:
-        kill_left_over(processes)
+        kill(processes)  # what a failed test left running: one failure must not leak into the next tests

@@ -18,6 +18,7 @@ import numpy as np
 
 from readers.caching.disk import DiskStore, row_keys
 from readers.testing import assert_same
+from tests.helpers.child_processes import exit_codes
 
 __all__ = ["ABOUT", "FILE", "ID_MASK", "SPACE", "WAIT", "ask", "assert_counters_true", "change", "put_keys",
            "read_back", "read_once", "run_all", "share", "stored", "use_inherited", "value", "write_until_killed"]
@@ -79,20 +80,8 @@ class Gate:
 def run_all(processes: list, timeout: float, gate: Gate | None = None) -> None:
     """Start ``processes`` (and open ``gate`` when all have reached it), wait for them (each at most ``timeout``
     s); fail unless each exits 0. None is left."""
-    try:
-        for p in processes:
-            p.start()
-        if gate is not None:
-            gate.open(timeout)
-        for p in processes:
-            p.join(timeout)
-        assert [p.exitcode for p in processes] == [0] * len(processes), \
-            f"exit codes {[p.exitcode for p in processes]}: a job failed (its traceback is above)"
-    finally:
-        for p in processes:
-            if p.is_alive():
-                p.kill()
-                p.join()
+    codes = exit_codes(processes, timeout, gate)
+    assert codes == [0] * len(processes), f"exit codes {codes}: a job failed (its traceback is above)"
 
 
 def value(k: int) -> tuple:

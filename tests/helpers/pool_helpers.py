@@ -16,7 +16,9 @@ import threading
 import numpy as np
 
 from readers import from_sequence, shuffle
+from tests.conftest import HANG, wait_until
 from tests.helpers import worker_jobs as jobs
+from tests.helpers.processes import open_descriptors
 
 MODES = ["thread", "process"]
 METHODS = ["fork", "spawn"]
@@ -88,19 +90,19 @@ def ring_maps() -> list[str]:
 
 
 def ring_fds() -> list[str]:
-    links = []
-    for fd in os.listdir("/proc/self/fd"):
-        try:
-            target = os.readlink(f"/proc/self/fd/{fd}")
-        except OSError:  # the descriptor listdir itself used
-            continue
-        if target.startswith("/memfd:readerkit-ring"):
-            links.append(target)
-    return links
+    return [target for target in open_descriptors() if target.startswith("/memfd:readerkit-ring")]
 
 
-def dev_shm() -> list[str]:
-    return sorted(os.listdir("/dev/shm"))
+def dev_shm() -> set[str]:
+    return set(os.listdir("/dev/shm"))
+
+
+def assert_nothing_new_in_dev_shm(before: set[str]) -> None:
+    """Wait until /dev/shm holds nothing that was not there ``before``, or fail naming what stays. Every process of
+    the machine shares it (another test's multiprocessing semaphore shows there for a moment, another may remove
+    its own): only a name added that stays counts as left behind."""
+    wait_until(lambda: not dev_shm() - before, HANG, lambda: f"the names added to /dev/shm to go: "
+                                                          f"{sorted(dev_shm() - before)}")
 
 
 def assert_rings_gone() -> None:

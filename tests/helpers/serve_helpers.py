@@ -18,6 +18,7 @@ from readers.network.wire import (
     frame_length,
     parse_address,
     proof,
+    show_address,
     unpack_columns,
 )
 
@@ -61,6 +62,11 @@ class Client:
 
     def __enter__(self) -> Client:
         return self
+
+    @property
+    def peer(self) -> str:
+        """This client's address as the server names it in its log lines."""
+        return show_address(*self.sock.getsockname()[:2])
 
     def __exit__(self, *exc: Any) -> None:
         self.sock.close()

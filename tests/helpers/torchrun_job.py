@@ -30,7 +30,10 @@ import subprocess
 import sys
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from tests.helpers.child_processes import start_python, stop
+from tests.helpers.paths import ROOT
+from tests.helpers.processes import open_descriptors
+
 LOOPBACK = "127.0.0.1"
 
 
@@ -57,45 +60,6 @@ def _torchrun_on_loopback(torchrun_args: list[str]) -> None:
         del store
 
 
-def _descendants(pid: int) -> list[int]:
-    """Every process below ``pid`` (Linux /proc), children first; empty where /proc is missing."""
-    children: dict[int, list[int]] = {}
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return []
-    for entry in entries:
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            children.setdefault(ppid, []).append(int(entry))
-    found, todo = [], [pid]
-    while todo:
-        for child in children.get(todo.pop(), ()):
-            found.append(child)
-            todo.append(child)
-    return found
-
-
-def _stop(proc: subprocess.Popen) -> None:
-    """Stop the launcher and everything it started (torchrun puts each rank in its own session)."""
-    started = _descendants(proc.pid)
-    try:
-        proc.send_signal(signal.SIGTERM)  # torchrun's agent passes it on to its ranks
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        pass
-    for pid in [proc.pid, *started]:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-    proc.wait()
-
-
 def _loopback_interface() -> str | None:
     names = [name for _, name in socket.if_nameindex()] if hasattr(socket, "if_nameindex") else []
     return next((name for name in names if name in ("lo", "lo0")), None)
@@ -108,21 +72,19 @@ def run_torchrun(script: str, *args: str, nproc: int = 2, timeout: float = 120,
     Everything started is stopped when ``timeout`` seconds pass (then
     ``subprocess.TimeoutExpired`` is raised) or on any other error.
     """
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")]))}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     interface = _loopback_interface()
     if interface:
         env["GLOO_SOCKET_IFNAME"] = interface  # gloo would otherwise bind the hostname's address
-    command = [sys.executable, os.path.abspath(__file__), "--torchrun", "--nnodes", "1",
+    command = [os.path.abspath(__file__), "--torchrun", "--nnodes", "1",
                "--nproc-per-node", str(nproc), "--max-restarts", "0"]
     if log_dir is not None:
         command += ["--log-dir", log_dir]  # instead of a /tmp/torchelastic_* folder left behind
-    proc = subprocess.Popen([*command, script, *map(str, args)], cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    proc = start_python(*command, script, *args, env=env, text=True, session=True)
     try:
         out, err = proc.communicate(timeout=timeout)
     except BaseException:
-        _stop(proc)
-        out, err = proc.communicate()
+        stop(proc, signal.SIGTERM)  # torchrun's agent passes it on to its ranks, each in a session of its own
         raise
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
@@ -132,15 +94,7 @@ def run_torchrun(script: str, *args: str, nproc: int = 2, timeout: float = 120,
 
 def _listening_addresses(port: int | None = None) -> list[str]:
     """Local addresses of TCP sockets listening on ``port``, or of this process's own listening sockets."""
-    mine = set()
-    if port is None:
-        for fd in os.listdir("/proc/self/fd"):
-            try:
-                target = os.readlink(f"/proc/self/fd/{fd}")
-            except OSError:
-                continue
-            if target.startswith("socket:["):
-                mine.add(target[8:-1])
+    mine = {target[8:-1] for target in open_descriptors() if target.startswith("socket:[")} if port is None else set()
     found = []
     for table, size in (("/proc/net/tcp", 4), ("/proc/net/tcp6", 16)):
         try:

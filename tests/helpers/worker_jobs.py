@@ -39,13 +39,16 @@ def count(n: int) -> Iterator[int]:
     yield from range(n)
 
 
-def count_then_block(n: int, block: float = 60.0) -> Iterator[int]:
+def count_then_block(n: int, block: float = 60.0, blocked: str | None = None) -> Iterator[int]:
     """A stream 0..n-1, then a long wait: the consumer is blocked on entry n when it is interrupted.
 
     With n equal to the number of workers, each worker has sent its one entry
-    (a worker sends its first entry at once) before it blocks.
+    (a worker sends its first entry at once) before it blocks. With
+    ``blocked``, that file is made as the wait begins, for a test to wait on.
     """
     yield from range(n)
+    if blocked is not None:
+        open(blocked, "a").close()
     time.sleep(block)
     yield n
 

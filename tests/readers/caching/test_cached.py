@@ -24,6 +24,7 @@ from readers.testing import assert_resumes_at_every_step, assert_same
 from tests.conftest import HANG
 from tests.helpers import cache_nodes as nodes
 from tests.helpers.cache_jobs import Gate
+from tests.helpers.child_processes import exit_codes
 from tests.helpers.layouts import as_rank
 from tests.helpers.toys import add_one, tag_draw
 
@@ -37,7 +38,7 @@ def _no_calls_yet():
 
 def calls() -> collections.Counter:
     """How many times ``nodes.feature`` computed each sample in this process."""
-    return collections.Counter(i for i, _ in nodes.COMPUTED)
+    return collections.Counter(nodes.COMPUTED)
 
 
 def plain(n: int = N, seed: int = 0):
@@ -123,28 +124,6 @@ def test_cached_hit_rate_per_node_node_shuffle_against_global_shuffle(tmp_path):
 # -- processes -------------------------------------------------------------------------
 
 
-def exit_codes(jobs: list, timeout: float, gate: Gate) -> list:
-    """Start the processes ``jobs``, open ``gate`` when all reach it, and wait for them, killing any still running
-    after ``timeout`` seconds."""
-    for job in jobs:
-        job.start()
-    gate.open(timeout)
-    for job in jobs:
-        job.join(timeout)
-        if job.is_alive():
-            job.kill()
-            job.join()
-    return [job.exitcode for job in jobs]
-
-
-#: The race window of processes sharing a folder (readers.caching.cached.cached's doc): two both compute an entry only
-#: when one asks for it before the other's write of it is committed, within DiskStore's interval (0.5 s) of
-#: computing it, and the other looks at the disk again every 0.25 s and between groups of 16 misses (16 x 10 ms
-#: of slow_feature); 1.5 s of slack covers the commit itself and a loaded machine. Before the second look, a
-#: group of 256 misses made gaps of 1.5-2.4 s.
-RACE_WINDOW = 0.75 + 0.16 + 1.5
-
-
 def test_cached_two_processes_share_one_folder_each_entry_computed_once_outside_the_race_window(tmp_path,
                                                                                                 no_leaks):
     # different seeds: each process meets entries the other computed long before, which must be hits
@@ -153,7 +132,7 @@ def test_cached_two_processes_share_one_folder_each_entry_computed_once_outside_
     jobs = [ctx.Process(target=nodes.share_folder, args=(str(tmp_path / "cache"), n, seed, 2, gate, out))
             for seed, out in zip((0, 1), outs)]
     assert exit_codes(jobs, 3 * HANG, gate) == [0, 0]
-    times = collections.defaultdict(list)
+    computed = collections.Counter()
     for seed, out in zip((0, 1), outs):
         with open(out) as f:
             found = json.load(f)
@@ -161,12 +140,15 @@ def test_cached_two_processes_share_one_folder_each_entry_computed_once_outside_
             want = plain(n, seed)
             want.set_pass(p)
             assert seen == [int(v[0]) for v in want()]
-        for i, when in found["computed"]:
-            times[i].append(when)
-    assert sorted(times) == list(range(n))
-    assert all(len(t) <= 2 for t in times.values())
-    late = {i: round(max(t) - min(t), 2) for i, t in times.items() if max(t) - min(t) > RACE_WINDOW}
-    assert not late, f"{len(late)} entries computed twice more than {RACE_WINDOW} s apart: {late}"
+        computed.update(found["computed"])
+    assert sorted(computed) == list(range(n)) and max(computed.values()) <= 2
+    # Two processes both compute an entry only within the race window of readers.caching.cached.cached's doc: when
+    # one asks for it before the other's write of it is committed (DiskStore's interval, 0.5 s) and looked for
+    # again (every 0.25 s and every 16 misses of slow_feature's 10 ms). Here that is about a third of the entries,
+    # fewer on a loaded machine (each miss takes longer); looking only every 256 misses, as before the second
+    # look, made it over three quarters.
+    twice = sorted(i for i, times in computed.items() if times == 2)
+    assert len(twice) < n // 2, f"{len(twice)} of {n} entries computed by both processes: {twice}"
     stats = fresh_count(tmp_path / "cache", n, nodes.slow_feature)  # a third process: everything is on disk, intact
     assert (stats["misses"], stats["disk_hits"], stats["corrupt"]) == (0, n, 0)
 

@@ -9,6 +9,7 @@ import pytest
 from readers.caching.dense import DenseFile, layout_of
 from readers.caching.disk import DiskStore, row_keys
 from tests.conftest import HANG, wait_until
+from tests.helpers.child_processes import started
 
 
 def entry(i):
@@ -143,15 +144,10 @@ def test_a_writer_killed_mid_write_leaves_only_whole_rows_marked(tmp_path):
     ctx = multiprocessing.get_context("spawn")
     ready = ctx.Event()
     p = ctx.Process(target=_write_forever, args=(str(tmp_path), ready))
-    p.start()
-    try:
+    with started(p):
         assert ready.wait(HANG * 3)
         wait_until(lambda: committed(tmp_path) >= 1000, HANG, "a thousand rows committed")
         os.kill(p.pid, signal.SIGKILL)  # while it goes on writing rows and committing them
-    finally:
-        p.join(HANG)
-        if p.is_alive():
-            p.kill()
     store, ns = dense_store(tmp_path, n=100_000)
     ids = np.arange(100_000)
     found, corrupt = store.get_many(*row_keys(ns, ids))

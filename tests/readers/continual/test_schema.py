@@ -24,6 +24,8 @@ from readers.continual.schema import (
     open_store,
 )
 from readers.storage.codec import encode
+from tests.conftest import HANG
+from tests.helpers.child_processes import joined, started
 
 
 def test_open_store_makes_a_marked_wal_file_and_opens_it_again(tmp_path):
@@ -212,16 +214,29 @@ def test_a_damaged_model_state_is_refused_naming_it():
         decode_state(listed_, zlib.crc32(listed_), "the model of training 3")
 
 
-def test_a_store_being_made_by_another_process_is_waited_for_when_opened_to_read(tmp_path):
+def test_a_store_being_made_by_another_process_is_waited_for_when_opened_to_read(tmp_path, monkeypatch):
     path = str(tmp_path / "pipelines.db")
     sqlite3.connect(path).close()  # the file exists, empty, as just after the maker's connect
-    maker = threading.Timer(0.3, lambda: open_store(path).close())
+    reader, waiting, sleep = threading.current_thread(), threading.Event(), time.sleep
+
+    def noted_sleep(seconds: float) -> None:
+        if threading.current_thread() is reader:  # it found the file empty, and waits for its maker
+            waiting.set()
+        sleep(seconds)
+
+    def make() -> None:
+        if waiting.wait(HANG):
+            open_store(path).close()
+
+    monkeypatch.setattr(time, "sleep", noted_sleep)
+    maker = threading.Thread(target=make, name="test-maker")
     maker.start()
     try:
         db = open_store(path, create=False)  # waits for the tables rather than calling the file "empty"
         assert db.execute("PRAGMA application_id").fetchone()[0] == APPLICATION_ID
         db.close()
     finally:
+        waiting.set()
         maker.join()
 
 
@@ -240,8 +255,7 @@ def test_opening_to_read_a_store_another_process_is_making_never_finds_it_empty(
     paths = [str(tmp_path / f"{i}.db") for i in range(10)]
     go = multiprocessing.get_context("spawn").Event()
     maker = multiprocessing.get_context("spawn").Process(target=make_stores, args=(paths, go))
-    maker.start()
-    try:
+    with started(maker):  # (a failed round leaves it waiting for its go: it is killed)
         for path in paths:
             go.set()
             while not os.path.exists(path):  # opened the moment it appears, as early as a reader can
@@ -250,9 +264,4 @@ def test_opening_to_read_a_store_another_process_is_making_never_finds_it_empty(
             db = open_store(path, create=False)
             assert db.execute("PRAGMA application_id").fetchone()[0] == APPLICATION_ID
             db.close()
-        maker.join(60)
-        assert maker.exitcode == 0
-    finally:
-        if maker.is_alive():  # (a failed round leaves it waiting for its go)
-            maker.kill()
-        maker.join()
+        assert joined(maker, 60) == 0

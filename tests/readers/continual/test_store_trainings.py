@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from readers.continual.store import PipelineStore
+from tests.helpers.child_processes import exit_codes
 
 WAIT = 60.0  # seconds: a bound for another process to finish, never a measure of speed
 
@@ -164,13 +165,7 @@ def test_a_process_killed_mid_finish_leaves_the_training_running_without_a_model
     p = trained(store)
     t = store.start_training(p, 0)
     child = multiprocessing.get_context("spawn").Process(target=die_mid_finish, args=(store.path, t))
-    child.start()
-    child.join(WAIT)
-    if child.is_alive():
-        child.kill()
-        child.join()
-        raise AssertionError("the child process hung")
-    assert child.exitcode == -signal.SIGKILL
+    assert exit_codes([child], WAIT) == [-signal.SIGKILL]  # (None: it hung)
     got = store.training(t)
     assert (got["status"], got["metrics"], store.model_state(t)) == ("running", {}, None)
     store.finish_training(t, {"accuracy": 1.0}, model_state=model(1))  # a restarted pipeline finishes it whole

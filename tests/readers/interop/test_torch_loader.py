@@ -9,7 +9,8 @@ import pytest
 import batching
 import readers
 from readers.interop.torch_loader import TorchLoader, to_tensors, torch_loader
-from tests.conftest import HANG, finishes, wait_until, worker_threads
+from tests.conftest import HANG, finishes, wait_for, wait_until, worker_threads
+from tests.helpers.threads import running_in
 
 torch = pytest.importorskip("torch")
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
@@ -126,14 +127,24 @@ def test_torch_loader_close_from_another_thread_ends_a_waiting_consumer(no_leaks
         release.wait(HANG)  # the consumer waits in take() for this one
         yield np.zeros(2)
 
-    loader = torch_loader(slow, "cpu", prefetch=1)
+    def consumer_waits() -> bool:  # the thread of finishes(), below, waits in take() for the next batch
+        return any(t.name == "test-finishes" and running_in(t, "readers/interop/torch_loader.py", "take")
+                   for t in threading.enumerate())
+
+    def close_once_it_waits() -> None:
+        if not wait_for(consumer_waits, HANG):
+            late.append(f"the consumer did not wait for its next batch within {HANG} s")  # closed all the same
+        release.set()
+        loader.close()
+
+    loader, late = torch_loader(slow, "cpu", prefetch=1), []
     it = loader()
     next(it)
-    closer = threading.Timer(0.05, lambda: (release.set(), loader.close()))
+    closer = threading.Thread(target=close_once_it_waits, name="test-closer")
     closer.start()
     rest = finishes(lambda: list(it), "a pass whose loader was closed")
     closer.join()
-    assert len(rest) <= 1
+    assert len(rest) <= 1 and not late, late
 
 
 def test_torch_loader_raises_the_readers_exception_with_its_traceback(no_leaks):

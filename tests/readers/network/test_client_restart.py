@@ -6,10 +6,10 @@ entry is lost or doubled. The last test is the real thing: ``python cli.py
 serve`` in a subprocess, killed with SIGKILL mid-pass and started again on
 the same port.
 """
+import random
 import signal
 import socket
 import subprocess
-import sys
 import threading
 import time
 import warnings
@@ -24,9 +24,8 @@ from readers.network.in_flight import Request
 from readers.network.served_reader import BODY
 from readers.testing import assert_same
 from tests.conftest import HANG, finishes
-from tests.helpers import paths as _paths
+from tests.helpers.child_processes import read_line, start_python, stop
 
-ROOT = str(_paths.ROOT)
 N = 300
 
 
@@ -71,16 +70,39 @@ def serving():
         handle.stop()
 
 
-def test_remote_without_a_server_gives_up_after_its_deadline():
-    address = f"127.0.0.1:{closed_port()}"
-    started = time.monotonic()
+class Clock:
+    """The client's ``time`` in a test: ``sleep`` moves ``monotonic`` on at once, so the client's waits between
+    attempts take no time, and when it tried is read off this clock instead of measured."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def test_remote_without_a_server_gives_up_after_its_deadline(monkeypatch):
+    address, clock, attempts = f"127.0.0.1:{closed_port()}", Clock(), []
+    connect = remote_module.Connection
+
+    def attempt(*args, **kwargs):
+        attempts.append(clock.now)
+        return connect(*args, **kwargs)
+
+    monkeypatch.setattr(remote_module, "time", clock)
+    monkeypatch.setattr(remote_module, "random", random.Random(0))  # the jitter between attempts
+    monkeypatch.setattr(remote_module, "Connection", attempt)
     with pytest.warns(RuntimeWarning, match=f"cannot reach {address}"):
         with pytest.raises(readers.RemoteUnavailable) as caught:
             finishes(lambda: readers.remote(address, deadline=1.0), "connecting to no server")
-    assert 1.0 <= time.monotonic() - started < HANG  # it tried until the deadline, and not for ever
+    # it tried again and again until the deadline, then gave up (and did not sleep far past it)
+    assert len(attempts) > 2 and attempts[-2] <= 1.0 < clock.now == attempts[-1] < 1.05, attempts
     message = str(caught.value)
-    assert message.startswith(f"{address}: no data-provider server answered for 1 s, over ")
-    assert " attempts to connect (the last: ConnectionRefusedError" in message
+    assert message.startswith(f"{address}: no data-provider server answered for 1 s, over {len(attempts)} "
+                              "attempts to connect (the last: ConnectionRefusedError")
     assert "check that `python cli.py serve` runs there" in message and "longer deadline (now 1 s)" in message
 
 
@@ -104,12 +126,12 @@ def test_remote_waits_for_a_server_that_does_not_answer_until_its_deadline_only(
     with socket.create_server(("127.0.0.1", port_of(server.address)), backlog=0) as mute:
         filler = socket.create_connection(mute.getsockname(), timeout=HANG)  # never accepted: the queue is full,
         try:                                                                  # and later connections wait
-            started = time.monotonic()
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", RuntimeWarning)  # "cannot reach ...; trying again"
                 with pytest.raises(readers.RemoteUnavailable, match=r"the last: TimeoutError"):
-                    remote.gather(np.arange(3))  # (in this thread: its connection broke, and it connects again)
-            assert time.monotonic() - started < HANG  # the deadline ended it, not the socket's timeout
+                    # its connection broke, and it connects again; the deadline ends that, not the socket's timeout
+                    finishes(lambda: remote.gather(np.arange(3)), "connecting again to a host that does not answer",
+                             timeout=HANG)
         finally:
             filler.close()
 
@@ -121,7 +143,21 @@ def test_remote_pass_rides_out_a_server_restart_on_the_same_port(serving, monkey
     server = serving(local)
     remote = readers.remote(server.address, in_flight=in_flight, deadline=HANG)
     want, got, again = list(batched(local)()), [], []
-    restart = threading.Timer(0.3, lambda: again.append(serving(local, port=port_of(server.address))))
+    refused, connect = threading.Event(), remote_module.Connection
+
+    def attempt(*args, **kwargs):
+        try:
+            return connect(*args, **kwargs)
+        except OSError:
+            refused.set()
+            raise
+
+    def start_again() -> None:  # once the client has found the server gone
+        if refused.wait(HANG):
+            again.append(serving(local, port=port_of(server.address)))
+
+    monkeypatch.setattr(remote_module, "Connection", attempt)
+    restart = threading.Thread(target=start_again, name="test-restart")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # "cannot reach ...; trying again"
         for k, b in enumerate(batched(remote)()):
@@ -130,6 +166,7 @@ def test_remote_pass_rides_out_a_server_restart_on_the_same_port(serving, monkey
                 server.stop()  # its answers in flight still go out; then the connection closes
                 restart.start()
     restart.join()
+    assert refused.is_set(), "the client never tried the server while it was stopped"
     assert_same(got, want)
     assert again[0].stats["connections"] == 1  # the rest of the pass came from the server started again
 
@@ -256,14 +293,12 @@ def write_tokens(folder) -> str:
 
 def start_cli_server(config: str, port: int, log) -> tuple[subprocess.Popen, str]:
     """``python cli.py serve --config config --port port``, and the address it announced."""
-    proc = subprocess.Popen([sys.executable, "cli.py", "serve", "--config", config, "--port", str(port)], cwd=ROOT,
-                            stdout=subprocess.PIPE, stderr=log, text=True)
+    proc = start_python("cli.py", "serve", "--config", config, "--port", port, stderr=log, text=True)
     try:
-        line = finishes(proc.stdout.readline, "the server's first line", timeout=30)
+        line = read_line(proc.stdout, 30, "the server's first line")
         assert line.startswith("serving 1249 entries on 127.0.0.1:"), line
     except BaseException:
-        proc.kill()
-        proc.wait()
+        stop(proc)
         raise
     return proc, line.split()[-1]
 
@@ -301,8 +336,5 @@ def test_remote_pass_rides_out_a_killed_cli_server(tmp_path):
         assert len(got) == 79
     finally:
         for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-            proc.wait()
-            proc.stdout.close()
+            stop(proc)
         log.close()

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 import readers
+from readers.network import client as client_module
 from readers.network.connection import Connection, client_tls
 from readers.network.wire import (
     MAX_FRAME,
@@ -215,12 +216,22 @@ def test_remote_refuses_a_certificate_it_cannot_check_at_once(served, certificat
     refused(lambda: readers.remote(server.address, tls=True, deadline=LONG), ssl.SSLCertVerificationError)
 
 
-def test_a_full_server_is_tried_again_until_a_place_frees():
+def test_a_full_server_is_tried_again_until_a_place_frees(monkeypatch):
     """Regression: "the server has N clients already; try again later" was raised at once, not tried again."""
     with readers.serve(readers.np_array(np.arange(5)), max_clients=1, log=lambda line: None) as server:
         host, port = server.address.rsplit(":", 1)
-        held = socket.create_connection((host, int(port)))  # the one place, held for half a second
-        threading.Timer(0.5, held.close).start()
+        held = socket.create_connection((host, int(port)))  # the one place, held until the server turns one away
+        connect, turned_away = client_module.Connection, []
+
+        def attempt(*args, **kwargs):
+            try:
+                return connect(*args, **kwargs)
+            except OSError as exc:
+                turned_away.append(exc)
+                held.close()
+                raise
+
+        monkeypatch.setattr(client_module, "Connection", attempt)
         with pytest.warns(RuntimeWarning, match="the server has 1 clients already; try again later"):
             second = readers.remote(server.address, deadline=HANG)
-        assert int(second[4]) == 4
+        assert int(second[4]) == 4 and turned_away

@@ -285,12 +285,15 @@ def test_server_a_connection_awaiting_its_answers_is_not_idle():
         with Client(server.address) as client:
             client.login()
             client.send({"type": "get", "id": 1, "interval": [0, 2]})
-            time.sleep(1.5)  # past idle_timeout and drain_timeout, the answer still being gathered
+            with Client(server.address) as idle:  # logged in after the request was sent, then idle
+                idle.login()
+                assert idle.closed()  # by its idle limit: the request has been waiting longer than that
             release.set()
             header, body = client.receive()
             assert header["id"] == 1 and unpack_columns(header["columns"], body).tolist() == [0, 1, 2]
             assert client.closed()  # with nothing under way, idle again: closed
-        wait_until(lambda: any("idle for 0.5 s" in line for line in server.lines), WAIT, "the session's log line")
+        wait_until(lambda: sum(line.endswith("; idle for 0.5 s") for line in server.lines) == 2, WAIT,
+                   lambda: f"both sessions' log lines, each closed as idle: {server.lines}")
 
 
 def test_server_keeps_a_client_that_reads_slowly_but_steadily():

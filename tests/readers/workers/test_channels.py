@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import functools
 import gc
+import mmap
 import multiprocessing
 import os
-import select
 import signal
 import subprocess
-import sys
 import threading
 import time
 import warnings
@@ -32,63 +31,46 @@ from readers.graph import describe
 from readers.workers import channels as pool_channels
 from readers.workers.channels import pick_start_method
 from readers.workers.prefetch import buffered
-from tests.conftest import HANG, finishes, wait_until, worker_threads
-from tests.helpers import paths as _paths
+from tests.conftest import HANG, finishes, wait_for, wait_until, worker_threads
 from tests.helpers import worker_jobs as jobs
+from tests.helpers.child_processes import python_child, read_line, read_to_end
+from tests.helpers.paths import ROOT
 from tests.helpers.pool_helpers import (
     METHODS,
+    assert_nothing_new_in_dev_shm,
     assert_rings_gone,
     closed_by_its_thread,
     dev_shm,
     endless,
     views_ring,
 )
-
-ROOT = _paths.ROOT
-
-
-def pid_gone(pid: int) -> bool:
-    """Whether process ``pid`` has exited (gone, or a zombie waiting for its new parent to reap it)."""
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0] == "Z"
-    except FileNotFoundError:
-        return True
-
-
-def session_members(sid: int) -> list[int]:
-    """Live processes of session ``sid`` (a subprocess started with start_new_session leads its own)."""
-    members = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as stat:
-                fields = stat.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[4]) == sid and fields[0] != "Z":
-            members.append(int(entry))
-    return members
+from tests.helpers.processes import gone, session, waiting
+from tests.helpers.threads import running_in
 
 
 def ctrl_c_while_draining(it, then: threading.Event | None = None) -> None:
-    """Read the rest of the pass ``it``, and press Ctrl-C (SIGINT to the main thread) 0.1 s in: it must raise.
+    """Read the rest of the pass ``it``, and press Ctrl-C (SIGINT to the main thread) once it waits inside the
+    pass: it must raise.
 
     ``then`` is set right after Ctrl-C is pressed: a source that waits for it is still blocked when it comes.
     """
+    main, late = threading.main_thread(), []
+
     def press() -> None:
-        signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+        if not wait_for(lambda: running_in(main, "readers"), HANG):
+            late.append(f"the consumer did not enter the pass within {HANG} s")  # pressed all the same
+        signal.pthread_kill(main.ident, signal.SIGINT)
         if then is not None:
             then.set()
 
-    ctrl_c = threading.Timer(0.1, press)
+    ctrl_c = threading.Thread(target=press, name="test-ctrl-c")
     ctrl_c.start()
     try:
         with pytest.raises(KeyboardInterrupt):
             list(it)
     finally:
         ctrl_c.join()
+    assert not late, late
 
 
 # -- start methods ------------------------------------------------------------------------------
@@ -163,14 +145,11 @@ def test_prefetch_spawned_worker_dying_at_start_raises(n, tmp_path):
     script = tmp_path / "unguarded.py"
     script.write_text(UNGUARDED_SCRIPT.format(n=n))
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen([sys.executable, str(script)], cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, start_new_session=True)
-    try:
-        _, err = proc.communicate(timeout=HANG)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
-        raise AssertionError(f"a spawn prefetch over a reader of {n} entries hung when its worker died") from None
+    with python_child(script, env=env, session=True) as proc:
+        try:
+            _, err = proc.communicate(timeout=HANG)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"a spawn prefetch over a reader of {n} entries hung when its worker died") from None
     assert proc.returncode != 0
     assert b"WorkerDiedError: prefetch worker 0" in err and b"exited with code 1" in err
     assert b'under `if __name__ == "__main__":`' in err and b"memory" not in err.splitlines()[-1]
@@ -227,10 +206,11 @@ def test_multiprocess_reader_early_break_stops_processes(use_pipe, no_leaks):
     assert multiprocessing.active_children() == []
 
 
-def _marks_when_closed(path):
+def _marks_when_closed(path, made, w):
     def reader():
         try:
             for _ in range(1_000_000):
+                made[w] += 1
                 yield "x" * 100
         finally:
             path.touch()
@@ -241,11 +221,15 @@ def _marks_when_closed(path):
 def test_multiprocess_reader_early_stop_lets_blocked_workers_close_their_readers(
         use_pipe, tmp_path, no_leaks):
     marks = [tmp_path / "0", tmp_path / "1"]
-    r = multiprocess_reader([_marks_when_closed(m) for m in marks], use_pipe, queue_size=10,
+    made = np.frombuffer(mmap.mmap(-1, 16), np.int64)  # entries each reader gave, in memory the forks share
+    r = multiprocess_reader([_marks_when_closed(m, made, w) for w, m in enumerate(marks)], use_pipe, queue_size=10,
                             start_method="fork")
     it = r()
     next(it)
-    time.sleep(0.3)  # room for the workers to fill the pipe or queue and block
+    workers = [p.pid for p in multiprocessing.active_children()]
+    # a worker may be 5 entries (queue_size over 2 workers) ahead of what the consumer received, then waits
+    wait_until(lambda: all(made >= 5) and all(map(waiting, workers)), HANG,
+               lambda: f"both workers to wait for credit, 5 entries ahead; made {made.tolist()}")
     it.close()
     assert multiprocessing.active_children() == []
     assert [m.exists() for m in marks] == [True, True]  # stopped, not terminated
@@ -373,7 +357,7 @@ def test_prefetch_keyboard_interrupt_in_consumer_stops_processes(start_method, n
     assert np.array_equal(first, np.zeros(1024)) and views_ring(first)
     del first, it
     assert_rings_gone()
-    assert dev_shm() == shm_before
+    assert_nothing_new_in_dev_shm(shm_before)
 
 
 CTRL_C_SCRIPT = """
@@ -389,41 +373,14 @@ list(it)
 """
 
 
-def _read(pipe, timeout: float, until_eof: bool = False) -> bytes:
-    """Bytes from ``pipe`` up to a newline (or, with ``until_eof``, to its end), waiting at most ``timeout``.
-
-    Bounded because a worker that outlives the script would hold the pipe open.
-    """
-    deadline, data = time.monotonic() + timeout, b""
-    while until_eof or not data.endswith(b"\n"):
-        ready, _, _ = select.select([pipe], [], [], max(0.0, deadline - time.monotonic()))
-        if not ready:
-            raise AssertionError(f"the subprocess's pipe gave {data!r} and no more within {timeout} s")
-        chunk = os.read(pipe.fileno(), 65536)
-        if not chunk:
-            if until_eof:
-                break
-            raise AssertionError(f"the subprocess ended before writing a line: {data!r}")
-        data += chunk
-    return data
-
-
 @pytest.mark.parametrize("start_method", METHODS)
 def test_prefetch_ctrl_c_in_a_terminal_leaves_no_process(start_method):
-    proc = subprocess.Popen([sys.executable, "-c", CTRL_C_SCRIPT, start_method], cwd=ROOT,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
-    try:
-        workers = [int(pid) for pid in _read(proc.stdout, 2 * HANG).split()]
+    with python_child("-c", CTRL_C_SCRIPT, start_method, session=True) as proc:
+        workers = [int(pid) for pid in read_line(proc.stdout, 2 * HANG, "the workers' pids").split()]
         assert len(workers) == 2
         os.killpg(proc.pid, signal.SIGINT)  # as a terminal does: the whole foreground group
         proc.wait(HANG)
-        wait_until(lambda: all(map(pid_gone, workers)), HANG, f"the workers {workers} to exit")
-        wait_until(lambda: session_members(proc.pid) == [], HANG,
-                   lambda: f"the script's session to end; still in it: {session_members(proc.pid)}")
-        assert b"KeyboardInterrupt" in _read(proc.stderr, HANG, until_eof=True)
-    finally:
-        if proc.returncode is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-        proc.stdout.close()
-        proc.stderr.close()
+        wait_until(lambda: all(map(gone, workers)), HANG, f"the workers {workers} to exit")
+        wait_until(lambda: session(proc.pid) == [], HANG,
+                   lambda: f"the script's session to end; still in it: {session(proc.pid)}")
+        assert "KeyboardInterrupt" in read_to_end(proc.stderr, HANG, "the script's traceback")

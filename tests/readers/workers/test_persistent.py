@@ -16,8 +16,6 @@ import multiprocessing
 import multiprocessing.util
 import os
 import signal
-import subprocess
-import sys
 import textwrap
 import warnings
 
@@ -36,11 +34,11 @@ from readers.launch import worker_context
 from readers.testing import assert_resumes_at_every_step
 from readers.workers.persistent import Keeper
 from tests.conftest import HANG, finishes, wait_until
-from tests.helpers import paths as _paths
 from tests.helpers import worker_jobs as jobs
+from tests.helpers.child_processes import python_child, read_line
+from tests.helpers.paths import ROOT
 from tests.helpers.pool_helpers import METHODS
-
-ROOT = str(_paths.ROOT)
+from tests.helpers.processes import gone, open_descriptors
 
 
 def tagged(method: str, workers: int = 2, n: int = 300, **options):
@@ -55,15 +53,6 @@ def values(entries) -> list:
 
 def pids(entries) -> set:
     return {p for _, p in entries}
-
-
-def gone(pid: int) -> bool:
-    """Whether process ``pid`` has ended (a zombie waiting to be reaped counts as ended)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
-    except FileNotFoundError:
-        return True
 
 
 def children() -> set:
@@ -115,11 +104,28 @@ def test_a_pass_abandoned_midway_is_cancelled_and_the_next_is_whole(method, no_l
         assert pids(first) <= pids(whole)  # drained and kept, not stopped
 
 
-def test_a_worker_stuck_in_its_source_is_stopped_and_replaced(no_leaks):
-    with prefetch(map_readers(jobs.tag_pid, functools.partial(jobs.count_then_block, 1)), 1, mode="process",
-                  start_method="fork", persistent=True) as r:  # (its first entry is sent at once, then it blocks)
-        first = finishes(lambda: list(itertools.islice(r(), 1)), "a pass abandoned while its worker blocks")
-        second = finishes(lambda: list(itertools.islice(r(), 1)), "the next pass, on a new worker")
+def first_entry_once_blocked(r, blocked) -> list:
+    """The first entry of a pass of ``r``, which is abandoned once its worker has begun to block in its source
+    (the file ``blocked`` appears)."""
+    it = r()
+    try:
+        first = next(it)
+        wait_until(blocked.exists, HANG, "the worker to block in its source after its first entry")
+    finally:
+        it.close()
+    return [first]
+
+
+def test_a_worker_stuck_in_its_source_is_stopped_and_replaced(tmp_path, no_leaks):
+    # Regression (a flaky test): the pass was abandoned as soon as entry 0 came, and on a loaded machine the
+    # cancel could reach the worker before it went back into its source; the worker then stopped the pass as
+    # asked and was rightly kept, so {pid} != {pid} failed. Now the pass ends once the worker is stuck.
+    blocked = tmp_path / "blocked"
+    source = functools.partial(jobs.count_then_block, 1, blocked=str(blocked))
+    with prefetch(map_readers(jobs.tag_pid, source), 1, mode="process", start_method="fork", persistent=True) as r:
+        first = finishes(lambda: first_entry_once_blocked(r, blocked), "a pass abandoned while its worker blocks")
+        blocked.unlink()
+        second = finishes(lambda: first_entry_once_blocked(r, blocked), "the next pass, on a new worker")
         assert values(first) == values(second) == [0]
         assert pids(first) != pids(second)
 
@@ -361,15 +367,18 @@ SCRIPT = textwrap.dedent("""
 
     idle = prefetch(map_readers(jobs.tag_pid, from_sequence(list(range(100)))), 2, mode="process",
                     start_method="fork", persistent=True)
-    pids = {{p for _, p in idle()}}
+    pids, tids = {{p for _, p in idle()}}, []
     busy = prefetch(map_readers(jobs.tag_pid, functools.partial(jobs.count_then_block, 1)), 1, mode="process",
                     start_method="fork", persistent=True)
     it = busy()
     if {in_thread}:  # kept workers started by a thread, which ends
-        threading.Thread(target=lambda: pids.add(next(it)[1])).start()
+        starter = threading.Thread(target=lambda: (pids.add(next(it)[1]), tids.append(threading.get_native_id())))
+        starter.start()
+        starter.join()
+        while os.path.exists(f"/proc/self/task/{{tids[0]}}"):  # until the kernel has ended that thread too
+            time.sleep(0.01)
     else:
         pids.add(next(it)[1])
-    time.sleep(0.2)
     print(" ".join(map(str, sorted(pids))), flush=True)
     {end}
 """)
@@ -382,10 +391,9 @@ SCRIPT = textwrap.dedent("""
     ("sys.exit(0)", False, "fork"),  # the interpreter exits with a pass open and a reader never closed
 ])
 def test_no_worker_outlives_its_process(end, in_thread, method):
-    script = SCRIPT.format(root=ROOT, in_thread=in_thread, end=end).replace('"fork"', repr(method))
-    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, cwd=ROOT)
-    try:
-        line = finishes(proc.stdout.readline, "the script starting its workers", timeout=60)
+    script = SCRIPT.format(root=str(ROOT), in_thread=in_thread, end=end).replace('"fork"', repr(method))
+    with python_child("-c", script, stderr=None) as proc:
+        line = read_line(proc.stdout, 60, "the script starting its workers")
         kept = [int(p) for p in line.split()]
         assert len(kept) == 3, line
         assert not any(map(gone, kept)) or end != "time.sleep(60)"
@@ -393,9 +401,6 @@ def test_no_worker_outlives_its_process(end, in_thread, method):
             proc.send_signal(signal.SIGKILL)
         finishes(proc.wait, "the script to end")
         wait_until(lambda: all(map(gone, kept)), HANG, lambda: f"workers {[p for p in kept if not gone(p)]} to end")
-    finally:
-        proc.kill()
-        proc.wait()
 
 
 def test_read_in_another_worker_context_the_stage_gets_workers_for_it(no_leaks):
@@ -411,7 +416,7 @@ def test_read_in_another_worker_context_the_stage_gets_workers_for_it(no_leaks):
 
 def test_arrays_held_from_a_pass_keep_later_passes_in_shared_memory(no_leaks):
     """The ring frees in order: a held array would stop it for good, so a kept worker gets a new ring."""
-    fds = len(os.listdir("/proc/self/fd"))
+    fds = len(open_descriptors())
     with prefetch(functools.partial(jobs.arrays, 100, 32768), 1, mode="process", start_method="fork",
                   persistent=True) as r:
         held = []
@@ -423,4 +428,4 @@ def test_arrays_held_from_a_pass_keep_later_passes_in_shared_memory(no_leaks):
         assert all((a == 0).all() and a.shape == (32768,) for a in held)
     del held, it
     gc.collect()
-    wait_until(lambda: len(os.listdir("/proc/self/fd")) <= fds, HANG, "the rings' descriptors to close")
+    wait_until(lambda: len(open_descriptors()) <= fds, HANG, "the rings' descriptors to close")

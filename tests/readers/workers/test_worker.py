@@ -5,7 +5,6 @@ import functools
 import math
 import operator
 import threading
-import time
 import traceback
 
 import numpy as np
@@ -15,9 +14,10 @@ from readers import map_readers, multiprocess_reader, prefetch, xmap_readers
 from readers.graph import describe
 from readers.workers.prefetch import buffered
 from readers.workers.worker import MAX_AHEAD, Credits, cap, pump
-from tests.conftest import HANG, finishes
+from tests.conftest import HANG, finishes, wait_for
 from tests.helpers import worker_jobs as jobs
 from tests.helpers.pool_helpers import METHODS, count_to, endless, raises_after, source
+from tests.helpers.threads import running_in
 
 
 class TwoArgError(Exception):
@@ -84,9 +84,13 @@ def test_xmap_readers_ordered_bounds_entries_in_flight(no_leaks):
     # most one message per worker it has not yielded yet.
     mapped: list = []
 
+    def out_of_credit(me: threading.Thread) -> bool:
+        others = [t for t in threading.enumerate() if t.name.startswith("readerkit-xmap_readers-") and t is not me]
+        return len(others) == 3 and all(running_in(t, "readers/workers/worker.py", "take") for t in others)
+
     def mapper(x):
-        if x == 0:
-            time.sleep(0.2)
+        if x == 0:  # held back until the other workers wait for credit
+            wait_for(lambda: out_of_credit(threading.current_thread()), HANG)
         mapped.append(x)
         return x
 

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from tests.helpers import paths as _paths
+from tests.helpers.child_processes import python_child
 from tests.helpers.recording import MAPPING, RecordingModel, dataset
 from train.checkpoints.files import (
     CheckpointError,
@@ -88,14 +89,11 @@ def test_load_for_rank_prefers_its_own_checkpoint_else_the_earliest(tmp_path):
 def test_a_save_leaves_a_live_writers_part_file_and_sweeps_a_dead_ones(tmp_path):
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
                           text=True, check=True).stdout.strip()
-    with subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"]) as live:
-        try:
-            (tmp_path / f".checkpoint.{live.pid}.abc.npz.part").write_bytes(b"being written")
-            (tmp_path / f".checkpoint.{dead}.abc.npz.part").write_bytes(b"left by a kill")
-            save_checkpoint(str(tmp_path), {"w": np.zeros(2)}, {"pass": 0})
-            assert sorted(os.listdir(tmp_path)) == [f".checkpoint.{live.pid}.abc.npz.part", "checkpoint.npz"]
-        finally:
-            live.kill()
+    with python_child("-c", "import time; time.sleep(60)") as live:
+        (tmp_path / f".checkpoint.{live.pid}.abc.npz.part").write_bytes(b"being written")
+        (tmp_path / f".checkpoint.{dead}.abc.npz.part").write_bytes(b"left by a kill")
+        save_checkpoint(str(tmp_path), {"w": np.zeros(2)}, {"pass": 0})
+        assert sorted(os.listdir(tmp_path)) == [f".checkpoint.{live.pid}.abc.npz.part", "checkpoint.npz"]
 
 
 def test_a_folder_named_checkpoint_npz_is_an_error_not_no_checkpoint(tmp_path):
@@ -136,14 +134,11 @@ def test_infinite_weights_are_refused_too(tmp_path):
 
 def test_a_folder_held_by_this_run_is_swept_of_every_part_file_even_a_reused_pids(tmp_path):
     """Review of issue 12: a part file whose pid a live process has taken since was never swept."""
-    with subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"]) as live:
-        try:
-            (tmp_path / f".checkpoint.{live.pid}.abc.npz.part").write_bytes(b"left by a kill long ago")
-            with lock_folder(str(tmp_path)):
-                save_checkpoint(str(tmp_path), {"w": np.zeros(2)}, {"pass": 0})
-            assert sorted(p for p in os.listdir(tmp_path) if not p.startswith(".readerkit")) == ["checkpoint.npz"]
-        finally:
-            live.kill()
+    with python_child("-c", "import time; time.sleep(60)") as live:
+        (tmp_path / f".checkpoint.{live.pid}.abc.npz.part").write_bytes(b"left by a kill long ago")
+        with lock_folder(str(tmp_path)):
+            save_checkpoint(str(tmp_path), {"w": np.zeros(2)}, {"pass": 0})
+        assert sorted(p for p in os.listdir(tmp_path) if not p.startswith(".readerkit")) == ["checkpoint.npz"]
 
 
 def test_checkpoints_in_lists_the_folders_and_the_ranks(tmp_path):

@@ -2,22 +2,19 @@
 import json
 import re
 import signal
-import subprocess
-import sys
-import time
 
 import pytest
 from click.testing import CliRunner
 
 import cli
 from readers import PipelineStore
-from tests.helpers import paths as _paths
+from tests.conftest import wait_until
+from tests.helpers.child_processes import python_child
 from tests.helpers.continual_data import fake_mnist
 from train.checkpoints.resume import Difference
 from train.commands.continual_run import in_flags
 from train.continual.config import PipelineConfigError, changed_lines
 
-ROOT = str(_paths.ROOT)
 ROW = re.compile(r"^\s+(\d+)\s+(\d+)\s+(\d+\.\d)\s+(\d+\.\d)  ((?:\d+\.\d ?)+)\s+((?:\d:\d+ ?)+)$", re.M)
 
 
@@ -83,20 +80,23 @@ def test_status_shows_the_trainings_of_a_run(tmp_path, data):
     assert one.output.startswith("training 5 of pipeline 1, trigger 4: finished") and '\n  average_accuracy: ' in one.output
 
 
+def progressed(db, at_all: bool = True) -> bool:
+    """Whether the store ``db`` has a training that has begun, and (``at_all``) reported progress."""
+    if not db.exists():
+        return False
+    with PipelineStore(db, create=False) as store:
+        trainings = store.trainings()
+    return bool(trainings) and (not at_all or trainings[-1]["progress"] != 0.0)
+
+
 def test_ctrl_c_stops_with_130_and_the_printed_command_resumes(tmp_path, data):
     db, log = tmp_path / "runs.db", tmp_path / "log.jsonl"
-    args = [sys.executable, "cli.py", "pipeline", "run", "--data-dir", data, "--no-download", "--db", str(db),
+    args = ["cli.py", "pipeline", "run", "--data-dir", data, "--no-download", "--db", str(db),
             "--min-steps", "3000", "--log-json", str(log), "--model", "softmax"]
-    child = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:  # wait for the first training's first progress report
-        if db.exists():
-            with PipelineStore(db, create=False) as store:
-                if store.trainings() and store.trainings()[-1]["progress"] != 0.0:
-                    break
-        time.sleep(0.2)
-    child.send_signal(signal.SIGINT)
-    out, err = child.communicate(timeout=60)
+    with python_child(*args, text=True) as child:
+        wait_until(lambda: progressed(db), 60, "the first training's first progress report")
+        child.send_signal(signal.SIGINT)
+        out, err = child.communicate(timeout=60)
     assert child.returncode == 130, out + err
     command = re.search(r"Resume with, from .*:\n  (.*)$", err, re.M)[1]
     assert command.endswith("--resume 1") and "--min-steps 3000" in command and "--db" in command
@@ -110,14 +110,12 @@ def test_ctrl_c_stops_with_130_and_the_printed_command_resumes(tmp_path, data):
 
 def test_sigterm_stops_with_143(tmp_path, data):
     db = tmp_path / "runs.db"
-    args = [sys.executable, "cli.py", "pipeline", "run", "--data-dir", data, "--no-download", "--db", str(db),
+    args = ["cli.py", "pipeline", "run", "--data-dir", data, "--no-download", "--db", str(db),
             "--min-steps", "3000", "--model", "softmax"]
-    child = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and not (db.exists() and PipelineStore(db, create=False).trainings()):
-        time.sleep(0.2)
-    child.send_signal(signal.SIGTERM)
-    out, err = child.communicate(timeout=60)
+    with python_child(*args, text=True) as child:
+        wait_until(lambda: progressed(db, at_all=False), 60, "the first training to start")
+        child.send_signal(signal.SIGTERM)
+        out, err = child.communicate(timeout=60)
     assert child.returncode == 143 and "terminated (SIGTERM)" in err, out + err
 
 
