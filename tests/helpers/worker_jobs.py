@@ -1,4 +1,4 @@
-"""Module-level readers and mappers for the worker-pool tests (test_parallel.py, test_pool_*.py, test_shm.py).
+"""Module-level readers and mappers for the worker-pool tests (tests/readers/workers/).
 
 A spawned worker process imports what it runs, so whatever a test hands to a
 ``start_method="spawn"`` worker lives here, in an importable module (not the

@@ -18,10 +18,10 @@ import zlib
 import numpy as np
 import pytest
 
-from readers.caching import disk as cache_store
+from readers.caching import disk
 from readers.caching.database import database_bytes
 from readers.caching.disk import DiskStore, evict, open_database, row_keys
-from readers.storage import codec as cache_codec
+from readers.storage import codec
 from readers.storage.codec import encode
 from tests.conftest import HANG, finishes, wait_until
 from tests.helpers import cache_jobs as jobs
@@ -270,7 +270,7 @@ def encoded_late(store: DiskStore, warned: list):
     def encode(value):
         if value == {"late": True}:
             wait_until(lambda: warned and not store._writing, HANG, "the write in flight to fail")
-        return cache_codec.encode(value)
+        return codec.encode(value)
     return encode
 
 
@@ -286,7 +286,7 @@ def test_a_failed_write_warns_once_and_every_later_put_is_dropped(stores, tmp_pa
     ns = store.space(jobs.SPACE, jobs.ABOUT)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        monkeypatch.setattr(cache_store, "encode", encoded_late(store, caught))
+        monkeypatch.setattr(disk, "encode", encoded_late(store, caught))
         ks, names = put_keys(store, ns, range(5), make=lambda k: jobs.value(k) if k < 4 else {"late": True})
         finishes(store.flush, "flush while the writes fail")
         assert store.failed == "OSError: disk full"

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from readers.continual import owners as pipeline_owners
+from readers.continual import owners
 from readers.continual.owners import PipelineBusy
 from readers.continual.store import PipelineStore
 from tests.helpers.child_processes import joined
@@ -35,7 +35,7 @@ def set_row(path: str, pipeline_id: int, **columns) -> None:
 
 def far_away(monkeypatch, store: PipelineStore, pipeline_id: int) -> None:
     """Have a process on another host claim the pipeline: this one, under another host name for the claim."""
-    monkeypatch.setattr(pipeline_owners.socket, "gethostname", lambda: "far-away")
+    monkeypatch.setattr(owners.socket, "gethostname", lambda: "far-away")
     store.claim_pipeline(pipeline_id)
     monkeypatch.undo()
     assert socket.gethostname() == HERE

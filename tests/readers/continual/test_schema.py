@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from readers.caching.database import open_database
-from readers.continual import schema as pipeline_db
+from readers.continual import schema
 from readers.continual.schema import (
     APPLICATION_ID,
     SCHEMA,
@@ -104,7 +104,7 @@ def test_a_schema_1_store_is_refused_as_another_versions_and_left_as_it_was(tmp_
 
 
 def test_open_store_without_create_makes_nothing(tmp_path, monkeypatch):
-    monkeypatch.setattr(pipeline_db, "EMPTY_WAIT", 0.1)  # an empty file is watched that long before it is refused
+    monkeypatch.setattr(schema, "EMPTY_WAIT", 0.1)  # an empty file is watched that long before it is refused
     with pytest.raises(FileNotFoundError, match=r"no pipeline store at '.*missing.db'.*PipelineStore\(path\)"):
         open_store(str(tmp_path / "missing.db"), create=False)
     assert list(tmp_path.iterdir()) == []

@@ -15,7 +15,7 @@ import pytest
 
 import batching
 import readers
-from readers.network import client as remote_module
+from readers.network import client as client_module
 from readers.testing import assert_resumes_at_every_step, assert_same
 from tests.conftest import HANG, wait_until
 
@@ -182,8 +182,8 @@ def test_remote_has_its_next_requests_under_way_while_a_batch_is_used(tmp_path, 
 def test_remote_splits_large_requests_and_reassembles_them(tmp_path, serving, monkeypatch):
     local = make_source("arrays", tmp_path)  # 20 bytes an entry
     server = serving(local)
-    monkeypatch.setattr(remote_module, "REQUEST_BYTES", 200)  # 10 entries a request
-    monkeypatch.setattr(remote_module, "INDEX_ROWS", 4)  # a list of indices: at most 4 a request
+    monkeypatch.setattr(client_module, "REQUEST_BYTES", 200)  # 10 entries a request
+    monkeypatch.setattr(client_module, "INDEX_ROWS", 4)  # a list of indices: at most 4 a request
     remote = readers.remote(server.address, in_flight=3)
     before = server.stats["requests"]
     assert_same(remote.gather_columns(np.arange(95)), local.gather_columns(np.arange(95)))
@@ -198,22 +198,22 @@ def test_remote_lists_the_indices_of_many_small_entries_in_requests_that_fit_a_f
     """Regression: a request asked for REQUEST_BYTES of entries whatever their size, so a shuffled gather of
     millions of one-byte entries listed them all in one JSON header, over MAX_FRAME (a ProtocolError: a frame
     of 22,888,927 bytes here, with 64 MiB requests; with 2 MiB ones, entries past 10 million)."""
-    monkeypatch.setattr(remote_module, "REQUEST_BYTES", 64 << 20)
+    monkeypatch.setattr(client_module, "REQUEST_BYTES", 64 << 20)
     x = np.random.default_rng(4).integers(0, 256, 3_000_000, dtype=np.uint8)
     server = serving(readers.np_array(x))
     remote = readers.remote(server.address)
     idx = np.random.default_rng(5).permutation(len(x))
     assert_same(remote.gather_columns(idx), x[idx])
-    assert server.stats["requests"] == -(-len(x) // remote_module.INDEX_ROWS)
+    assert server.stats["requests"] == -(-len(x) // client_module.INDEX_ROWS)
 
 
-@pytest.mark.parametrize("request_bytes", [64 << 20, remote_module.REQUEST_BYTES])
+@pytest.mark.parametrize("request_bytes", [64 << 20, client_module.REQUEST_BYTES])
 def test_remote_reassembles_responses_larger_than_a_frame(serving, monkeypatch, request_bytes):
     """40 MB of entries, over the 16 MiB MAX_FRAME: asked for at once, the response comes in parts."""
     rng = np.random.default_rng(3)
     big = rng.integers(0, 256, size=(40, 1 << 20), dtype=np.uint8)
     sources = {"tuple": readers.from_arrays(big, np.arange(40)), "single": readers.np_array(big)}
-    monkeypatch.setattr(remote_module, "REQUEST_BYTES", request_bytes)
+    monkeypatch.setattr(client_module, "REQUEST_BYTES", request_bytes)
     for kind, local in sources.items():
         server = serving(local)
         remote = readers.remote(server.address)
@@ -288,7 +288,7 @@ def test_remote_reuses_its_connection_across_reads(tmp_path, serving):
 def test_remote_pass_abandoned_with_requests_in_flight_leaves_the_next_pass_right(tmp_path, serving, monkeypatch):
     local = make_source("arrays", tmp_path)
     server = serving(local)
-    monkeypatch.setattr(remote_module, "REQUEST_BYTES", 60)  # 3 requests a batch of 8: several under way
+    monkeypatch.setattr(client_module, "REQUEST_BYTES", 60)  # 3 requests a batch of 8: several under way
     remote = readers.remote(server.address, in_flight=8)
     got, want = collated(remote, 8), collated(local, 8)
     for k, _ in enumerate(got()):

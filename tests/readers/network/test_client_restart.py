@@ -19,7 +19,7 @@ import pytest
 
 import batching
 import readers
-from readers.network import client as remote_module
+from readers.network import client as client_module
 from readers.network.in_flight import Request
 from readers.network.served_reader import BODY
 from readers.testing import assert_same
@@ -86,15 +86,15 @@ class Clock:
 
 def test_remote_without_a_server_gives_up_after_its_deadline(monkeypatch):
     address, clock, attempts = f"127.0.0.1:{closed_port()}", Clock(), []
-    connect = remote_module.Connection
+    connect = client_module.Connection
 
     def attempt(*args, **kwargs):
         attempts.append(clock.now)
         return connect(*args, **kwargs)
 
-    monkeypatch.setattr(remote_module, "time", clock)
-    monkeypatch.setattr(remote_module, "random", random.Random(0))  # the jitter between attempts
-    monkeypatch.setattr(remote_module, "Connection", attempt)
+    monkeypatch.setattr(client_module, "time", clock)
+    monkeypatch.setattr(client_module, "random", random.Random(0))  # the jitter between attempts
+    monkeypatch.setattr(client_module, "Connection", attempt)
     with pytest.warns(RuntimeWarning, match=f"cannot reach {address}"):
         with pytest.raises(readers.RemoteUnavailable) as caught:
             finishes(lambda: readers.remote(address, deadline=1.0), "connecting to no server")
@@ -138,12 +138,12 @@ def test_remote_waits_for_a_server_that_does_not_answer_until_its_deadline_only(
 
 @pytest.mark.parametrize("in_flight", [1, 8])
 def test_remote_pass_rides_out_a_server_restart_on_the_same_port(serving, monkeypatch, in_flight):
-    monkeypatch.setattr(remote_module, "REQUEST_BYTES", 100)  # several requests a batch
+    monkeypatch.setattr(client_module, "REQUEST_BYTES", 100)  # several requests a batch
     local = source()
     server = serving(local)
     remote = readers.remote(server.address, in_flight=in_flight, deadline=HANG)
     want, got, again = list(batched(local)()), [], []
-    refused, connect = threading.Event(), remote_module.Connection
+    refused, connect = threading.Event(), client_module.Connection
 
     def attempt(*args, **kwargs):
         try:
@@ -156,7 +156,7 @@ def test_remote_pass_rides_out_a_server_restart_on_the_same_port(serving, monkey
         if refused.wait(HANG):
             again.append(serving(local, port=port_of(server.address)))
 
-    monkeypatch.setattr(remote_module, "Connection", attempt)
+    monkeypatch.setattr(client_module, "Connection", attempt)
     restart = threading.Thread(target=start_again, name="test-restart")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # "cannot reach ...; trying again"
@@ -251,7 +251,7 @@ def test_remote_asks_again_from_the_first_row_missing_when_cut_mid_response(serv
     big = np.random.default_rng(0).integers(0, 256, size=(64, 512 << 10), dtype=np.uint8)
     local = readers.from_arrays(big, np.arange(64))
     server = serving(local)
-    monkeypatch.setattr(remote_module, "REQUEST_BYTES", 64 << 20)
+    monkeypatch.setattr(client_module, "REQUEST_BYTES", 64 << 20)
     asked, header = [], Request.header
 
     def recorded(request, ident, pass_id=None):
@@ -270,7 +270,7 @@ def test_remote_asks_again_from_the_first_row_missing_when_cut_mid_response(serv
 
 @pytest.mark.parametrize("cut", [2000, 5000, 9000])
 def test_remote_pass_cut_with_requests_in_flight_equals_the_local_pass(serving, monkeypatch, cut):
-    monkeypatch.setattr(remote_module, "REQUEST_BYTES", 100)
+    monkeypatch.setattr(client_module, "REQUEST_BYTES", 100)
     local = source()
     server = serving(local)
     with CuttingProxy(server.address, cut=cut) as proxy:

@@ -28,7 +28,7 @@ from readers import (
     xmap_readers,
 )
 from readers.graph import describe
-from readers.workers import channels as pool_channels
+from readers.workers import channels
 from readers.workers.channels import pick_start_method
 from readers.workers.prefetch import buffered
 from tests.conftest import HANG, finishes, wait_for, wait_until, worker_threads
@@ -292,7 +292,7 @@ def _stuck_passes(stage, passes: int) -> list:
 
 def test_thread_stuck_in_its_source_is_named_in_a_visible_warning_once_per_stage(monkeypatch, no_leaks):
     """Regression: the only notice was a ResourceWarning, which Python hides by default."""
-    monkeypatch.setattr(pool_channels, "GRACE", 0.05)
+    monkeypatch.setattr(channels, "GRACE", 0.05)
     release = threading.Event()
     stage, other = prefetch(_blocked_source(release), 1), buffered(_blocked_source(release), 2)
     try:

@@ -3,7 +3,7 @@
 What they promise as decorators: the entries and order they give, their
 options, reprs and pickling, the worker context each worker reads in, and
 saving and resuming positions. How the pool merges, runs and stops its
-workers is tested beside its modules (test_pool_*.py, test_shm.py).
+workers is tested beside its modules (test_consumer.py, test_worker.py, test_channels.py, test_shared_memory.py).
 """
 from __future__ import annotations
 

@@ -20,7 +20,7 @@ from readers import (
     prefetch,
 )
 from readers.testing import assert_same
-from readers.workers import shared_memory as shm
+from readers.workers import shared_memory
 from tests.helpers import worker_jobs as jobs
 from tests.helpers.pool_helpers import (
     METHODS,
@@ -36,8 +36,8 @@ from tests.helpers.pool_helpers import (
 @pytest.fixture
 def ring():
     """A consumer's ring of 16 KiB and a worker's writer on it, in this process."""
-    reader = shm.RingReader(size=16 << 10)
-    writer = shm.RingWriter(shm.SharedFd(os.dup(reader.fd)), reader.size, reader.restart_at())
+    reader = shared_memory.RingReader(size=16 << 10)
+    writer = shared_memory.RingWriter(shared_memory.SharedFd(os.dup(reader.fd)), reader.size, reader.restart_at())
     yield reader, writer
     writer.close()
     reader.close()
@@ -49,7 +49,7 @@ def ring():
 def test_pack_places_large_arrays_in_the_ring_and_unpack_views_them(ring):
     reader, writer = ring
     message = ("entries", (np.arange(1024.0), np.arange(3), "label"))
-    got = shm.unpack(shm.pack(message, writer), reader)
+    got = shared_memory.unpack(shared_memory.pack(message, writer), reader)
     assert_same(got, message)
     big, small, _ = got[1]
     assert views_ring(big) and not views_ring(small)  # a small array costs less in-band
@@ -57,21 +57,21 @@ def test_pack_places_large_arrays_in_the_ring_and_unpack_views_them(ring):
 
 def test_pack_without_a_ring_sends_arrays_in_band():
     message = [np.arange(1024.0), None]
-    got = shm.unpack(shm.pack(message, None), None)
+    got = shared_memory.unpack(shared_memory.pack(message, None), None)
     assert_same(got, message)
     assert not views_ring(got[0])
 
 
 def test_a_full_ring_sends_arrays_in_band_and_a_freed_region_is_reused(ring):
     reader, writer = ring
-    kept = shm.unpack(shm.pack([np.full(1536, 1.0)], writer), reader)  # 12 KiB of the 16 KiB ring
+    kept = shared_memory.unpack(shared_memory.pack([np.full(1536, 1.0)], writer), reader)  # 12 KiB of the 16 KiB ring
     assert views_ring(kept[0])
-    overflow = shm.unpack(shm.pack([np.full(1536, 2.0)], writer), reader)
+    overflow = shared_memory.unpack(shared_memory.pack([np.full(1536, 2.0)], writer), reader)
     assert not views_ring(overflow[0]) and overflow[0][0] == 2.0  # never blocks: in-band instead
     del kept
     gc.collect()
     reader.collect()  # the consumer frees what no array views any more
-    again = shm.unpack(shm.pack([np.full(1536, 3.0)], writer), reader)
+    again = shared_memory.unpack(shared_memory.pack([np.full(1536, 3.0)], writer), reader)
     assert views_ring(again[0]) and (again[0] == 3.0).all()
 
 
@@ -79,9 +79,9 @@ def test_a_message_that_fails_to_pickle_leaves_no_region_taken_in_the_ring(ring)
     reader, writer = ring
     head = writer.head
     with pytest.raises(TypeError, match="cannot pickle"):
-        shm.pack([np.full(1024, 1.0), threading.Lock()], writer)  # the array is placed before the lock fails
+        shared_memory.pack([np.full(1024, 1.0), threading.Lock()], writer)  # the array is placed before the lock fails
     assert writer.head == head  # regression: its region was lost, so the tail stopped short of every later one
-    after = shm.unpack(shm.pack([np.full(1024, 2.0)], writer), reader)
+    after = shared_memory.unpack(shared_memory.pack([np.full(1024, 2.0)], writer), reader)
     del after
     gc.collect()
     reader.collect()
@@ -89,10 +89,10 @@ def test_a_message_that_fails_to_pickle_leaves_no_region_taken_in_the_ring(ring)
 
 
 def test_unpicklable_names_what_in_an_entry_cannot_cross():
-    assert shm.unpicklable([np.zeros(3), ("a", {"k": threading.Lock()})]) == (
+    assert shared_memory.unpicklable([np.zeros(3), ("a", {"k": threading.Lock()})]) == (
         "a list whose item 1 is a tuple whose item 1 is a dict whose item 'k' is a _thread.lock")
-    assert shm.unpicklable((np.zeros(3), None, "")) is None
-    assert shm.unpicklable(lambda: 1) == "a function"
+    assert shared_memory.unpicklable((np.zeros(3), None, "")) is None
+    assert shared_memory.unpicklable(lambda: 1) == "a function"
 
 
 @pytest.mark.parametrize("entries", [
@@ -106,12 +106,12 @@ def test_unpicklable_names_what_in_an_entry_cannot_cross():
     [np.zeros(2)],
 ])
 def test_unfold_gives_back_the_entries_fold_folded(entries):
-    assert_same(shm.unfold(shm.fold(entries)), entries)
+    assert_same(shared_memory.unfold(shared_memory.fold(entries)), entries)
 
 
 def test_fold_stacks_a_column_of_arrays_of_one_layout():
-    folded = shm.fold([(np.zeros(3), 1), (np.ones(3), 2)])
-    assert isinstance(folded, shm.Folded) and folded.width == 2 and folded.columns[0].shape == (2, 3)
+    folded = shared_memory.fold([(np.zeros(3), 1), (np.ones(3), 2)])
+    assert isinstance(folded, shared_memory.Folded) and folded.width == 2 and folded.columns[0].shape == (2, 3)
 
 
 # -- through worker processes -------------------------------------------------------------------
