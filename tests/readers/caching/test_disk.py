@@ -266,9 +266,10 @@ def test_evict_deletes_the_oldest_down_to_nine_tenths_of_the_limit(tmp_path):
 
 def encoded_late(store: DiskStore, warned: list):
     """readers.caching.disk's encode, except that a {"late": True} entry's encoding (in put, after it saw no
-    failure) waits for the write in flight to have failed."""
+    failure) has what is pending written (``flush``), and waits for that write to have failed."""
     def encode(value):
         if value == {"late": True}:
+            store.flush()
             wait_until(lambda: warned and not store._writing, HANG, "the write in flight to fail")
         return codec.encode(value)
     return encode
@@ -282,7 +283,10 @@ def test_a_failed_write_warns_once_and_every_later_put_is_dropped(stores, tmp_pa
         raise OSError("disk full")
 
     monkeypatch.setattr(DiskStore, "_write", broken)
-    store = stores(interval=0.01)
+    # Regression (a flaky test): the interval was 0.01 s, and on a loaded machine the writer took the first
+    # entries as one batch before the fourth was put ("could not write 2 entries"). Now nothing is written
+    # before the late entry's encoding asks for it, so the batch is the four put before it.
+    store = stores(interval=60)
     ns = store.space(jobs.SPACE, jobs.ABOUT)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
