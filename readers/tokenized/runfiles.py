@@ -6,7 +6,11 @@ run with two TOML files:
 data.toml
     The token data a data-provider server holds: ``dir`` (relative to the
     file), ``token_size`` (``"TwoBytes"`` or ``"FourBytes"``), ``seq_len`` and
-    ``shuffle_seed`` (32 byte values).
+    ``shuffle_seed`` (32 byte values). readerkit adds ``vocab_size`` (one more
+    than the largest token id), which ``python cli.py tokenize`` records with
+    the token size it wrote (``write_data``); a data.toml without it (Psyche's,
+    or an older one) still reads, and the vocabulary is then found by reading
+    the tokens.
 state.toml
     The run: ``[config]`` holds the global batch-size schedule (from
     ``global_batch_size_start`` to ``global_batch_size_end`` over
@@ -38,18 +42,19 @@ the same readerkit order, but not Psyche's order: the shuffles differ.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from readers.network.wire import show_address
 from readers.tokenized import runfile_fields as fields
 from readers.tokenized.runfile_fields import RunFileError
 
-__all__ = ["DataConfig", "LocalData", "RunConfig", "RunFileError", "ServerData", "load_data", "load_run"]
+__all__ = ["DataConfig", "LocalData", "RunConfig", "RunFileError", "ServerData", "data_text", "load_data", "load_run",
+           "write_data"]
 
 #: A Local folder without a data.toml holds 2-byte tokens, read in order (Psyche's Shuffle::default()).
 DEFAULT_TOKEN_SIZE = 2
-DATA_KEYS = ("dir", "token_size", "seq_len", "shuffle_seed")
+DATA_KEYS = ("dir", "token_size", "seq_len", "shuffle_seed", "vocab_size")
 #: state.toml's top level as Psyche's Coordinator has it; only config and model are read.
 STATE_KEYS = ("config", "model", "run_id", "run_state", "progress", "epoch_state",
               "run_state_start_unix_timestamp", "pending_pause", "model_extra_data")
@@ -73,24 +78,28 @@ LOCATIONS = ("Server", "Local", *UNSUPPORTED)
 
 @dataclass(frozen=True)
 class DataConfig:
-    """A data.toml: the token folder (absolute), bytes per token (2 or 4), the sequence length and the
-    shuffle seed (an int >= 0, or None to keep the files' order)."""
+    """A data.toml: the token folder (absolute), bytes per token (2 or 4), the sequence length, the
+    shuffle seed (an int >= 0, or None to keep the files' order) and the vocabulary size (None: not recorded)."""
 
     dir: str
     token_size: int
     seq_len: int
     shuffle_seed: int | None
+    vocab_size: int | None = None
 
 
 @dataclass(frozen=True)
 class LocalData:
-    """Token data in a local folder (absolute path): bytes per token, shuffle seed (None: in order), and
-    the run's sequence length."""
+    """Token data in a local folder (absolute path): bytes per token, shuffle seed (None: in order), the
+    run's sequence length, the vocabulary size its data.toml records (None: not recorded) and that data.toml's
+    path (None: the folder has none, or the run file's Local table describes it)."""
 
     path: str
     token_size: int
     shuffle_seed: int | None
     seq_len: int
+    vocab_size: int | None = None
+    data_file: str | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)
@@ -140,7 +149,7 @@ def _local(path: str, key: str, value: Any, seq_len: int) -> LocalData:
     if data.seq_len != seq_len:
         raise RunFileError(described, "seq_len", f"is {data.seq_len}, but model.LLM.max_seq_len is {seq_len} in {path}",
                            "make the two equal")
-    return LocalData(data.dir, data.token_size, data.shuffle_seed, seq_len)
+    return LocalData(data.dir, data.token_size, data.shuffle_seed, seq_len, data.vocab_size, described)
 
 
 def _find_location(path: str, llm: dict[str, Any], extra: dict[str, Any]) -> tuple[str, Any]:
@@ -187,11 +196,12 @@ def _location(path: str, key: str, value: Any, seq_len: int) -> LocalData | Serv
 
 
 def load_data(path: str | os.PathLike) -> DataConfig:
-    """Read a data.toml: ``dir`` relative to the file, ``token_size``, ``seq_len``, ``shuffle_seed``.
+    """Read a data.toml: ``dir`` relative to the file, ``token_size``, ``seq_len``, ``shuffle_seed``, ``vocab_size``.
 
     ``token_size`` is ``"TwoBytes"``/``"FourBytes"`` (or 2/4); ``shuffle_seed``
     is Psyche's 32 byte values (read little-endian), an int >= 0, or absent
-    (or ``"DontShuffle"``) for no shuffle. Raises ``RunFileError`` naming the
+    (or ``"DontShuffle"``) for no shuffle; ``vocab_size`` (readerkit's, optional)
+    is an int >= 2 that the token size can hold. Raises ``RunFileError`` naming the
     file, the key and the fix.
 
     >>> import os, tempfile
@@ -216,10 +226,61 @@ def load_data(path: str | os.PathLike) -> DataConfig:
     doc = fields.read_toml(path, "data.toml")
     fields.check_keys(path, doc, "", DATA_KEYS, required=DATA_KEYS[:3])
     seed = doc.get("shuffle_seed", "DontShuffle")
-    return DataConfig(dir=fields.folder(path, "dir", doc["dir"]),
-                      token_size=fields.token_size(path, "token_size", doc["token_size"]),
+    size = fields.token_size(path, "token_size", doc["token_size"])
+    return DataConfig(dir=fields.folder(path, "dir", doc["dir"]), token_size=size,
                       seq_len=fields.integer(path, doc, "", "seq_len", 1),
-                      shuffle_seed=None if seed == "DontShuffle" else fields.seed(path, "shuffle_seed", seed))
+                      shuffle_seed=None if seed == "DontShuffle" else fields.seed(path, "shuffle_seed", seed),
+                      vocab_size=fields.vocab_size(path, doc, size))
+
+
+#: Psyche's names of the token sizes, by bytes per token.
+_SIZE_NAMES = {size: name for name, size in fields.TOKEN_SIZES.items()}
+
+
+def data_text(*, token_size: int, vocab_size: int, seq_len: int, shuffle_seed: int | None = None) -> str:
+    """The text of a data.toml for the token files in its own folder (``dir = "."``).
+
+    The seed is written as Psyche's 32 byte values, which read back as the same int.
+
+    >>> print(data_text(token_size=2, vocab_size=256, seq_len=2048, shuffle_seed=7), end="")
+    dir = "."
+    token_size = "TwoBytes"
+    vocab_size = 256
+    seq_len = 2048
+    shuffle_seed = [7, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]
+    """
+    lines = ['dir = "."', f'token_size = "{_SIZE_NAMES[token_size]}"', f"vocab_size = {vocab_size}",
+             f"seq_len = {seq_len}"]
+    if shuffle_seed is not None:
+        lines.append(f"shuffle_seed = {list(shuffle_seed.to_bytes(fields.SEED_BYTES, 'little'))}")
+    return "\n".join(lines) + "\n"
+
+
+def write_data(folder: str | os.PathLike, text: str) -> str:
+    """Write ``text`` as ``folder``'s data.toml, whole or not at all, after checking that it reads back
+    (``load_data``); returns the file's path.
+
+    >>> import tempfile
+    >>> tmp = tempfile.TemporaryDirectory()
+    >>> path = write_data(tmp.name, data_text(token_size=4, vocab_size=70_000, seq_len=128))
+    >>> data = load_data(path)
+    >>> data.token_size, data.vocab_size, data.seq_len, data.shuffle_seed, data.dir == tmp.name
+    (4, 70000, 128, None, True)
+    >>> tmp.cleanup()
+    """
+    path = os.path.join(os.path.abspath(os.fspath(folder)), "data.toml")
+    part = f"{path}.part"
+    try:
+        with open(part, "w", encoding="utf-8") as f:
+            f.write(text)
+        data = load_data(part)
+        if data.dir != os.path.dirname(path):
+            raise RunFileError(path, "dir", f"would name {data.dir}, not its own folder", 'write dir = "."')
+        os.replace(part, path)
+    finally:
+        if os.path.exists(part):
+            os.unlink(part)
+    return path
 
 
 def load_run(path: str | os.PathLike) -> RunConfig:

@@ -424,3 +424,24 @@ def test_results_are_frozen():
         run.total_steps = 1
     with pytest.raises(AttributeError):
         run.data.port = 1
+
+
+def test_data_toml_records_the_vocabulary_size(tmp_path):
+    """Issue 27: a data.toml records the vocabulary with the token size; one without it (Psyche's) still reads."""
+    from readers.tokenized.runfiles import data_text, write_data
+    path = write_data(tmp_path, data_text(token_size=2, vocab_size=256, seq_len=64, shuffle_seed=PSYCHE_SEED))
+    data = load_data(path)
+    assert (data.token_size, data.vocab_size, data.seq_len, data.shuffle_seed) == (2, 256, 64, PSYCHE_SEED)
+    (tmp_path / "data.toml").write_text('dir = "."\ntoken_size = "TwoBytes"\nseq_len = 64\n')
+    assert load_data(path).vocab_size is None
+    (tmp_path / "data.toml").write_text('dir = "."\ntoken_size = "TwoBytes"\nseq_len = 64\nvocab_size = 70000\n')
+    with pytest.raises(RunFileError, match='vocab_size: is 70000, more ids than 2-byte tokens hold .65,536.; write '
+                                           'token_size = "FourBytes" if the tokens are 4 bytes each'):
+        load_data(path)
+    state = tmp_path / "state.toml"
+    state.write_text('[config]\nglobal_batch_size_start = 1\nglobal_batch_size_end = 1\n'
+                     'global_batch_size_warmup_tokens = 0\ntotal_steps = 1\n[model.LLM]\nmax_seq_len = 64\n'
+                     '[model.LLM.data_location]\nLocal = "."\n')
+    (tmp_path / "data.toml").write_text('dir = "."\ntoken_size = "FourBytes"\nseq_len = 64\nvocab_size = 70000\n')
+    run = load_run(state)
+    assert (run.data.token_size, run.data.vocab_size, run.data.data_file) == (4, 70000, str(tmp_path / "data.toml"))
