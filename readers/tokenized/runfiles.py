@@ -212,14 +212,16 @@ def _run_data_toml(path: str, doc: dict[str, Any]) -> str:
             continue
         (variant, inner), = location.items()
         if variant == "Server" and isinstance(inner, str):
-            return f"this run reads its tokens from the server at {inner}: give the data.toml that server was started with"
+            return (f"this run reads its tokens from the server at {inner}: give the data.toml that server was "
+                    "started with")
         inner = inner.get("path") if variant == "Local" and isinstance(inner, dict) else inner
         if variant == "Local" and isinstance(inner, str) and inner:
             folder = os.path.normpath(os.path.join(os.path.dirname(path), inner))
             described = os.path.join(folder, "data.toml")
             if os.path.isfile(described):
                 return f"this run's tokens are described by {described}: give that file"
-            return f"this run's token folder {folder} has no data.toml: write one there (dir = \".\", token_size, seq_len)"
+            return (f"this run's token folder {folder} has no data.toml: write one there "
+                    "(dir = \".\", token_size, seq_len)")
     return "give the data.toml of a token folder"
 
 

@@ -206,5 +206,5 @@ def test_torch_dataset_pad_weights_of_dict_entries_are_float32_and_other_entries
     padded = readers.shard(readers.from_sequence(rows), 1, 2, equalize="pad")
     batch = next(iter(DataLoader(torch_dataset(padded, sharded_elsewhere=True), batch_size=8)))
     assert batch["weight"].dtype == torch.float32 and batch["weight"].tolist() == [1.0, 1.0, 0.0]
-    plain = list(torch_dataset(readers.from_sequence([(1.0, 2.0)]))) # no padding shard: entries as the reader gives them
+    plain = list(torch_dataset(readers.from_sequence([(1.0, 2.0)])))  # no padding shard: entries as they are
     assert plain == [(1.0, 2.0)] and type(plain[0][1]) is float
