@@ -277,7 +277,7 @@ def _served(reader_name: str, data_dir: str | None, download: bool, config: str 
         import readers
         from readers.tokenized.runfiles import load_data
 
-        data = load_data(config)
+        data = load_data(config, caller="serve --config")
         tokens = readers.tokens(data.dir, seq_len=data.seq_len, token_size=data.token_size, vocab_size=data.vocab_size)
         return tokens, {"seq_len": data.seq_len, "token_size": data.token_size, "shuffle_seed": data.shuffle_seed,
                         "max_token": tokens.max_token(), "tokens": sum(tokens.sizes), "vocab_size": data.vocab_size}

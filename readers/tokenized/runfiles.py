@@ -34,6 +34,9 @@ learning-rate schedule..., and the older ``rounds_per_epoch`` and
 ``round_apply_time``) are accepted unread and listed in
 ``RunConfig.ignored``; any other key is an error with a did-you-mean. Every
 fault is one ``RunFileError`` naming the file, the dotted key and the fix.
+The two kinds are told apart by their top-level keys, so a data.toml given
+where a state.toml is expected (or the reverse) is refused as the wrong kind
+of file, saying which kind it is and which one its ``caller`` expects.
 
 A 32-byte seed becomes ``int.from_bytes(bytes(values), "little")`` (an int in
 [0, 2**256)), which ``readers.shuffle`` takes as is. The same seed always gives
@@ -49,8 +52,8 @@ from readers.network.wire import show_address
 from readers.tokenized import runfile_fields as fields
 from readers.tokenized.runfile_fields import RunFileError
 
-__all__ = ["DataConfig", "LocalData", "RunConfig", "RunFileError", "ServerData", "data_text", "load_data", "load_run",
-           "write_data"]
+__all__ = ["DataConfig", "LocalData", "RunConfig", "RunFileError", "ServerData", "data_text", "kind_of", "load_data",
+           "load_run", "write_data"]
 
 #: A Local folder without a data.toml holds 2-byte tokens, read in order (Psyche's Shuffle::default()).
 DEFAULT_TOKEN_SIZE = 2
@@ -74,6 +77,8 @@ LOCAL_KEYS = ("path", "token_size_in_bytes", "shuffle")
 #: Psyche's other data locations: readerkit has no provider for them.
 UNSUPPORTED = ("Dummy", "Http", "WeightedHttp", "Preprocessed")
 LOCATIONS = ("Server", "Local", *UNSUPPORTED)
+#: The top-level tables only a state.toml has: a file with one of them is a run file.
+STATE_TABLES = ("config", "model", "model_extra_data")
 
 
 @dataclass(frozen=True)
@@ -145,7 +150,7 @@ def _local(path: str, key: str, value: Any, seq_len: int) -> LocalData:
     described = os.path.join(found, "data.toml")
     if not os.path.isfile(described):
         return LocalData(found, DEFAULT_TOKEN_SIZE, None, seq_len)
-    data = load_data(described)
+    data = load_data(described, caller=f"the Local data location of {path}")
     if data.seq_len != seq_len:
         raise RunFileError(described, "seq_len", f"is {data.seq_len}, but model.LLM.max_seq_len is {seq_len} in {path}",
                            "make the two equal")
@@ -195,14 +200,67 @@ def _location(path: str, key: str, value: Any, seq_len: int) -> LocalData | Serv
     return _local(path, f"{key}.{variant}", inner, seq_len)
 
 
-def load_data(path: str | os.PathLike) -> DataConfig:
+def kind_of(doc: dict[str, Any]) -> str | None:
+    """Which run file a TOML document is, told by its top-level keys: "state.toml", "data.toml" or None.
+
+    >>> kind_of({"dir": ".", "seq_len": 2048}), kind_of({"config": {}, "model": {}}), kind_of({"colour": 1})
+    ('data.toml', 'state.toml', None)
+    """
+    if any(key in doc for key in STATE_TABLES):
+        return "state.toml"
+    return "data.toml" if any(key in doc for key in DATA_KEYS) else None
+
+
+def _run_data_toml(path: str, doc: dict[str, Any]) -> str:
+    """Where the data.toml of a state.toml's data is, in words, as far as the run file says (nothing checked)."""
+    llm = doc.get("model", {}).get("LLM", {}) if isinstance(doc.get("model"), dict) else {}
+    extra = doc.get("model_extra_data", {})
+    for table in (llm, extra):
+        location = table.get("data_location") if isinstance(table, dict) else None
+        if not (isinstance(location, dict) and len(location) == 1):
+            continue
+        (variant, inner), = location.items()
+        if variant == "Server" and isinstance(inner, str):
+            return (f"this run reads its tokens from the server at {inner}: give the data.toml that server was "
+                    "started with")
+        inner = inner.get("path") if variant == "Local" and isinstance(inner, dict) else inner
+        if variant == "Local" and isinstance(inner, str) and inner:
+            folder = os.path.normpath(os.path.join(os.path.dirname(path), inner))
+            described = os.path.join(folder, "data.toml")
+            if os.path.isfile(described):
+                return f"this run's tokens are described by {described}: give that file"
+            return (f"this run's token folder {folder} has no data.toml: write one there "
+                    "(dir = \".\", token_size, seq_len)")
+    return "give the data.toml of a token folder"
+
+
+def _wrong_kind(path: str, doc: dict[str, Any], expected: str, caller: str) -> RunFileError:
+    """The error for a data.toml given where a state.toml is expected, or the reverse.
+
+    >>> print(_wrong_kind("/runs/tokens/data.toml", {"dir": "."}, "state.toml", "train --config"))
+    /runs/tokens/data.toml: this is a token folder's data.toml (dir, token_size, seq_len), but train --config expects a run file (state.toml, with [config] and [model.LLM]); give the run's state.toml, or write one whose [model.LLM.data_location] is Local = "/runs/tokens" (the folder of this data.toml)
+    >>> print(_wrong_kind("/runs/state.toml", {"config": {}}, "data.toml", "serve --config"))
+    /runs/state.toml: this is a run file (state.toml, with [config] and [model.LLM]), but serve --config expects a token folder's data.toml (dir, token_size, seq_len); give the data.toml of a token folder
+    """
+    data = "a token folder's data.toml (dir, token_size, seq_len)"
+    run = "a run file (state.toml, with [config] and [model.LLM])"
+    if expected == "state.toml":
+        return RunFileError(path, None, f"this is {data}, but {caller} expects {run}",
+                            f"give the run's state.toml, or write one whose [model.LLM.data_location] is "
+                            f"Local = \"{os.path.dirname(path)}\" (the folder of this data.toml)")
+    return RunFileError(path, None, f"this is {run}, but {caller} expects {data}", _run_data_toml(path, doc))
+
+
+def load_data(path: str | os.PathLike, *, caller: str = "load_data") -> DataConfig:
     """Read a data.toml: ``dir`` relative to the file, ``token_size``, ``seq_len``, ``shuffle_seed``, ``vocab_size``.
 
     ``token_size`` is ``"TwoBytes"``/``"FourBytes"`` (or 2/4); ``shuffle_seed``
     is Psyche's 32 byte values (read little-endian), an int >= 0, or absent
-    (or ``"DontShuffle"``) for no shuffle; ``vocab_size`` (readerkit's, optional)
-    is an int >= 2 that the token size can hold. Raises ``RunFileError`` naming the
-    file, the key and the fix.
+    (or ``"DontShuffle"``) for no shuffle; ``vocab_size`` (readerkit's,
+    optional) is an int >= 2 that the token size can hold. Raises ``RunFileError`` naming the
+    file, the key and the fix; a state.toml is refused as the wrong kind of
+    file, naming ``caller`` (what reads it: ``"serve --config"``) as the one
+    that expects a data.toml.
 
     >>> import os, tempfile
     >>> tmp = tempfile.TemporaryDirectory()
@@ -224,6 +282,8 @@ def load_data(path: str | os.PathLike) -> DataConfig:
     """
     path = os.path.abspath(os.fspath(path))
     doc = fields.read_toml(path, "data.toml")
+    if kind_of(doc) == "state.toml":
+        raise _wrong_kind(path, doc, "data.toml", caller)
     fields.check_keys(path, doc, "", DATA_KEYS, required=DATA_KEYS[:3])
     seed = doc.get("shuffle_seed", "DontShuffle")
     size = fields.token_size(path, "token_size", doc["token_size"])
@@ -283,7 +343,7 @@ def write_data(folder: str | os.PathLike, text: str) -> str:
     return path
 
 
-def load_run(path: str | os.PathLike) -> RunConfig:
+def load_run(path: str | os.PathLike, *, caller: str = "load_run") -> RunConfig:
     """Read a state.toml: the batch-size schedule, the steps, the sequence length and the data location.
 
     ``[model.LLM.data_location]`` (or ``[model_extra_data.data_location]`` in
@@ -294,7 +354,9 @@ def load_run(path: str | os.PathLike) -> RunConfig:
     ``[model.LLM.data_location.Local]`` with ``path``, ``token_size_in_bytes``
     and ``shuffle``. Paths are relative to the file. Psyche's other keys are
     listed in ``ignored``. Raises ``RunFileError`` naming the file, the key and
-    the fix.
+    the fix; a data.toml is refused as the wrong kind of file, naming
+    ``caller`` (what reads it: ``"train --config"``) as the one that expects a
+    state.toml.
 
     >>> import os, tempfile
     >>> tmp = tempfile.TemporaryDirectory()
@@ -323,6 +385,8 @@ def load_run(path: str | os.PathLike) -> RunConfig:
     """
     path = os.path.abspath(os.fspath(path))
     doc = fields.read_toml(path, "state.toml")
+    if kind_of(doc) == "data.toml":
+        raise _wrong_kind(path, doc, "state.toml", caller)
     fields.check_keys(path, doc, "", STATE_KEYS, required=("config", "model"))
     config = fields.subtable(path, doc, "", "config")
     fields.check_keys(path, config, "config", CONFIG_USED + CONFIG_IGNORED, required=CONFIG_USED)

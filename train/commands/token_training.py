@@ -134,7 +134,7 @@ def config_run(info: Any, found: Any, settings: TrainSettings) -> None:
     "Error: Invalid value for '--config': File '/nonexistent/state.toml' does not exist."
     """
     _refuse_image_options()
-    run = load_run(settings.config)
+    run = load_run(settings.config, caller="train --config")
     tokens, shuffle_seed, found_vocab = _token_data(run, settings.config)
     data = tokens if shuffle_seed is None else readers.shuffle(tokens, seed=shuffle_seed)
     vocab, whence = _vocabulary(settings, run, found_vocab)

@@ -184,6 +184,17 @@ def test_a_local_run_resumes_from_a_server_of_the_same_data(tmp_path):
     assert load_checkpoint(ck)[1]["step"] == 12
 
 
+def test_a_data_toml_given_as_the_run_file_is_named_as_the_wrong_kind(tmp_path):
+    _run_files(tmp_path)
+    data = tmp_path / "tokens" / "data.toml"
+    result = run("train", "--config", str(data))
+    # before: "Error: .../data.toml: dir: unknown key 'dir'; remove it, or use one of: config, model, ..."
+    assert result.exit_code == 1 and result.output.splitlines() == [
+        f"Error: {data}: this is a token folder's data.toml (dir, token_size, seq_len), but train --config expects "
+        "a run file (state.toml, with [config] and [model.LLM]); give the run's state.toml, or write one whose "
+        f'[model.LLM.data_location] is Local = "{tmp_path / "tokens"}" (the folder of this data.toml)']
+
+
 def _never_built(*args, **kwargs):
     raise AssertionError("the model was built: a refused vocabulary must be refused before anything is allocated")
 
