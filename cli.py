@@ -7,6 +7,7 @@
     python cli.py serve --reader mnist          serve its entries to readers.remote clients over TCP
     python cli.py cache info DIR                what a readers.cached folder holds (cache clear DIR empties it)
     python cli.py pipeline run --db runs.db     a continual-learning pipeline on split-mnist, a row per trigger
+    python cli.py plot log.jsonl                the curves of a --log-json log, as log.png
 
 >>> from click.testing import CliRunner
 >>> CliRunner().invoke(main, ["--help"]).exit_code
@@ -29,6 +30,7 @@ from train.commands.options import (
     TrainSettings,
     as_settings,
     batch_size_option,
+    blas_threads_option,
     classes_option,
     given_flags,
     log_json_option,
@@ -38,18 +40,25 @@ from train.commands.options import (
     reader_options,
     seed_option,
 )
+from train.commands.progress import PROGRESS_EVERY, Meter, log_to_stderr
 from train.commands.training import first_entry, splits, train_command
 
 __all__ = ["main"]
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
-def main() -> None:
+@click.option("--progress-every", default=PROGRESS_EVERY, show_default=True, envvar="READERKIT_PROGRESS_EVERY",
+              type=click.FloatRange(min=0, min_open=True), metavar="SECONDS",
+              help="Where stderr is no terminal (a job under a scheduler), log the progress of train, tokenize and "
+                   "pipeline run every SECONDS, with the rate and the ETA (also from $READERKIT_PROGRESS_EVERY); on "
+                   "a terminal they draw a bar.")
+def main(progress_every: float) -> None:
     """readerkit: composable data readers and minibatching for training.
 
     A --reader or --model given as module:attribute (or a bare module) is
     imported with the current folder first on the import path, as python -m does.
     """
+    log_to_stderr()  # the progress lines go through logging's "readerkit" logger
     # readerkit's own packages first: a user's train.py, readers.py or batching.py in the current
     # folder must not shadow them once that folder leads the import path
     try:
@@ -93,6 +102,7 @@ def main() -> None:
 @click.option("--vocab-size", type=click.IntRange(min=2), default=None,
               help="With --config: token ids 0..N-1.  [default: one more than the largest id in 1,000 windows "
                    "spread over the data, at least 256]")
+@blas_threads_option
 @fail_cleanly
 @as_settings(TrainSettings)
 def train(settings: TrainSettings) -> None:
@@ -297,18 +307,12 @@ def tokenize(sources: tuple[str, ...], out: str, token_size: int | str) -> None:
     from readers.tokenized.windows import tokenize_bytes
 
     token_size = int(token_size)
-    total = sum(os.path.getsize(source) for source in sources)
-    if not sys.stderr.isatty():  # a bar is only a stray label in a log
-        path = tokenize_bytes(sources, out, token_size=token_size)
-    else:
-        with click.progressbar(length=total, label="tokenizing", file=sys.stderr) as bar:
-            seen = [0]
+    total = sum(os.path.getsize(source) for source in sources)  # a byte a token
+    with Meter("tokenizing", total, unit="tokens") as meter:  # a bar, or a log line every --progress-every s
+        def progress(done: int) -> None:
+            meter.update(done - meter.done)
 
-            def progress(done: int) -> None:
-                bar.update(done - seen[0])
-                seen[0] = done
-
-            path = tokenize_bytes(sources, out, token_size=token_size, progress=progress)
+        path = tokenize_bytes(sources, out, token_size=token_size, progress=progress)
     count = os.path.getsize(path) // token_size
     click.echo(f"wrote {path}: {count:,} byte-level tokens (vocabulary 256) from {len(sources)} file"
                f"{'s' if len(sources) > 1 else ''}, {token_size} bytes each")
@@ -319,6 +323,21 @@ def tokenize(sources: tuple[str, ...], out: str, token_size: int | str) -> None:
     size = "TwoBytes" if token_size == 2 else "FourBytes"
     click.echo(f"next: a data.toml in {out} saying dir = \".\", token_size = \"{size}\", seq_len and shuffle_seed, "
                "and a state.toml whose data location is Local = that folder (see the README)", err=True)
+
+
+@main.command("plot")
+@click.argument("log", type=click.Path(dir_okay=False))
+@click.option("--out", type=click.Path(dir_okay=False), default=None,
+              help="The image to write (.png, .svg or .pdf).  [default: LOG with .png for its extension]")
+@fail_cleanly
+def plot(log: str, out: str | None) -> None:
+    """Draw the curves of a --log-json LOG: loss and accuracy per pass (train), loss and perplexity per step
+    (train --config), or each task's accuracy per trigger (pipeline run). Needs matplotlib
+    (pip install matplotlib)."""
+    from train.commands.plotting import plot_log
+
+    written, what = plot_log(log, out)
+    click.echo(f"wrote {written}: {what}")
 
 
 main.add_command(cache_group)
