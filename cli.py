@@ -49,9 +49,9 @@ __all__ = ["main"]
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--progress-every", default=PROGRESS_EVERY, show_default=True, envvar="READERKIT_PROGRESS_EVERY",
               type=click.FloatRange(min=0, min_open=True), metavar="SECONDS",
-              help="Where stderr is no terminal (a job under a scheduler), log the progress of train, tokenize and "
-                   "pipeline run every SECONDS, with the rate and the ETA (also from $READERKIT_PROGRESS_EVERY); on "
-                   "a terminal they draw a bar.")
+              help="Where stderr is no terminal (a job under a scheduler), log the progress of train, tokenize, "
+                   "pipeline run and cache clear every SECONDS, with the rate and the ETA (also from "
+                   "$READERKIT_PROGRESS_EVERY); on a terminal they draw a bar.")
 def main(progress_every: float) -> None:
     """readerkit: composable data readers and minibatching for training.
 

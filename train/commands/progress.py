@@ -5,7 +5,7 @@ times a second: the bar, the count, entries/s and the ETA. Elsewhere (a job
 under a scheduler, output to a file) a bar is only noise, so it logs a line
 through ``logging`` every ``every`` seconds instead, under the ``readerkit``
 logger, which ``log_to_stderr`` points at stderr for the CLI. ``train``,
-``tokenize`` and ``pipeline run`` use it.
+``tokenize``, ``pipeline run`` and ``cache clear`` use it.
 
 >>> import logging, sys
 >>> clock = iter([0.0, 10.0, 40.0, 41.0]).__next__

@@ -108,3 +108,20 @@ def test_cli_pipeline_run_logs_each_trainings_progress_where_there_is_no_termina
 def test_cli_progress_every_must_be_above_zero():
     result = CliRunner().invoke(cli.main, ["--progress-every", "0", "readers"])
     assert result.exit_code == 2 and "Invalid value for '--progress-every'" in result.output
+
+
+@pytest.mark.parametrize("only", [[], ["--ns", "1"]])
+def test_cli_cache_clear_logs_the_entries_it_deletes_where_there_is_no_terminal(tmp_path, records, monkeypatch, only):
+    import readers
+    import readers.caching.admin
+
+    cached = readers.cached(readers.from_sequence(list(range(40))), abs, directory=str(tmp_path))
+    assert len(list(cached())) == 40
+    cached.store.close()
+    monkeypatch.setattr(readers.caching.admin, "_DELETE_STEPS", 4)  # four statements, a progress line after each
+    result = CliRunner().invoke(cli.main, ["--progress-every", "1e-9", "cache", "clear", str(tmp_path), "--yes",
+                                           *only])
+    assert result.exit_code == 0, result.output
+    assert [line.split(",")[0] for line in records()] == [f"cache clear: {n}/40 entries ({n * 100 // 40}%)"
+                                                          for n in (10, 20, 30, 40)]
+    assert readers.caching.admin.cache_info(str(tmp_path))["entries"] == 0
