@@ -7,6 +7,7 @@
     python cli.py serve --reader mnist          serve its entries to readers.remote clients over TCP
     python cli.py cache info DIR                what a readers.cached folder holds (cache clear DIR empties it)
     python cli.py pipeline run --db runs.db     a continual-learning pipeline on split-mnist, a row per trigger
+    python cli.py plot log.jsonl                the curves of a --log-json log, as log.png
 
 >>> from click.testing import CliRunner
 >>> CliRunner().invoke(main, ["--help"]).exit_code
@@ -29,6 +30,7 @@ from train.commands.options import (
     TrainSettings,
     as_settings,
     batch_size_option,
+    blas_threads_option,
     classes_option,
     given_flags,
     log_json_option,
@@ -38,6 +40,7 @@ from train.commands.options import (
     reader_options,
     seed_option,
 )
+from train.commands.progress import PROGRESS_EVERY, log_to_stderr
 from train.commands.tokenizing import tokenize_command
 from train.commands.training import first_entry, splits, train_command
 
@@ -45,12 +48,18 @@ __all__ = ["main"]
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
-def main() -> None:
+@click.option("--progress-every", default=PROGRESS_EVERY, show_default=True, envvar="READERKIT_PROGRESS_EVERY",
+              type=click.FloatRange(min=0, min_open=True), metavar="SECONDS",
+              help="Where stderr is no terminal (a job under a scheduler), log the progress of train, tokenize, "
+                   "pipeline run and cache clear every SECONDS, with the rate and the ETA (also from "
+                   "$READERKIT_PROGRESS_EVERY); on a terminal they draw a bar.")
+def main(progress_every: float) -> None:
     """readerkit: composable data readers and minibatching for training.
 
     A --reader or --model given as module:attribute (or a bare module) is
     imported with the current folder first on the import path, as python -m does.
     """
+    log_to_stderr()  # the progress lines go through logging's "readerkit" logger
     # readerkit's own packages first: a user's train.py, readers.py or batching.py in the current
     # folder must not shadow them once that folder leads the import path
     try:
@@ -94,6 +103,7 @@ def main() -> None:
 @click.option("--vocab-size", type=click.IntRange(min=2), default=None,
               help="With --config: token ids 0..N-1.  [default: one more than the largest id in 1,000 windows "
                    "spread over the data, at least 256]")
+@blas_threads_option
 @fail_cleanly
 @as_settings(TrainSettings)
 def train(settings: TrainSettings) -> None:
@@ -285,6 +295,21 @@ def _served(reader_name: str, data_dir: str | None, download: bool, config: str 
     if split == "test" and test_reader is None:
         raise click.UsageError(f"reader {reader_name!r} has no test split; serve --split train")
     return (train_reader if split == "train" else test_reader), {"split": split}
+
+
+@main.command("plot")
+@click.argument("log", type=click.Path(dir_okay=False))
+@click.option("--out", type=click.Path(dir_okay=False), default=None,
+              help="The image to write (.png, .svg or .pdf).  [default: LOG with .png for its extension]")
+@fail_cleanly
+def plot(log: str, out: str | None) -> None:
+    """Draw the curves of a --log-json LOG: loss and accuracy per pass (train), loss and perplexity per step
+    (train --config), or each task's accuracy per trigger (pipeline run). Needs matplotlib
+    (pip install matplotlib)."""
+    from train.commands.plotting import plot_log
+
+    written, what = plot_log(log, out)
+    click.echo(f"wrote {written}: {what}")
 
 
 main.add_command(cache_group)

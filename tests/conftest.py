@@ -1,7 +1,12 @@
 """Shared test helpers: nothing hangs, nothing leaks.
 
-Every test under tests/ runs under a watchdog (``TEST_LIMIT``): a test that
-hangs fails with a message instead of stalling the whole run. Tests that start
+Every test under tests/ runs under a watchdog (``TEST_LIMIT``, or the seconds
+of its ``@pytest.mark.limit(seconds)``): a test still running past its limit
+fails, saying how long it ran and what its limit was, instead of stalling the
+whole run. A test slow by nature (a whole example script, a training run) is
+marked with a limit sized to it: several times what it takes alone (it may
+take 5x that on a loaded machine), and above its own subprocess's timeout, so
+that the message that ends it is the one that names its command. Tests that start
 workers take ``no_leaks``, which fails them if readerkit threads or worker
 processes outlive them. Waits are bounded by ``HANG``, the spec's promise that
 a pass stops, raises or cleans up without hanging; it is a bound for a
@@ -12,17 +17,18 @@ the package doctests too; these helpers are for the test suite only.)
 """
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 
 HANG = 10.0  # seconds: generous bound for "stops, raises or cleans up without hanging"
-TEST_LIMIT = 60  # seconds: a test still running by then hangs, and fails rather than stall the suite
+TEST_LIMIT = 60  # seconds a test may run unless its limit mark says otherwise; then it fails rather than stall the suite
 
 
 def wait_for(predicate: Callable[[], bool], timeout: float) -> bool:
@@ -86,16 +92,50 @@ def no_leaks():
     assert multiprocessing.active_children() == []
 
 
-@pytest.fixture(autouse=True)
-def _watchdog():
-    """Fail a test that hangs (a pass that never ends) instead of stalling the whole run."""
-    def hung(signum, frame):
-        raise TimeoutError(f"test still running after {TEST_LIMIT} s: something in it hangs")
+@contextlib.contextmanager
+def watchdog(limit: float) -> Iterator[None]:
+    """Raise ``TimeoutError`` in the main thread once the block has run ``limit`` seconds, saying so.
 
-    previous = signal.signal(signal.SIGALRM, hung)
-    signal.setitimer(signal.ITIMER_REAL, TEST_LIMIT)  # not inherited by forked workers
+    The message gives the seconds it ran and its limit, not a verdict: a test
+    past its limit may hang, or be slow on a loaded machine (give it a larger
+    ``@pytest.mark.limit``, or make it faster). A watchdog around part of a
+    test puts the test's own back when it ends.
+    """
+    started = time.monotonic()
+
+    def overran(signum, frame):
+        raise TimeoutError(f"test ran {time.monotonic() - started:.1f} s, past its limit of {limit:g} s; "
+                           "if it is slow rather than stuck, give it @pytest.mark.limit(seconds) or make it faster")
+
+    previous = signal.signal(signal.SIGALRM, overran)
+    outer, _ = signal.setitimer(signal.ITIMER_REAL, limit)  # not inherited by forked workers
     try:
         yield
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
+        if outer:  # the enclosing watchdog's time, less what this block took
+            signal.setitimer(signal.ITIMER_REAL, max(outer - (time.monotonic() - started), 0.001))
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "limit(seconds): the seconds this test may run before the watchdog fails it "
+                                       f"(default {TEST_LIMIT}); for tests slow by nature, several times their time alone")
+
+
+def limit_of(item: pytest.Item) -> float:
+    """The seconds ``item`` may run: its ``limit`` mark's, else ``TEST_LIMIT``."""
+    mark = item.get_closest_marker("limit")
+    if mark is None:
+        return TEST_LIMIT
+    seconds = mark.args[0] if mark.args else mark.kwargs["seconds"]
+    if not (isinstance(seconds, (int, float)) and seconds > 0):
+        raise ValueError(f"{item.nodeid}: @pytest.mark.limit({seconds!r}): give the seconds, a number above 0")
+    return seconds
+
+
+@pytest.fixture(autouse=True)
+def _watchdog(request):
+    """Fail a test that runs past its limit (a pass that never ends) instead of stalling the whole run."""
+    with watchdog(limit_of(request.node)):
+        yield

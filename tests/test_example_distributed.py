@@ -24,6 +24,7 @@ def epochs(output):
     return found
 
 
+@pytest.mark.limit(150)  # 4.4 s alone: two processes started by torchrun, under its own 120 s limit
 def test_example_distributed_under_torchrun_takes_equal_steps_on_every_rank(tmp_path):
     done = run_torchrun(EXAMPLE, "--samples", 1001, "--epochs", 2, nproc=2, timeout=120,
                         log_dir=str(tmp_path / "torchrun-logs"))

@@ -28,6 +28,7 @@ from readers.inspection import Inspection, inspect_pipeline
 from readers.ops.sharding import check_equalize
 from readers.plugins.registry import find_model
 from readers.position import start_of
+from train.blas import DEFAULT_BLAS_THREADS, check_threads, limit_blas
 from train.checkpoints.files import (
     CheckpointError,
     rank_folder,
@@ -164,6 +165,7 @@ def train(
     pad_value: Any = 0,
     shard: bool = True,
     equalize: str | None = "pad",
+    blas_threads: int | None = DEFAULT_BLAS_THREADS,
 ) -> list[dict[str, Any]]:
     """Train ``model`` for ``passes`` passes over ``provider``; return one record per pass.
 
@@ -196,6 +198,12 @@ def train(
     glibc malloc for the process so that per-batch arrays reuse heap pages
     (``READERKIT_MALLOC=system`` opts out).
 
+    The run's numpy BLAS uses ``blas_threads`` threads (``train.blas``): one by
+    default, the fastest and steadiest for small numpy models (a thread per
+    core made a run 2 to 3 times slower on a busy machine); more may pay for
+    wide layers; ``None`` keeps the library's own setting. The process's
+    setting is put back when train() returns.
+
     Checkpoints hold the reader's state (``{"pass", "cursor", "seed"}``, see
     ``readers.position``), so a run resumes on another number of processes and
     still trains every sample of the interrupted pass exactly once.
@@ -227,6 +235,7 @@ def train(
         raise BadType(f"train: the provider is batched already (it holds {facts.batched}); give it the reader of "
                       "single entries and pass the batch size to train")
     check_equalize(equalize, "train")
+    check_threads(blas_threads, "train")
     columns = columns_of(mapping)
     batch_size = whole(batch_size, "batch_size", "train", 1, floats=False)
     passes = whole(passes, "passes", "train", floats=False)
@@ -239,7 +248,12 @@ def train(
     minibatches = _minibatches(reader, batch_size, drop_last, pad_value)
     length = _length(reader)
     batches_in = None if length is None else length // batch_size if drop_last else -(-length // batch_size)
-    loop = functools.partial(_passes, model, minibatches, columns, passes, batches_in, event_handler, test)
+    passes_of = functools.partial(_passes, model, minibatches, columns, passes, batches_in, event_handler, test)
+
+    def loop(saved: _Saved | None) -> list[dict[str, Any]]:
+        with limit_blas(blas_threads):
+            return passes_of(saved)
+
     if checkpoints is None:
         return loop(None)
     _check_checkpointable(facts)  # before any work, not at the first checkpoint

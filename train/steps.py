@@ -29,6 +29,7 @@ from readers.identity import differences
 from readers.inspection import inspect_pipeline
 from readers.tokenized.rounds import assign_batches, round_share
 from readers.tokenized.schedule import BatchSchedule
+from train.blas import DEFAULT_BLAS_THREADS, check_threads, limit_blas
 from train.checkpoints.files import (
     CheckpointError,
     rank_folder,
@@ -103,7 +104,8 @@ def _check(folder: str, meta: dict[str, Any], run: dict[str, Any], steps: int) -
 
 def train_steps(reader: Any, *, model: Any, schedule: BatchSchedule, steps: int, seed: int = 0,
                 on_log: Callable[[dict[str, Any]], None] | None = None, log_every: int = 10,
-                checkpoints: Checkpoints | str | os.PathLike | None = None) -> list[dict[str, Any]]:
+                checkpoints: Checkpoints | str | os.PathLike | None = None,
+                blas_threads: int | None = DEFAULT_BLAS_THREADS) -> list[dict[str, Any]]:
     """Train ``model`` for ``steps`` steps of ``schedule`` over ``reader``; return the log records.
 
     ``reader`` is an indexed reader of windows (``readers.tokens``, usually
@@ -119,6 +121,9 @@ def train_steps(reader: Any, *, model: Any, schedule: BatchSchedule, steps: int,
     ``resume`` and ``overwrite``); a resume refuses another schedule, seed,
     model, ``config`` or data.
 
+    numpy's BLAS runs ``blas_threads`` threads meanwhile, as in ``train.train``
+    (one by default; None keeps the library's setting).
+
     >>> from readers.tokenized.schedule import BatchSchedule
     >>> from train.models.language import NextTokenMLP
     >>> text = np.frombuffer(b"abcabcabc" * 30, np.uint8).astype(np.int32)
@@ -131,6 +136,7 @@ def train_steps(reader: Any, *, model: Any, schedule: BatchSchedule, steps: int,
     for name, value in (("steps", steps), ("log_every", log_every)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise BadValue(f"train_steps: {name} must be an int >= 1, got {value!r}")
+    check_threads(blas_threads, "train_steps")
     checkpoints = checkpoints_of(checkpoints, "train_steps")
     info = readers.worker_info()
     settings = getattr(model, "settings", None)
@@ -138,7 +144,8 @@ def train_steps(reader: Any, *, model: Any, schedule: BatchSchedule, steps: int,
            "model": {"class": type(model).__qualname__, **(settings() if callable(settings) else {})},
            "config": {} if checkpoints is None else checkpoints.config}
     if checkpoints is None:
-        return _loop(reader, model, schedule, steps, seed, info, on_log, log_every, None)
+        with limit_blas(blas_threads):
+            return _loop(reader, model, schedule, steps, seed, info, on_log, log_every, None)
     with claim(checkpoints.folder, resume=checkpoints.resume, overwrite=checkpoints.overwrite, rank=info.rank,
                world_size=info.world_size) as found:
         run["data"] = inspect_pipeline(reader).fingerprint
@@ -148,7 +155,8 @@ def train_steps(reader: Any, *, model: Any, schedule: BatchSchedule, steps: int,
             _check(saved.folder, meta, run, steps)
             model.load_state_dict(state)
             saved.first, saved.history = meta["step"], meta["history"]
-        return _loop(reader, model, schedule, steps, seed, info, on_log, log_every, saved)
+        with limit_blas(blas_threads):
+            return _loop(reader, model, schedule, steps, seed, info, on_log, log_every, saved)
 
 
 class _Saved:

@@ -135,7 +135,30 @@ def _reclaim(db: sqlite3.Connection) -> str | None:
     return None
 
 
-def clear_cache(directory: str | os.PathLike, ns: int | None = None, *, timeout: float = 10.0) -> dict[str, Any]:
+#: Statements the entries are deleted in when a caller follows the progress: ranges of keys, one after another.
+_DELETE_STEPS = 100
+
+
+def _delete_entries(db: sqlite3.Connection, where: str, args: tuple, progress: Any) -> int:
+    """Delete the entries ``where`` selects (all when ""); how many. With ``progress``, in ``_DELETE_STEPS`` ranges
+    of keys (a key is the row's id: a range is read straight off the table), calling ``progress(deleted, total)``
+    after each."""
+    if progress is None:
+        return db.execute(f"DELETE FROM entries{where}", args).rowcount
+    total = db.execute(f"SELECT COALESCE(SUM(entries), 0) FROM spaces{where}", args).fetchone()[0]
+    low, high = db.execute(f"SELECT MIN(k), MAX(k) FROM entries{where}", args).fetchone()
+    deleted = 0
+    if low is not None:
+        step = (high - low) // _DELETE_STEPS + 1
+        for start in range(low, high + 1, step):
+            deleted += db.execute(f"DELETE FROM entries{where}{' AND' if where else ' WHERE'} k BETWEEN ? AND ?",
+                                  (*args, start, min(start + step - 1, high))).rowcount
+            progress(deleted, total)
+    return deleted
+
+
+def clear_cache(directory: str | os.PathLike, ns: int | None = None, *, timeout: float = 10.0,
+                progress: Any = None) -> dict[str, Any]:
     """Delete every entry of the cache in ``directory`` (or of namespace ``ns`` only) and reclaim the space.
 
     The entries go in one transaction: a process using the cache meanwhile
@@ -143,7 +166,8 @@ def clear_cache(directory: str | os.PathLike, ns: int | None = None, *, timeout:
     (see the module's docstring). Then the file is compacted; when another
     process holds the database past ``timeout`` seconds, the result's
     ``note`` says what was not done and ``reclaimed`` is False (the entries
-    are gone all the same).
+    are gone all the same). ``progress(deleted, total)``, when given, is
+    called as the entries go (about 100 times), for a progress bar.
 
     Returns ``directory``, ``ns``, ``namespaces`` (how many were emptied),
     ``entries`` and ``bytes`` (of entries removed), ``file_bytes_before``,
@@ -182,7 +206,7 @@ def clear_cache(directory: str | os.PathLike, ns: int | None = None, *, timeout:
                     known = [n for (n,) in db.execute("SELECT ns FROM spaces ORDER BY ns")]
                     raise BadValue(f"the cache in {path} has no namespace {ns}; it has {known or 'none'} "
                                    f"(see `python cli.py cache info {directory}`)")
-                entries = db.execute(f"DELETE FROM entries{where}", args).rowcount
+                entries = _delete_entries(db, where, args, progress)
                 # the triggers zeroed entries and bytes; the compute record goes with what it was a record of
                 db.execute(f"UPDATE spaces SET computed = 0, compute_s = 0{where}", args)
                 if ns is None:  # the whole cache: its bound goes too (a process that gives one sets it again)

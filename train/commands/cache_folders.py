@@ -13,6 +13,7 @@ import json
 import click
 
 from train.commands.console import fail_cleanly
+from train.commands.progress import Meter
 
 __all__ = ["cache_group"]
 
@@ -54,5 +55,10 @@ def cache_clear_command(directory: str, ns: int | None, yes: bool) -> None:
         if held:  # an --ns it does not hold is refused below, unasked
             click.confirm(f"delete {sum(s['entries'] for s in held):,} entries ({sum(s['bytes'] for s in held) / (1 << 20):,.2f} "
                           f"MiB) from {info['directory']}{'' if ns is None else f' (namespace {ns})'}?", abort=True)
-    cleared = clear_cache(directory, ns)
+    with Meter("cache clear", unit="entries") as meter:  # a bar, or a log line every --progress-every s
+        def progress(deleted: int, total: int) -> None:
+            meter.total = total
+            meter.update(deleted - meter.done)
+
+        cleared = clear_cache(directory, ns, progress=progress)
     click.echo(cleared_line(cleared))

@@ -7,7 +7,6 @@ import functools
 import json
 import math
 import os
-import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -15,13 +14,15 @@ import click
 
 from readers.errors import ReaderkitError
 from train.checkpoints.resume import Difference, ResumeRefused
+from train.commands.progress import Meter
 from train.events import BeginPass, EndIteration, EndPass, TestResult
 
 __all__ = ["Progress", "fail_cleanly", "in_flag_words", "keep_passes_before"]
 
 
 class Progress:
-    """The CLI's event handler: a progress bar per pass (on a terminal) and one summary line per pass.
+    """The CLI's event handler: the progress of each pass (a bar on a terminal, else a log line every
+    ``--progress-every`` seconds, with entries/s and the ETA: ``Meter``) and one summary line per pass.
 
     ``flush()`` prints the line of the pass that just ended, after its test
     if any, and appends it to the JSON log as one object. ``log`` is an open
@@ -44,8 +45,10 @@ class Progress:
     '{"pass": 0, "train_loss": 0.5, "train_accuracy": 0.9, "test_accuracy": null, "samples_per_s": 1000.0, "seconds": 1.0}\\n'
     """
 
-    def __init__(self, log: Any = None, who: str = "", *, resume: bool = False):
-        self.bar: Any = None
+    def __init__(self, log: Any = None, who: str = "", *, resume: bool = False, batch_size: int | None = None,
+                 meter: Callable[..., Meter] = Meter):
+        self.bar: Meter | None = None
+        self.batch_size, self.meter = batch_size, meter
         self.path = log if isinstance(log, (str, os.PathLike)) else None
         self.log_json = None if self.path is not None else log
         self.who, self.resume = who, resume
@@ -62,26 +65,25 @@ class Progress:
     def close(self) -> None:
         """End a progress bar cut short and close a log this handler opened."""
         if self.bar is not None:
-            self.bar.__exit__(None, None, None)
-            self.bar = None
+            self.bar.close()
         if self.path is not None and self.log_json is not None:
             self.log_json.close()
 
     def __call__(self, event: Any) -> None:
         if isinstance(event, BeginPass):
             self._open(event.pass_id)
-            if sys.stderr.isatty():  # elsewhere a bar is only a stray label line in the log
-                self.bar = click.progressbar(length=event.batches or 0, label=f"pass {event.pass_id}",
-                                             show_eta=False, file=sys.stderr)
-                self.bar.__enter__()
-                self.bar.update(event.first_batch)
+            label = f"{self.who}pass {event.pass_id}"
+            if self.bar is None:
+                self.bar = self.meter(label, event.batches, unit="batches", rate_unit="entries", done=event.first_batch)
+            else:  # one meter for the run: off a terminal, its lines keep their cadence across passes
+                self.bar.restart(label, event.batches, event.first_batch)
         elif isinstance(event, EndIteration):
             if self.bar is not None:
-                self.bar.update(1)
+                count = event.metrics.get("count", self.batch_size) if isinstance(event.metrics, dict) else None
+                self.bar.update(1, None if count is None else int(count))
         elif isinstance(event, EndPass):
             if self.bar is not None:
-                self.bar.__exit__(None, None, None)
-                self.bar = None
+                self.bar.close()
             m = event.metrics
             self.pending = {"pass": event.pass_id, "train_loss": m["loss"], "train_accuracy": m["accuracy"],
                             "test_accuracy": None, "samples_per_s": m["samples_per_s"], "seconds": m["seconds"]}

@@ -14,6 +14,7 @@ from readers.errors import ReaderkitError
 from readers.plugins.registry import find_model, find_reader
 from train.commands.continual_table import HEADER, finished_records, row_of
 from train.commands.options import PipelineRunSettings
+from train.commands.progress import Meter
 from train.commands.training import (
     Terminated,
     first_entry,
@@ -27,6 +28,7 @@ from train.continual.strategies import parse_strategy
 from train.continual.stream_columns import entry_problem
 from train.continual.supervisor import run_pipeline
 from train.continual.triggers import parse_trigger
+from train.events import BeginPass, EndIteration
 
 __all__ = ["LOGGED", "in_flags", "run_command"]
 
@@ -78,6 +80,29 @@ class _Table:
             self.file = None
 
 
+class _Trainings:
+    """The progress of each trigger's training over its steps (the passes that reach --min-steps included): a bar
+    on a terminal, else a log line every --progress-every seconds (``Meter``)."""
+
+    def __init__(self, settings: PipelineRunSettings):
+        self.settings, self.meter = settings, None
+
+    def __call__(self, event: Any) -> None:
+        if isinstance(event, BeginPass) and event.pass_id == 0:  # a training starts: its steps as run_pipeline counts
+            batches = max(event.batches or 1, 1)
+            steps = batches * max(self.settings.passes, -(-self.settings.min_steps // batches))
+            if self.meter is None:
+                self.meter = Meter("training", steps, unit="steps", rate_unit="entries")
+            else:
+                self.meter.restart("training", steps)
+        elif isinstance(event, EndIteration) and self.meter is not None:
+            self.meter.update(1, int(event.metrics.get("count", self.settings.batch_size)))
+
+    def close(self) -> None:
+        if self.meter is not None:
+            self.meter.close()
+
+
 def run_command(settings: PipelineRunSettings) -> None:
     """Run ``pipeline run`` on its parsed options (``cli.py pipeline run --help`` lists them).
 
@@ -89,6 +114,12 @@ def run_command(settings: PipelineRunSettings) -> None:
     (1, True)
     """
     table = _Table(settings.log_json, settings.db, settings.resume is not None)
+    trainings = _Trainings(settings)
+
+    def on_trigger(record: dict[str, Any]) -> None:
+        trainings.close()  # the bar's line ends before the row
+        table(record)
+
     _check_options(settings)
     try:
         with sigterm_stops():
@@ -103,7 +134,7 @@ def run_command(settings: PipelineRunSettings) -> None:
                          lambda seed: factory(n_inputs, n_classes=classes, lr=lr, seed=seed), db=settings.db,
                          test=test, batch_size=settings.batch_size, passes=settings.passes,
                          min_steps=settings.min_steps, seed=settings.seed, resume=settings.resume,
-                         on_start=table.started, on_trigger=table,
+                         on_start=table.started, on_trigger=on_trigger, event_handler=trainings,
                          config={"reader": settings.reader_name})  # the model's settings hold --lr and --classes
     except PipelineConfigError as exc:
         raise click.ClickException(in_flags(exc)) from None
@@ -111,6 +142,7 @@ def run_command(settings: PipelineRunSettings) -> None:
         table.close()
         _interrupted(table, settings, stop)
     finally:
+        trainings.close()
         table.close()
     if table.pipeline_id is None:
         return

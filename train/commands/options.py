@@ -25,8 +25,9 @@ from typing import Any
 import click
 from click.core import ParameterSource
 
-__all__ = ["PipelineRunSettings", "TrainSettings", "as_settings", "batch_size_option", "classes_option", "given_flags",
-           "log_json_option", "lr_option", "model_option", "passes_option", "reader_options", "seed_option"]
+__all__ = ["PipelineRunSettings", "TrainSettings", "as_settings", "batch_size_option", "blas_threads_option",
+           "classes_option", "given_flags", "log_json_option", "lr_option", "model_option", "passes_option",
+           "reader_options", "seed_option"]
 
 READER_HELP = ("A registered reader (see `readers`); your own module (mydata, a mydata.py with train and optional test "
                "readers); or module:attribute of a reader (a generator function) or a reader creator.")
@@ -56,6 +57,7 @@ class TrainSettings:
     steps: int | None
     log_every: int
     vocab_size: int | None
+    blas_threads: int
 
 
 @dataclass(frozen=True)
@@ -130,6 +132,13 @@ def lr_option(help_text: str) -> Callable:
 def seed_option(help_text: str) -> Callable:
     """``--seed``: an int from 0 (0 when not given)."""
     return click.option("--seed", default=0, show_default=True, type=click.IntRange(min=0), help=help_text)
+
+
+blas_threads_option = click.option(
+    "--blas-threads", default=1, show_default=True, type=click.IntRange(min=0),
+    help="Threads of numpy's BLAS while training; 0 leaves the library's own (a thread per core unless "
+         "OPENBLAS_NUM_THREADS says otherwise). One is the fastest and steadiest for the small built-in models; "
+         "setting it needs threadpoolctl (pip install threadpoolctl).")
 
 
 def log_json_option(help_text: str) -> Callable:

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import os
 import re
-import sys
 
 import click
 
@@ -31,6 +30,7 @@ from readers.tokenized.runfiles import (
     write_data,
 )
 from train.commands.console import fail_cleanly
+from train.commands.progress import Meter
 
 __all__ = ["BYTE_VOCABULARY", "DEFAULT_SEQ_LEN", "recorded_text", "tokenize_command"]
 
@@ -132,18 +132,12 @@ def tokenize_command(sources: tuple[str, ...], out: str, token_size: int | str, 
         raise FileError(f"{corpus} already holds a corpus ({os.path.getsize(corpus):,} bytes); add --overwrite to "
                        "replace it, or give another --out")
     existing = _existing(data_file, out, token_size, overwrite)
-    total = sum(os.path.getsize(source) for source in sources)
-    if not sys.stderr.isatty():  # a bar is only a stray label in a log
-        path = tokenize_bytes(sources, out, token_size=token_size, overwrite=overwrite)
-    else:
-        with click.progressbar(length=total, label="tokenizing", file=sys.stderr) as bar:
-            seen = [0]
+    total = sum(os.path.getsize(source) for source in sources)  # a byte a token
+    with Meter("tokenizing", total, unit="tokens") as meter:  # a bar, or a log line every --progress-every s
+        def progress(done: int) -> None:
+            meter.update(done - meter.done)
 
-            def progress(done: int) -> None:
-                bar.update(done - seen[0])
-                seen[0] = done
-
-            path = tokenize_bytes(sources, out, token_size=token_size, overwrite=overwrite, progress=progress)
+        path = tokenize_bytes(sources, out, token_size=token_size, overwrite=overwrite, progress=progress)
     count = os.path.getsize(path) // token_size
     click.echo(f"wrote {path}: {count:,} byte-level tokens (vocabulary {BYTE_VOCABULARY}) from {len(sources)} file"
                f"{'s' if len(sources) > 1 else ''}, {token_size} bytes each")

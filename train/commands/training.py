@@ -213,7 +213,7 @@ def _train(factory: Callable, info: Any, found: Any, settings: TrainSettings) ->
             stem, ext = os.path.splitext(log)
             log = f"{stem}.rank{info.rank}{ext}"
     click.echo(f"{who}model {settings.model_name}: {shown}")
-    handler = Progress(log, who, resume=settings.resume)  # the log is opened at the first pass, once train() has accepted the run
+    handler = Progress(log, who, resume=settings.resume, batch_size=settings.batch_size)  # the log is opened at the first pass, once train() has accepted the run
     at: dict[str, int] = {}
 
     def on_event(event: Any) -> None:
@@ -231,7 +231,8 @@ def _train(factory: Callable, info: Any, found: Any, settings: TrainSettings) ->
             config={"reader": reader_name, "model": settings.model_name, "classes": classes, "lr": lr,
                     "lr_decay": lr_decay})
         train(provider, ["image", "label"], settings.batch_size, settings.passes, model=model,
-              event_handler=on_event, test_provider=test_reader, seed=settings.seed, checkpoints=checkpoints)
+              event_handler=on_event, test_provider=test_reader, seed=settings.seed, checkpoints=checkpoints,
+              blas_threads=settings.blas_threads or None)
     except ResumeRefused as exc:
         raise click.ClickException(in_flag_words(exc)) from None
     except LabelRangeError as exc:
