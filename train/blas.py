@@ -6,9 +6,9 @@ save. With the library's default (a thread per core), ``cli.py train --reader
 mnist`` took 16 to 29 s on a loaded 2-core machine and 8.5 s steadily with one
 thread (issue 27), so ``train()`` runs one thread unless told otherwise.
 
-The count is set with ``threadpoolctl`` (``pip install threadpoolctl``, or
-the ``blas`` extra), for the run only: the process's setting is put back
-after. Without it the library's default stays, with one warning naming the
+The count is set with ``threadpoolctl`` (a runtime dependency), for the run
+only: the process's setting is put back after. Where it is missing (installed
+with ``--no-deps``) the library's default stays, with one warning naming the
 install, unless the environment already says that count
 (``OPENBLAS_NUM_THREADS``, ``OMP_NUM_THREADS`` or ``MKL_NUM_THREADS`` set
 before numpy was imported).
