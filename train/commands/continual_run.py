@@ -136,6 +136,9 @@ def _file_problem(flag: str, path: str | None) -> str | None:
 def _check_options(settings: PipelineRunSettings) -> None:
     """The options that need no data, all checked before the data is read (and nothing written if one is wrong)."""
     problems = [p for p in (_file_problem("--db", settings.db), _file_problem("--log-json", settings.log_json)) if p]
+    if settings.resume is not None and not os.path.isfile(settings.db):  # (never made empty, to be refused after)
+        problems.append(f"--resume {settings.resume}: there is no pipeline store at --db {settings.db}: give the "
+                        "--db the pipeline ran with")
     for flag, spec, parse in (("--trigger", settings.trigger_spec, parse_trigger),
                               ("--strategy", settings.strategy_spec, parse_strategy)):
         try:
