@@ -390,7 +390,9 @@ def set_aside(path: str, *more: str) -> str:
     """Rename the sqlite file at ``path`` out of the way, to ``path.damaged-<UTC time>-<pid>``, with its ``-wal``
     and ``-shm`` files (named after it, so that it opens with them) and the files ``more`` (each with the same
     suffix); return its new name. A file already gone is passed over. The log and index go first, so that the
-    database is never found beside a log that is not its own.
+    database is never found beside a log that is not its own. A connection still open on the renamed file goes
+    on with it; when it closes, sqlite sees that its file has moved and neither checkpoints nor deletes a log
+    by the old name (which may by then be a new database's).
 
     >>> import tempfile
     >>> with tempfile.TemporaryDirectory() as d:

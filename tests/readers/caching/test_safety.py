@@ -321,3 +321,29 @@ def test_a_table_dropped_under_an_open_cache_is_met_at_its_first_error(tmp_path)
     assert list(r()) == [word((i,)) for i in range(200)]
     assert r.stats()["disk_hits"] > 0  # written into the new database since
     r.close()
+
+
+def test_two_stores_that_meet_one_damage_set_it_aside_once_and_share_the_new_database(tmp_path):
+    # (two stores of one folder stand for two processes: each has its own connections)
+    data = readers.from_arrays(np.arange(300))
+    want = [word((i,)) for i in range(300)]
+    first, second = (readers.cached(data, word, directory=tmp_path, memory_bytes=0) for _ in range(2))
+    for r in (first, second):
+        list(r())
+        r.flush()
+    change(tmp_path, "DROP TABLE entries")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert list(first()) == want
+        first.flush()
+        assert list(second()) == want  # its connections still see the damaged file, set aside by the first
+        second.flush()
+    said = _damaged_warnings(caught)
+    assert len(said) == 2 and "it is set aside as" in said[0], said
+    assert "another process has set it aside; this one goes on with the new one" in said[1]
+    assert len([f for f in aside_files(tmp_path) if f.endswith(tuple("0123456789"))]) == 1  # one database, once
+    for r in (first, second):
+        assert list(r()) == want
+    assert damage_of(tmp_path) is None and second.stats()["disk_hits"] >= 300
+    first.close()
+    second.close()
