@@ -370,3 +370,17 @@ def test_a_table_dropped_under_an_open_store_is_refused_at_the_statement_that_me
         store.trainings(1)
     store.close()
     assert os.path.exists(tmp_path / "runs.db")  # what it holds cannot be computed again: never set aside
+
+
+def test_a_store_with_a_damaged_page_is_refused_saying_so(tmp_path):
+    _stored_training(tmp_path / "runs.db")
+    with sqlite3.connect(tmp_path / "runs.db") as db:
+        page = db.execute("SELECT rootpage FROM sqlite_master WHERE name = 'trainings'").fetchone()[0]
+        size = db.execute("PRAGMA page_size").fetchone()[0]
+    with open(tmp_path / "runs.db", "r+b") as file:
+        file.seek((page - 1) * size)
+        file.write(b"\xa5" * size)
+    with PipelineStore(tmp_path / "runs.db", create=False) as store, \
+            pytest.raises(DamagedFile, match=r"runs.db is damaged \(database disk image is malformed\): the file was "
+                                             "changed outside readerkit"):
+        store.trainings(1)
