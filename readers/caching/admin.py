@@ -13,6 +13,13 @@ Clearing keeps each namespace's row (its number, function and data), emptied:
 a process still running with that namespace open goes on writing under its
 number, counted where it should be, and a namespace made later never takes
 that number and reads another function's entries as its own.
+
+Both first check the database's pages (``PRAGMA quick_check``, which reads
+every page: about a second a GiB). ``cache_info`` reports a damaged one as
+such, holding nothing; ``clear_cache`` deletes it, with its ``-wal``,
+``-shm`` and dense files, and a new one is made when the cache is next used.
+Either way, the copies of damaged databases that processes set aside
+(``*.damaged-*``) are counted, and ``clear_cache`` deletes them.
 """
 from __future__ import annotations
 
@@ -23,9 +30,10 @@ import sqlite3
 import time
 from typing import Any
 
-from readers.caching.database import FILE, NotACache, open_database
+from readers.caching.database import FILE, NotACache, aside_files, open_database
+from readers.caching.dense import dense_files
 from readers.errors import BadType, BadValue, TimedOut
-from readers.storage.sqlite import transaction
+from readers.storage.sqlite import DamagedFile, check_pages, is_damage, transaction
 
 __all__ = ["cache_info", "clear_cache", "cleared_line", "info_lines"]
 
@@ -33,34 +41,34 @@ _MIB = 1 << 20
 _SUFFIXES = ("", "-wal", "-shm")
 
 
-def _dense_files(directory: str, name: str = "") -> list[str]:
-    """The dense files of namespace ``name`` (of every namespace when ""): ``DenseFile``'s ``dense-NAME-C.npy``,
-    and what a process killed while making one left (``dense-NAME-C.npy.PID.THREAD.tmp``)."""
-    with contextlib.suppress(FileNotFoundError, NotADirectoryError), os.scandir(directory) as found:
-        prefix = f"dense-{name}-" if name else "dense-"
-        return sorted(f.path for f in found if f.name.startswith(prefix) and f.name.endswith((".npy", ".tmp")))
-    return []
-
-
 def _file_bytes(directory: str) -> int:
     """Bytes the cache's files take on disk: the database, its write-ahead log and shared-memory index, and
     the dense files, by the blocks allocated (a dense file is sparse until its rows are written)."""
     total = 0
-    for path in [os.path.join(directory, FILE + suffix) for suffix in _SUFFIXES] + _dense_files(directory):
+    files = [os.path.join(directory, FILE + suffix) for suffix in _SUFFIXES]
+    for path in files + dense_files(directory) + aside_files(directory):
         with contextlib.suppress(FileNotFoundError, NotADirectoryError):  # no file: nothing held
             stat = os.stat(path)
             total += stat.st_blocks * 512 if hasattr(stat, "st_blocks") else stat.st_size
     return total
 
 
-def _open(directory: str, refusal: str) -> sqlite3.Connection:
-    """The existing cache in ``directory`` (never made here); a file that is not one is refused, untouched."""
+def _open(directory: str, refusal: str) -> tuple[sqlite3.Connection | None, str | None]:
+    """(the existing cache in ``directory``, never made here, or None when it is damaged; what is damaged in it, or
+    None). A file that is not a cache is refused, untouched."""
     try:
-        return open_database(directory, create=False)
+        db = open_database(directory, create=False)
     except NotACache as exc:
         if exc.reason is None:  # a cache of another version: its own advice
             raise
         raise NotACache(exc.path, exc.reason, f"{exc.path} is not a readerkit cache ({exc.reason}): {refusal}") from None
+    except DamagedFile as exc:
+        return None, exc.reason
+    damage = check_pages(db)
+    if damage is not None:
+        db.close()
+        return None, damage
+    return db, None
 
 
 def _space(row: tuple) -> dict[str, Any]:
@@ -80,8 +88,10 @@ def cache_info(directory: str | os.PathLike) -> dict[str, Any]:
     """What the cache in ``directory`` holds: its size, its limit, and each namespace (a function over a dataset).
 
     Keys: ``directory`` (absolute), ``file_bytes`` (on disk: the database
-    with its ``-wal`` and ``-shm`` files, and the dense files), ``limit`` (the last ``disk_bytes`` given, or
-    None), ``entries`` and ``bytes`` (of entries, over every namespace), and
+    with its ``-wal`` and ``-shm`` files, the dense files and any set aside), ``damaged`` (what is damaged in
+    the database, or None), ``set_aside`` (the files of damaged databases set aside), ``limit`` (the last
+    ``disk_bytes`` given, or None), ``entries`` and ``bytes`` (of entries, over every namespace; 0 in a damaged
+    database, which serves none), and
     ``namespaces``: per namespace its number ``ns``, ``function`` (name and
     digest), ``version``, ``key`` (the key function, or None for sample IDs),
     ``data`` (the pipeline's stages), ``length``, ``content`` (the data's
@@ -107,7 +117,11 @@ def cache_info(directory: str | os.PathLike) -> dict[str, Any]:
     """
     path = os.path.abspath(directory)
     size = _file_bytes(path)
-    db = _open(path, "check the folder, or delete that file if nothing else uses it")
+    db, damage = _open(path, "check the folder, or delete that file if nothing else uses it")
+    aside = aside_files(path)
+    if db is None:
+        return {"directory": path, "file_bytes": size, "damaged": damage, "set_aside": aside, "limit": None,
+                "entries": 0, "bytes": 0, "namespaces": []}
     try:
         with transaction(db, write=False):  # one snapshot: the limit and every namespace as of one commit
             limit = db.execute("SELECT value FROM meta WHERE key = 'disk_bytes'").fetchone()
@@ -116,9 +130,9 @@ def cache_info(directory: str | os.PathLike) -> dict[str, Any]:
     finally:
         db.close()
     spaces = [_space(row) for row in rows]
-    return {"directory": path, "file_bytes": size, "limit": None if limit is None else int(limit[0]),
-            "entries": sum(s["entries"] for s in spaces), "bytes": sum(s["bytes"] for s in spaces),
-            "namespaces": spaces}
+    return {"directory": path, "file_bytes": size, "damaged": None, "set_aside": aside,
+            "limit": None if limit is None else int(limit[0]), "entries": sum(s["entries"] for s in spaces),
+            "bytes": sum(s["bytes"] for s in spaces), "namespaces": spaces}
 
 
 def _reclaim(db: sqlite3.Connection) -> str | None:
@@ -193,8 +207,13 @@ def clear_cache(directory: str | os.PathLike, ns: int | None = None, *, timeout:
         raise BadType(f"clear_cache: ns must be a namespace's number (see cache_info), got {type(ns).__name__} {ns!r}")
     path = os.path.abspath(directory)
     before = _file_bytes(path)
-    db = _open(path, "clear leaves alone what it cannot read as a readerkit cache; delete that file yourself if "
-                     "nothing else uses it, or give another directory")
+    db, damage = _open(path, "clear leaves alone what it cannot read as a readerkit cache; delete that file yourself "
+                             "if nothing else uses it, or give another directory")
+    for file in aside_files(path):  # copies of damaged databases: nothing reads them
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(file)
+    if db is None:
+        return _clear_damaged(path, ns, damage, before)
     try:
         db.execute(f"PRAGMA busy_timeout = {int(timeout * 1000)}")
         where, args = ("", ()) if ns is None else (" WHERE ns = ?", (ns,))
@@ -211,23 +230,40 @@ def clear_cache(directory: str | os.PathLike, ns: int | None = None, *, timeout:
                 db.execute(f"UPDATE spaces SET computed = 0, compute_s = 0{where}", args)
                 if ns is None:  # the whole cache: its bound goes too (a process that gives one sets it again)
                     db.execute("DELETE FROM meta WHERE key = 'disk_bytes'")
-        except sqlite3.OperationalError as exc:  # (the write lock is held from BEGIN IMMEDIATE to the commit)
+        except sqlite3.DatabaseError as exc:  # (the write lock is held from BEGIN IMMEDIATE to the commit)
+            if is_damage(exc):  # damaged where quick_check did not look (a page it does not read)
+                db.close()
+                db = None
+                return _clear_damaged(path, ns, str(exc), before)
             if "locked" not in str(exc):
                 raise
             raise TimedOut(f"another process has held the write lock of the cache in {path} for over {timeout:g} s "
                            f"({exc}): try again when it is done") from None
         # after the commit no row says a dense file holds anything; unlinked, not truncated, under a process
         # that maps it (a process making one again gets a new, empty file)
-        for file in _dense_files(path) if ns is None else [f for name in names for f in _dense_files(path, name)]:
+        for file in dense_files(path) if ns is None else [f for name in names for f in dense_files(path, name)]:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(file)
         note = _reclaim(db)
     finally:
-        db.close()
+        if db is not None:
+            db.close()
     return {"directory": path, "ns": ns, "namespaces": len(names), "entries": entries,
             "bytes": sum(n for _, n in spaces),
             "file_bytes_before": before, "file_bytes_after": _file_bytes(path), "reclaimed": note is None,
             "note": note}
+
+
+def _clear_damaged(path: str, ns: int | None, damage: str, before: int) -> dict[str, Any]:
+    """``clear_cache`` on a damaged database: its files and the dense files deleted (its namespaces with them,
+    all of them even with ``ns``: what they hold cannot be read), a new one made when the cache is next used."""
+    for file in [os.path.join(path, FILE + suffix) for suffix in _SUFFIXES] + dense_files(path):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(file)
+    return {"directory": path, "ns": ns, "namespaces": 0, "entries": 0, "bytes": 0, "file_bytes_before": before,
+            "file_bytes_after": _file_bytes(path), "reclaimed": True,
+            "note": f"the database was damaged ({damage}), so its files were deleted, with every namespace; a new "
+                    "one is made when the cache is next used"}
 
 
 def _mib(n: int) -> str:
@@ -247,6 +283,10 @@ def info_lines(info: dict[str, Any]) -> list[str]:
     total                          2  1.00
     limit: none (no disk_bytes given)
     """
+    if info.get("damaged") is not None:
+        return [f"cache in {info['directory']}: damaged ({info['damaged']}), {_mib(info['file_bytes'])} MiB on disk",
+                "it serves no entry: the next process that uses it sets it aside and starts a new one; "
+                f"`python cli.py cache clear {info['directory']}` deletes it now"]
     spaces = info["namespaces"]
     rows = [(str(s["ns"]), s["function"] or "?", "-" if s["version"] is None else s["version"], f"{s['entries']:,}",
              _mib(s["bytes"]), "-" if s["mean_compute_s"] is None else f"{s['mean_compute_s'] * 1e3:.3f}",
@@ -263,10 +303,13 @@ def info_lines(info: dict[str, Any]) -> list[str]:
     lead = widths[0] + widths[1] + widths[2] + 8  # "  " before each of the first three columns and after the third
     total = "total".ljust(lead) + f"{info['entries']:,}".rjust(widths[3]) + "  " + _mib(info["bytes"]).rjust(widths[4])
     limit = info["limit"]
+    aside = info.get("set_aside") or []
     return [f"cache in {info['directory']}: {len(spaces)} namespace{'' if len(spaces) == 1 else 's'}, "
             f"{_mib(info['file_bytes'])} MiB on disk",
             line(head), *map(line, rows), total,
-            "limit: none (no disk_bytes given)" if limit is None else f"limit: {_mib(limit)} MiB (disk_bytes={limit:,})"]
+            "limit: none (no disk_bytes given)" if limit is None else f"limit: {_mib(limit)} MiB (disk_bytes={limit:,})",
+            *([f"set aside: {len(aside)} file{'' if len(aside) == 1 else 's'} of damaged databases (`python cli.py "
+               f"cache clear {info['directory']}` deletes them)"] if aside else [])]
 
 
 def cleared_line(result: dict[str, Any]) -> str:

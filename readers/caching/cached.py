@@ -76,16 +76,28 @@ class CachedMap(Mapped):
 
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
-        state["known"] = {"ns": self.known["ns"]} if "ns" in self.known else {}  # a worker counts its own hits
+        # a worker counts its own hits, and asks its store for the namespace's number (its database may be a new
+        # one, the one this process opened having been found damaged and set aside since)
+        state["known"] = {"space": self.known["space"]} if "space" in self.known else {}
         return state
 
     # -- keys ------------------------------------------------------------------------
     def _space(self) -> int:
         """The namespace of this function over this data in the disk store (0 without one)."""
-        ns = self.known.get("ns")
-        if ns is None:
-            ns = self.known["ns"] = 0 if self.store is None else self.store.space(*self._describe(), self._ids())
-        return ns
+        return self._where()[0]
+
+    def _where(self) -> tuple[int, int]:
+        """(the namespace's number, the store's ``generation`` it holds in): asked of the store again when it has
+        started a new database since (the one it had was found damaged)."""
+        if self.store is None:
+            return 0, 0
+        known, gen = self.known, self.store.generation
+        where = known.get("where")
+        if where is None or where[1] != gen:
+            if "space" not in known:
+                known["space"] = (*self._describe(), self._ids())
+            where = known["where"] = (self.store.space(*known["space"]), gen)
+        return where
 
     def _ids(self) -> tuple[int, int] | None:
         """The range of sample IDs this reads (for the disk tier's dense files), or None when keyed otherwise."""
@@ -127,10 +139,10 @@ class CachedMap(Mapped):
         misses = [j for j, v in enumerate(values) if v is MISSING]
         self._count("memory_hits", len(keys) - len(misses))
         if misses and self.store is not None:
-            ns = self._space()
+            ns, gen = self._where()
             asked = [keys[j] for j in misses]
             ks, names = row_keys(ns, np.array(asked, dtype=np.int64) if self.key is None else asked)
-            found, corrupt = self.store.get_many(ks, names)
+            found, corrupt = self.store.get_many(ks, names, gen)
             for j, k in zip(misses, ks):
                 if k in found:
                     values[j] = found[k]
@@ -155,8 +167,9 @@ class CachedMap(Mapped):
         self._count("compute_s", cost)
         value = self.memory.keep(key, value)
         if self.store is not None:
-            ks, names = row_keys(self._space(), [key])
-            self.store.put(ks[0], self.known["ns"], names[0], value, cost)
+            ns, gen = self._where()
+            ks, names = row_keys(ns, [key])
+            self.store.put(ks[0], ns, names[0], value, cost, gen)
         return value
 
     # -- passes ------------------------------------------------------------------------

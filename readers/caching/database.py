@@ -24,9 +24,17 @@ file that is not a cache.
     and shape), or NULL when its entries have none.
 ``meta``
     ``disk_bytes``: the size limit last given.
+
+A database damaged outside sqlite (a page overwritten, a table dropped) is
+found when opened (its tables) or at its first error (``damage_of``: what
+``PRAGMA quick_check`` finds, which reads every page, so it is not run at
+every opening); ``set_aside`` then renames it, with its ``-wal``, ``-shm``
+and dense files, out of the way, and the next opening starts a new one.
 """
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import os
 import sqlite3
@@ -34,12 +42,22 @@ from typing import Any
 
 import numpy as np
 
+from readers.caching.dense import dense_files
 from readers.errors import BadType, BadValue, FileError, MissingFile, make_folder
-from readers.storage.sqlite import FileFormat, Marks, connect
+from readers.storage.sqlite import (
+    BUSY_S,
+    DamagedFile,
+    FileFormat,
+    Marks,
+    check_pages,
+    connect,
+    is_damage,
+    set_aside,
+)
 
 __all__ = [
-    "FILE", "ID_BITS", "ID_MASK", "MAX_SPACES", "SELECT", "STEP", "UPSERT", "WAL_BYTES", "NotACache", "database_bytes",
-    "evict", "open_database", "release", "row_keys",
+    "FILE", "ID_BITS", "ID_MASK", "MAX_SPACES", "SELECT", "STEP", "UPSERT", "WAL_BYTES", "NotACache", "aside_files",
+    "damage_of", "damaged_cache", "database_bytes", "evict", "open_database", "release", "row_keys", "set_aside_cache",
 ]
 
 FILE = "cache.sqlite3"
@@ -51,6 +69,7 @@ WAL_BYTES = 16 << 20  # the write-ahead log is cut back to this after a checkpoi
 STEP = 64  # keys per SELECT ... IN (...): one prepared statement, padded
 
 _OURS = {"spaces", "entries", "dense", "meta", "sqlite_sequence"}
+_NEEDED = _OURS - {"sqlite_sequence"}
 _TABLES = """
 CREATE TABLE IF NOT EXISTS spaces (ns INTEGER PRIMARY KEY AUTOINCREMENT, name TEXT UNIQUE NOT NULL, about TEXT NOT NULL,
     created REAL NOT NULL, entries INTEGER NOT NULL DEFAULT 0, bytes INTEGER NOT NULL DEFAULT 0,
@@ -105,12 +124,16 @@ class _CacheFile(FileFormat):
             if tables - _OURS or version or not create:  # (our tables at version 0: another process is making it)
                 reason = "it holds other tables" if tables - _OURS else "another schema" if version else "it is empty"
                 raise NotACache(path, reason)
+        elif _NEEDED - tables:
+            raise damaged_cache(path, _missing(tables))
 
     def no_wal(self, path: str) -> Exception:
         return NotACache(path, "it cannot be put in WAL mode, as on some network file systems",
                          f"{path} cannot be put in WAL mode (a network file system?): give a folder on a local disk")
 
     def failed(self, path: str, exc: sqlite3.DatabaseError) -> BaseException | None:
+        if is_damage(exc):
+            return damaged_cache(path, str(exc))
         if not isinstance(exc, sqlite3.OperationalError):
             return NotACache(path, str(exc))
         if "unable to open" in str(exc) or "readonly" in str(exc) or "read-only" in str(exc):
@@ -136,9 +159,98 @@ def open_database(directory: str | os.PathLike, create: bool = True) -> sqlite3.
     path = os.path.join(os.fspath(directory), FILE)
     if create:
         make_folder(directory, "the cache folder")
+    elif not os.path.isdir(directory):
+        why = "is not a folder" if os.path.exists(directory) else "does not exist"
+        raise MissingFile(f"{os.fspath(directory)} {why}: check the folder's path")
     elif not os.path.exists(path):
-        raise MissingFile(f"{directory} holds no readerkit cache (no {FILE}): check the folder")
+        raise MissingFile(f"{os.fspath(directory)} holds no readerkit cache (no {FILE}): check the folder")
     return connect(path, _CacheFile(), create)
+
+
+def damaged_cache(path: str, reason: str) -> DamagedFile:
+    """The error for the cache database at ``path``, damaged as ``reason`` says.
+
+    >>> damaged_cache("/c/cache.sqlite3", "its table entries is missing")
+    DamagedFile('/c/cache.sqlite3 is damaged (its table entries is missing): the next process that uses the cache sets it aside and starts a new one; `python cli.py cache clear /c` deletes it now')
+    """
+    return DamagedFile(path, reason, "the next process that uses the cache sets it aside and starts a new one; "
+                                     f"`python cli.py cache clear {os.path.dirname(path)}` deletes it now")
+
+
+def _missing(tables: frozenset[str] | set[str]) -> str:
+    gone = sorted(_NEEDED - tables)
+    return f"its table{'s' if len(gone) > 1 else ''} {', '.join(gone)} {'are' if len(gone) > 1 else 'is'} missing"
+
+
+def damage_of(directory: str | os.PathLike) -> str | None:
+    """What is wrong with the cache database in ``directory``: a table of its own missing, or what
+    ``PRAGMA quick_check`` finds in its pages; None when it reads whole (or is not there).
+
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     open_database(d).close()
+    ...     whole = damage_of(d)
+    ...     sqlite3.connect(os.path.join(d, FILE), isolation_level=None).execute("DROP TABLE entries").connection.close()
+    ...     print(whole, "/", damage_of(d))
+    None / its table entries is missing
+    """
+    path = os.path.join(os.fspath(directory), FILE)
+    try:
+        db = sqlite3.connect(f"file:{path}?mode=rw", uri=True, timeout=BUSY_S, isolation_level=None)
+    except sqlite3.OperationalError:  # not there (any more)
+        return None
+    try:
+        tables = {name for name, in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        return _missing(tables) if _NEEDED - tables else check_pages(db)
+    except sqlite3.DatabaseError as exc:
+        if is_damage(exc):
+            return str(exc)
+        raise
+    finally:
+        db.close()
+
+
+def aside_files(directory: str | os.PathLike) -> list[str]:
+    """The files of damaged databases ``set_aside_cache`` renamed in ``directory`` (``*.damaged-*``).
+
+    >>> aside_files("/nonexistent")
+    []
+    """
+    with contextlib.suppress(FileNotFoundError, NotADirectoryError), os.scandir(directory) as found:
+        return sorted(f.path for f in found if ".damaged-" in f.name and f.name.startswith((FILE, "dense-")))
+    return []
+
+
+def set_aside_cache(directory: str | os.PathLike, inode: int | None) -> str | None:
+    """Rename the damaged cache database in ``directory``, with its ``-wal``, ``-shm`` and dense files, out of the
+    way (``readers.storage.sqlite.set_aside``), so that the next opening makes a new one; return its new path.
+
+    ``inode``: the damaged file's, as it was found: when the file there is
+    another by now (a process set it aside and made a new one meanwhile), it
+    is left alone and None returned. Processes doing this at once take turns
+    (a lock on the folder).
+
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     open_database(d).close()
+    ...     aside = set_aside_cache(d, os.stat(os.path.join(d, FILE)).st_ino)
+    ...     print(os.path.basename(aside), os.listdir(d) == [os.path.basename(aside)])
+    cache.sqlite3.damaged-... True
+    """
+    directory = os.fspath(directory)
+    path = os.path.join(directory, FILE)
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)  # released with the descriptor
+        try:
+            now = os.stat(path).st_ino
+        except FileNotFoundError:
+            return None
+        if inode is not None and now != inode:
+            return None
+        return set_aside(path, *dense_files(directory))
+    finally:
+        os.close(fd)
 
 
 def _named(ns: int, key: Any) -> tuple[int, str]:

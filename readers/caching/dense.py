@@ -16,6 +16,11 @@ completed from the database for rows it finds missing.
 
 Entries that do not fit the layout (another shape, an ID outside the range)
 are stored as blobs, as any entry would be.
+
+A file's blocks are reserved on disk before it is mapped (``reserve``): a
+row written into a mapped page the disk has no room for kills the process
+with SIGBUS, where a reservation on a full disk is an ``OSError`` the disk
+tier can stop at.
 """
 from __future__ import annotations
 
@@ -30,13 +35,53 @@ import numpy as np
 
 from readers.errors import BadValue, MissingFile
 
-__all__ = ["DenseFile", "layout_of"]
+__all__ = ["DenseFile", "dense_files", "layout_of", "reserve"]
 
 #: The largest dense file (all columns) made, and the most rows: beyond them, entries are stored as blobs.
 MAX_BYTES = 64 << 30
 MAX_ROWS = 1 << 26
 _SCALARS = {bool: "bool", int: "int", float: "float"}
 _opening = threading.Lock()
+
+
+def dense_files(directory: str, name: str = "") -> list[str]:
+    """The dense files of namespace ``name`` (of every namespace when "") in ``directory``: ``dense-NAME-C.npy``,
+    and what a process killed while making one left (``dense-NAME-C.npy.PID.THREAD.tmp``).
+
+    >>> dense_files("/nonexistent")
+    []
+    """
+    with contextlib.suppress(FileNotFoundError, NotADirectoryError), os.scandir(directory) as found:
+        prefix = f"dense-{name}-" if name else "dense-"
+        return sorted(f.path for f in found if f.name.startswith(prefix) and f.name.endswith((".npy", ".tmp")))
+    return []
+
+
+def reserve(path: str, zeros: int = 0) -> None:
+    """Give every block of the file at ``path`` its room on disk now (``os.posix_fallocate``), so that a full disk
+    is an ``OSError`` (``ENOSPC``) here, not a SIGBUS when a mapped row is first written. ``zeros``: the bytes at
+    the file's end that are zeros (a file just made), written out where there is no fallocate (macOS).
+
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     path = os.path.join(d, "x.npy")
+    ...     np.lib.format.open_memmap(path, mode="w+", dtype=np.float32, shape=(1024, 64)).flush()
+    ...     reserve(path, zeros=1024 * 64 * 4)
+    ...     stat = os.stat(path)
+    >>> stat.st_blocks * 512 >= stat.st_size
+    True
+    """
+    fd = os.open(path, os.O_RDWR)
+    try:
+        size = os.fstat(fd).st_size
+        if hasattr(os, "posix_fallocate"):
+            os.posix_fallocate(fd, 0, size)
+        else:  # (a file of an older readerkit, with holes, is mapped as it is: its rows are not zeros to write)
+            os.lseek(fd, size - zeros, os.SEEK_SET)
+            for at in range(size - zeros, size, 1 << 20):
+                os.write(fd, bytes(min(1 << 20, size - at)))
+    finally:
+        os.close(fd)
 
 
 def layout_of(value: Any) -> list | None:
@@ -109,12 +154,16 @@ class DenseFile:
         for _ in range(3):  # a cache cleared between the making and the opening: made again
             if not os.path.exists(path):
                 temp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
-                made = np.lib.format.open_memmap(temp, mode="w+", dtype=dtype, shape=(self.hi - self.lo, *shape))
-                del made
-                with contextlib.suppress(FileExistsError, FileNotFoundError):  # (made by another, or cleared)
-                    os.link(temp, path)
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(temp)
+                try:
+                    made = np.lib.format.open_memmap(temp, mode="w+", dtype=dtype, shape=(self.hi - self.lo, *shape))
+                    del made
+                    # before it is in place: a file that does not fit is never used
+                    reserve(temp, (self.hi - self.lo) * dtype.itemsize * int(np.prod(shape)))
+                    with contextlib.suppress(FileExistsError, FileNotFoundError):  # (made by another, or cleared)
+                        os.link(temp, path)
+                finally:
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(temp)
             try:
                 damage = _damage(path)
             except FileNotFoundError:
@@ -127,6 +176,8 @@ class DenseFile:
                     os.unlink(path)
                 continue
             try:
+                # made here, it has its room already, and this costs a look at its extents; made by an older
+                reserve(path)  # readerkit, it may have holes
                 column = np.load(path, mmap_mode="r+")
                 break
             except FileNotFoundError:

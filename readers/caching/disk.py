@@ -8,6 +8,13 @@ killed mid-write leaves the entries of earlier transactions and none of its
 own; the checksum catches what damages a file afterwards. Fixed-shape entries
 of a range of sample IDs go to memory-mapped files (``readers.caching.dense``),
 the rest to blobs (``readers.storage.codec``).
+
+Failures: a write that fails (a full disk, a lock held for minutes) stops
+this process's writes, with one warning, and the job goes on uncached. A
+database found damaged (``readers.caching.database.damage_of``) is set aside
+with its files and a new one started, with one warning: each start is a
+``generation`` of the store, and namespace numbers, keys and writes of an
+earlier one are dropped, never used in the new database.
 """
 from __future__ import annotations
 
@@ -16,6 +23,7 @@ import contextlib
 import json
 import multiprocessing.util
 import os
+import shutil
 import sqlite3
 import threading
 import time
@@ -26,21 +34,31 @@ from typing import Any
 import numpy as np
 
 from readers.caching.database import (
+    FILE,
     ID_BITS,
     ID_MASK,
     MAX_SPACES,
     SELECT,
     STEP,
     UPSERT,
+    damage_of,
     evict,
     open_database,
     release,
     row_keys,
+    set_aside_cache,
 )
 from readers.caching.dense import MAX_BYTES, MAX_ROWS, DenseFile, layout_of
 from readers.errors import BadValue, TimedOut
 from readers.storage.codec import decode, encode
-from readers.storage.sqlite import blob_crc, check_crc, transaction
+from readers.storage.sqlite import (
+    DamagedFile,
+    blob_crc,
+    check_crc,
+    is_damage,
+    is_full,
+    transaction,
+)
 
 __all__ = ["DiskStore", "open_database", "row_keys"]
 
@@ -49,6 +67,23 @@ URGENT_BYTES = 8 << 20  # a batch this big is written at once, and a put waits w
 
 _abandoned: list = []  # connections a forked child inherited: never used, never closed (the parent owns them)
 _live: weakref.WeakSet = weakref.WeakSet()
+_DB_ERRORS = (sqlite3.DatabaseError, DamagedFile)
+
+
+def _inode(directory: str) -> int | None:
+    """The inode of the folder's database file now (None: there is none), to tell it from one made in its place."""
+    try:
+        return os.stat(os.path.join(directory, FILE)).st_ino
+    except FileNotFoundError:
+        return None
+
+
+def _free(directory: str) -> str:
+    """The free space of the file system of ``directory``, for a message."""
+    try:
+        return f"{shutil.disk_usage(directory).free / (1 << 20):,.2f} MiB free"
+    except OSError:
+        return "free space unknown"
 
 
 class DiskStore:
@@ -84,6 +119,11 @@ class DiskStore:
         self._writing: dict[int, tuple] = {}
         self._pending_bytes, self._oldest, self._urgent = 0, 0.0, False
         self._writer: threading.Thread | None = None
+        self._write_lock = threading.RLock()  # the writing connection; taken before _lock
+        self.generation = 0  # one more each time the database is found damaged and a new one started
+        self._ino: int | None = None  # the database file each connection opened (see _inode)
+        self._writer_ino: int | None = None
+        self._told_damage = self._failing = False
         self.failed: str | None = None
         self.evictions = self.written_bytes = 0
         self._denses: dict[int, DenseFile | None] = {}  # namespace -> its dense file, once the database says
@@ -106,7 +146,12 @@ class DiskStore:
         """This process's reading connection, opened (and the database made) on first use."""
         self._forked()
         if self._db is None:
-            self._db = open_database(self.directory)
+            try:
+                db = open_database(self.directory)
+            except DamagedFile as exc:  # damaged where the opening looks (its tables): set aside, made anew
+                self._recover(self.generation, exc.reason, _inode(self.directory))
+                db = open_database(self.directory)
+            self._db, self._ino = db, _inode(self.directory)
             if self.limit is not None:
                 with transaction(self._db):
                     self._db.execute("INSERT OR REPLACE INTO meta VALUES ('disk_bytes', ?)", (str(self.limit),))
@@ -115,9 +160,83 @@ class DiskStore:
                 self.limit = None if found is None else int(found[0])
         return self._db
 
+    # -- a damaged database -----------------------------------------------------------------
+    def _damaged(self, gen: int, exc: BaseException, inode: int | None) -> bool:
+        """Whether ``exc``, raised by the database of generation ``gen`` (the file ``inode``), said it is
+        damaged, as ``PRAGMA quick_check`` confirms; then it has been set aside and a new one started. False:
+        ``exc`` is another failure, to raise."""
+        if isinstance(exc, DamagedFile):
+            why = exc.reason
+        elif is_damage(exc):
+            try:
+                why = damage_of(self.directory)
+            except sqlite3.Error:  # (busy past the timeout, say: the error stands as it was)
+                return False
+            if why is None and _inode(self.directory) == inode:  # whole after all: not damage
+                return False
+        else:
+            return False
+        self._recover(gen, why or str(exc), inode)
+        return True
+
+    def _recover(self, gen: int, why: str, inode: int | None) -> None:
+        """Start generation ``gen + 1`` on a new database: the damaged one (the file ``inode``) set aside unless
+        another process did already; this process's connections, dense files and unwritten entries dropped. A
+        call for a generation already over does nothing. Called holding no lock but, in the writer, _write_lock."""
+        with self._write_lock, self._lock:
+            if gen != self.generation:
+                return
+            for db in (self._db, self._writer_db):
+                if db is not None:
+                    with contextlib.suppress(sqlite3.Error):
+                        db.close()
+            self._db = self._writer_db = None
+            self._ino = self._writer_ino = None
+            self._denses = {}
+            with self._cond:  # with the pending entries: a batch is taken with the generation it was put in
+                self.generation += 1
+                self._pending, self._pending_bytes = {}, 0
+                self._cond.notify_all()
+            aside = set_aside_cache(self.directory, inode)
+        if not self._told_damage:
+            self._told_damage = True
+            done = (f"it is set aside as {aside}, with its -wal, -shm and dense files, and a new one started" if aside
+                    else "another process has set it aside; this one goes on with the new one")
+            warnings.warn(f"the cache in {self.directory} was damaged ({why}): {done}; what it held is computed "
+                          f"again (delete the set-aside files, or `python cli.py cache clear {self.directory}` "
+                          "does)", RuntimeWarning, stacklevel=2)
+
+    def _fail(self, exc: BaseException, what: str) -> None:
+        """Stop this process's writes for good, with one warning (``what`` could not be done, ``exc`` why)."""
+        with self._cond:
+            if self.failed is not None or self._failing:
+                return
+            self._failing = True
+        failed = f"{type(exc).__name__}: {exc}"
+        cause = f"the disk is full: {_free(self.directory)}" if is_full(exc) else failed
+        # warned before ``failed`` is set: a flush that returns on it finds the warning given
+        warnings.warn(f"the cache in {self.directory} could not {what} ({cause}); it writes no more in this process, "
+                      "and what it did not write is computed again when next asked for", RuntimeWarning, stacklevel=2)
+        with self._cond:
+            self.failed = failed
+            self._pending, self._pending_bytes = {}, 0
+            self._cond.notify_all()
+
+    # -- reads and writes ---------------------------------------------------------------------
     def space(self, name: str, about: dict, ids: tuple[int, int] | None = None) -> int:
         """The number of namespace ``name`` (made, described by ``about``, when new). ``ids``: the range
-        ``lo <= id < hi`` of the sample IDs it will hold, which lets fixed-shape entries go to a dense file."""
+        ``lo <= id < hi`` of the sample IDs it will hold, which lets fixed-shape entries go to a dense file.
+        It holds in the store's ``generation`` as it was before the call."""
+        for attempt in range(3):
+            gen = self.generation
+            try:
+                return self._space(name, about, ids)
+            except _DB_ERRORS as exc:
+                if attempt == 2 or not self._damaged(gen, exc, self._ino):
+                    raise
+        raise AssertionError("unreachable")
+
+    def _space(self, name: str, about: dict, ids: tuple[int, int] | None) -> int:
         db = self.connection()
         with self._lock:
             found = db.execute("SELECT ns FROM spaces WHERE name = ?", (name,)).fetchone()
@@ -155,7 +274,14 @@ class DiskStore:
             dense = None
             if row is not None and row[0] is not None:
                 spec = json.loads(row[0])
-                dense = DenseFile(self.directory, spec["name"], spec["lo"], spec["hi"], spec["layout"])
+                try:
+                    dense = DenseFile(self.directory, spec["name"], spec["lo"], spec["hi"], spec["layout"])
+                except OSError as exc:  # no room for it (its space is reserved first): the job goes on uncached
+                    if not is_full(exc):  # (too many open files, say: raised, not taken for a full disk)
+                        raise
+                    self._denses[ns] = None
+                    self._fail(exc, f"make room for its dense file dense-{spec['name']}-*.npy")
+                    return None
                 if dense.remade:  # its rows are gone with the damaged file
                     with transaction(db):
                         db.execute("DELETE FROM entries WHERE ns = ? AND v IS NULL", (ns,))
@@ -169,14 +295,37 @@ class DiskStore:
 
     def mean_cost(self, ns: int) -> float:
         """Seconds one entry of namespace ``ns`` took to compute, on average over every process's record."""
-        db = self.connection()
-        with self._lock:
-            computed, seconds = db.execute("SELECT computed, compute_s FROM spaces WHERE ns = ?", (ns,)).fetchone()
+        gen = self.generation
+        try:
+            db = self.connection()
+            with self._lock:
+                row = db.execute("SELECT computed, compute_s FROM spaces WHERE ns = ?", (ns,)).fetchone()
+        except _DB_ERRORS as exc:
+            if not self._damaged(gen, exc, self._ino):
+                raise
+            row = None
+        if row is None or gen != self.generation:  # (a namespace of a database set aside)
+            return 0.0
+        computed, seconds = row
         return seconds / computed if computed else 0.0
 
-    def get_many(self, ks: list[int], names: list[str | None]) -> tuple[dict[int, Any], list[int]]:
-        """({row key: value} of the keys stored, [row keys whose stored entry is corrupt])."""
+    def get_many(self, ks: list[int], names: list[str | None],
+                 gen: int | None = None) -> tuple[dict[int, Any], list[int]]:
+        """({row key: value} of the keys stored, [row keys whose stored entry is corrupt]). ``gen``: the
+        ``generation`` the keys' namespace is of (the current one when None); keys of an earlier one all miss."""
         self._forked()  # first: a forked child must not wait on a lock its parent's threads held
+        gen = self.generation if gen is None else gen
+        if gen != self.generation:
+            return {}, []
+        try:
+            found, corrupt = self._get_many(ks, names)
+        except _DB_ERRORS as exc:
+            if not self._damaged(gen, exc, self._ino):
+                raise
+            return {}, []
+        return (found, corrupt) if gen == self.generation else ({}, [])
+
+    def _get_many(self, ks: list[int], names: list[str | None]) -> tuple[dict[int, Any], list[int]]:
         found: dict[int, Any] = {}
         corrupt: list[int] = []
         want = dict(zip(ks, names))
@@ -225,8 +374,8 @@ class DiskStore:
         read, damaged = dense.read(ids)
         if damaged:
             now: dict[int, int] = {}
+            db = self.connection()
             with self._lock:
-                db = self.connection()
                 for lo in range(0, len(damaged), STEP):
                     part = [base | i for i in damaged[lo:lo + STEP]]
                     for k, v, crc, _ in db.execute(SELECT, part + [part[-1]] * (STEP - len(part))).fetchall():
@@ -245,21 +394,29 @@ class DiskStore:
             corrupt.append(base | i)
             want.pop(base | i, None)
 
-    def put(self, k: int, ns: int, name: str | None, value: Any, cost: float) -> None:
+    def put(self, k: int, ns: int, name: str | None, value: Any, cost: float, gen: int | None = None) -> None:
         """Write ``value`` under row key ``k`` soon: within ``interval`` seconds. Raises ``TypeError`` at once
-        for a value the codec cannot store."""
+        for a value the codec cannot store. ``gen``: the ``generation`` of ``ns`` (None: the current one); a
+        value of an earlier one is dropped."""
         self._forked()
-        if self.failed is not None:
+        gen = self.generation if gen is None else gen
+        if self.failed is not None or gen != self.generation:
             return
         dense = None
         if name is None and self.limit is None:  # with a limit, only blobs: their space goes when they do
-            dense = self._denses[ns] if ns in self._denses else self._dense(ns, value)
+            try:
+                dense = self._denses[ns] if ns in self._denses else self._dense(ns, value)
+            except _DB_ERRORS as exc:
+                if not self._damaged(gen, exc, self._ino):
+                    raise
+                return
             if dense is not None and not dense.fits(k & ID_MASK, value):
                 dense = None
         blob = None if dense is not None else encode(value)
         size = dense.row_bytes if blob is None else len(blob)
         with self._cond:
-            if self.failed is not None:  # the write under way failed while this one was encoded
+            # the write under way failed while this one was encoded, or the database was set aside
+            if self.failed is not None or gen != self.generation:
                 return
             old = self._pending.get(k)
             self._pending[k] = (ns, blob, name, cost, dense, size, value)
@@ -307,31 +464,43 @@ class DiskStore:
                         self._urgent = False
                         return
                 batch, self._pending, self._pending_bytes, self._urgent = self._pending, {}, 0, False
-                self._writing = batch
+                self._writing, gen = batch, self.generation
                 self._cond.notify_all()  # a put waiting for room goes on
             try:
                 for attempt in range(RETRIES):
                     try:
-                        self._write(batch)
+                        self._write(batch, gen)
                         break
-                    except sqlite3.OperationalError:  # busy past the timeout (a long clear, say): once more, later
-                        if attempt == RETRIES - 1:
+                    except sqlite3.OperationalError as exc:  # busy past the timeout (a long clear, say): once
+                        if attempt == RETRIES - 1 or not ("locked" in str(exc) or "busy" in str(exc)):  # more
                             raise
                         time.sleep(2 ** attempt)
             except Exception as exc:  # a full disk, a lock held for minutes: the job goes on, uncached
-                self.failed = f"{type(exc).__name__}: {exc}"
-                warnings.warn(f"the cache in {self.directory} could not write {len(batch):,} entries "
-                              f"({self.failed}); it writes no more in this process, and what it did not write "
-                              "is computed again when next asked for", RuntimeWarning, stacklevel=1)
+                if not self._damaged(gen, exc, self._writer_ino):
+                    self._fail(exc, f"write {len(batch):,} entr{'y' if len(batch) == 1 else 'ies'}")
             with self._cond:
                 self._writing = {}
                 if self.failed is not None:
                     self._pending, self._pending_bytes = {}, 0
                 self._cond.notify_all()
 
-    def _write(self, batch: dict[int, tuple]) -> None:
-        if self._writer_db is None:
-            self._writer_db = open_database(self.directory)
+    def _write(self, batch: dict[int, tuple], gen: int) -> None:
+        with self._write_lock:
+            if gen != self.generation:  # entries of a database set aside: dropped
+                return
+            if self._writer_db is None:
+                try:
+                    self._writer_db = open_database(self.directory)
+                except DamagedFile as exc:
+                    self._recover(gen, exc.reason, _inode(self.directory))
+                    return
+                self._writer_ino = _inode(self.directory)
+            elif _inode(self.directory) != self._writer_ino:  # set aside by another process, a new one in place
+                self._recover(gen, "another process found it so", self._writer_ino)  # (not set aside again)
+                return
+            self._write_batch(batch)
+
+    def _write_batch(self, batch: dict[int, tuple]) -> None:
         db, now = self._writer_db, time.time()
         rows, dense_rows, costs = [], [], {}
         for k, (ns, blob, name, cost, dense, size, value) in batch.items():

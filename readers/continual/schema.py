@@ -32,7 +32,10 @@ file: in WAL mode with ``synchronous = NORMAL``, so readers never wait for
 the writer; a process killed at any point loses no committed transaction,
 and a power cut may lose the last ones but never leaves half of one.
 ``PRAGMA application_id`` marks the file as a pipeline store and
-``user_version`` is its schema.
+``user_version`` is its schema. A store damaged outside sqlite (a table
+dropped, a page overwritten) is refused with ``damaged_store``'s error when
+opened or at the statement that meets the damage: it holds what cannot be
+computed again, so it is never set aside or remade.
 """
 from __future__ import annotations
 
@@ -46,16 +49,18 @@ import numpy as np
 from readers.errors import BadType, BadValue, FileError, MissingFile, make_folder
 from readers.storage.codec import CorruptEntry, decode, encode
 from readers.storage.sqlite import (
+    DamagedFile,
     FileFormat,
     Marks,
     blob_crc,
     check_crc,
     connect,
     damaged,
+    is_damage,
 )
 
-__all__ = ["APPLICATION_ID", "SCHEMA", "NotAPipelineStore", "as_json", "decode_set", "decode_state", "encode_set",
-           "encode_state", "listed", "open_store"]
+__all__ = ["APPLICATION_ID", "SCHEMA", "NotAPipelineStore", "as_json", "damaged_store", "decode_set", "decode_state",
+           "encode_set", "encode_state", "listed", "open_store"]
 
 SCHEMA = 2  # 2: models, and pipelines' owner and heartbeat
 APPLICATION_ID = 0x726B7064  # "rkpd": the file is a readerkit pipeline store, whatever tables it has
@@ -249,6 +254,16 @@ def decode_state(blob: bytes, crc: int, what: str) -> dict:
     return {name: np.array(v) if isinstance(v, np.ndarray) else v for name, v in state.items()}
 
 
+def damaged_store(path: str, reason: str) -> DamagedFile:
+    """The error for the pipeline store at ``path``, damaged as ``reason`` says.
+
+    >>> str(damaged_store("/d/runs.db", "its table trainings is missing"))
+    '/d/runs.db is damaged (its table trainings is missing): the file was changed outside readerkit; restore it from a copy, or give another file'
+    """
+    return DamagedFile(path, reason, "the file was changed outside readerkit; restore it from a copy, or give another "
+                                     "file")
+
+
 class _StoreFile(FileFormat):
     """A pipeline store's file: its tables and marks, and how a file that is not one is refused."""
 
@@ -262,6 +277,10 @@ class _StoreFile(FileFormat):
         if app != APPLICATION_ID and (app or version or tables - _OURS or not (create or tables)):
             raise NotAPipelineStore(path, "it holds other tables" if tables - _OURS else "it is empty" if marks.empty
                                     else "it is another program's database")
+        gone = sorted(_OURS - {"sqlite_sequence"} - tables)
+        if app == APPLICATION_ID and gone:
+            raise damaged_store(path, f"its table{'s' if len(gone) > 1 else ''} {', '.join(gone)} "
+                                      f"{'are' if len(gone) > 1 else 'is'} missing")
 
     def no_wal(self, path: str) -> Exception:
         return NotAPipelineStore(path, "it cannot be put in WAL mode, as on some network file systems")
@@ -270,6 +289,8 @@ class _StoreFile(FileFormat):
         if isinstance(exc, sqlite3.OperationalError) and "unable to open" in str(exc):
             return FileError(f"cannot open the pipeline store {path} ({exc}): its folder must be writable (sqlite keeps "
                            "the -wal and -shm files beside it)")
+        if is_damage(exc):
+            return damaged_store(path, str(exc))
         return NotAPipelineStore(path, str(exc))
 
 

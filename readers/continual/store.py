@@ -125,7 +125,8 @@ class PipelineStore:
     def __init__(self, path: str | os.PathLike, *, create: bool = True):
         self.path = os.path.abspath(os.fspath(path))  # a copy unpickled in another folder opens this file
         self._db = Database(schema.open_store(self.path, create),
-                            f"the pipeline store {self.path} is closed: open it again with PipelineStore(path)")
+                            f"the pipeline store {self.path} is closed: open it again with PipelineStore(path)",
+                            functools.partial(schema.damaged_store, self.path))
 
     def __repr__(self) -> str:
         return f"PipelineStore({self.path!r})"

@@ -28,23 +28,33 @@ at once; both are opened and used the same way, here:
 ``blob_crc``, ``check_crc``, ``damaged``
     the CRC-32 kept beside each blob and checked on every read, with an error
     that names what is damaged and what to do.
+``is_damage``, ``check_pages``, ``DamagedFile``, ``set_aside``
+    a file whose pages or tables were damaged outside sqlite (``database disk
+    image is malformed``, a table gone): told apart from other failures,
+    described by ``PRAGMA quick_check``, refused with an error that says so,
+    and renamed out of the way with its ``-wal`` and ``-shm`` files.
+``is_full``
+    a full disk, as sqlite or the operating system says it.
 """
 from __future__ import annotations
 
 import contextlib
+import errno
+import os
 import sqlite3
 import threading
 import time
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import NamedTuple
 
 from readers.errors import BadValue, FileError
 
-__all__ = ["BUSY_S", "Database", "FileFormat", "Marks", "blob_crc", "check_crc", "connect", "damaged", "read_marks",
-           "transaction"]
+__all__ = ["BUSY_S", "Database", "DamagedFile", "FileFormat", "Marks", "blob_crc", "check_crc", "check_pages", "connect",
+           "damaged", "is_damage", "is_full", "read_marks", "set_aside", "transaction"]
 
 BUSY_S = 60  # seconds a statement waits for another process's lock before it fails
+_CORRUPT, _FULL = 11, 13  # sqlite's SQLITE_CORRUPT and SQLITE_FULL
 
 
 class Marks(NamedTuple):
@@ -225,7 +235,8 @@ def transaction(db: sqlite3.Connection, write: bool = True) -> Iterator[sqlite3.
         db.execute("COMMIT")
     except BaseException:
         if db.in_transaction:  # (sqlite has rolled back by itself after some errors: a full disk)
-            db.execute("ROLLBACK")
+            with contextlib.suppress(sqlite3.OperationalError):  # "cannot rollback - no transaction is active":
+                db.execute("ROLLBACK")  # the error that ended it is the one to tell
         raise
 
 
@@ -233,7 +244,9 @@ class Database:
     """One connection shared by a process's threads, a transaction at a time; ``close()`` may be called again.
 
     ``closed`` is the message of the ``ValueError`` a transaction raises once
-    the database is closed (say how to open it again).
+    the database is closed (say how to open it again); ``damaged``, when
+    given, makes the error raised for sqlite's own that says the file is
+    damaged (``is_damage``) from what sqlite said.
 
     >>> database = Database(sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False),
     ...                     "the notes are closed: open them again")
@@ -249,9 +262,10 @@ class Database:
     readers.errors.BadValue: the notes are closed: open them again
     """
 
-    def __init__(self, connection: sqlite3.Connection, closed: str):
+    def __init__(self, connection: sqlite3.Connection, closed: str,
+                 damaged: Callable[[str], Exception] | None = None):
         self._connection: sqlite3.Connection | None = connection
-        self._closed = closed
+        self._closed, self._damaged = closed, damaged
         self._lock = threading.RLock()
 
     @contextlib.contextmanager
@@ -260,8 +274,13 @@ class Database:
         with self._lock:
             if self._connection is None:
                 raise BadValue(self._closed)
-            with transaction(self._connection, write) as db:
-                yield db
+            try:
+                with transaction(self._connection, write) as db:
+                    yield db
+            except sqlite3.DatabaseError as exc:
+                if self._damaged is None or not is_damage(exc):
+                    raise
+                raise self._damaged(str(exc)) from None
 
     def close(self) -> None:
         """Close the connection, once a transaction under way has ended; a second call does nothing."""
@@ -303,3 +322,91 @@ def check_crc(crc: int, what: str, remedy: str, *parts: bytes | None) -> None:
     """
     if blob_crc(*parts) != crc:
         raise damaged(what, remedy)
+
+
+class DamagedFile(BadValue):
+    """A sqlite file whose pages or tables were damaged outside sqlite: ``path``, ``reason`` (what is wrong).
+
+    >>> str(DamagedFile("/d/x.db", "its table trainings is missing", "restore it from a backup"))
+    '/d/x.db is damaged (its table trainings is missing): restore it from a backup'
+    """
+
+    def __init__(self, path: str, reason: str, remedy: str):
+        self.path, self.reason, self.remedy = path, reason, remedy
+        super().__init__(f"{path} is damaged ({reason}): {remedy}")
+
+    def __reduce__(self) -> tuple:  # (to a consumer from a worker process, as itself)
+        return type(self), (self.path, self.reason, self.remedy)
+
+
+def is_damage(exc: BaseException) -> bool:
+    """Whether sqlite's ``exc`` says that the file is damaged: its pages (``database disk image is malformed``),
+    or one of its tables gone.
+
+    >>> is_damage(sqlite3.DatabaseError("database disk image is malformed"))
+    True
+    >>> is_damage(sqlite3.OperationalError("no such table: entries")), is_damage(sqlite3.OperationalError("locked"))
+    (True, False)
+    """
+    if not isinstance(exc, sqlite3.DatabaseError):
+        return False
+    text = str(exc)
+    return getattr(exc, "sqlite_errorcode", None) == _CORRUPT or "malformed" in text or text.startswith("no such table")
+
+
+def is_full(exc: BaseException) -> bool:
+    """Whether ``exc`` says that the disk is full: an ``OSError`` ``ENOSPC`` (or ``EDQUOT``, the user's quota), or
+    sqlite's ``SQLITE_FULL``.
+
+    >>> is_full(OSError(errno.ENOSPC, "No space left on device")), is_full(sqlite3.OperationalError("database or "
+    ...                                                                     "disk is full"))
+    (True, True)
+    >>> is_full(OSError("disk full"))
+    False
+    """
+    if isinstance(exc, OSError):
+        return exc.errno in (errno.ENOSPC, errno.EDQUOT)
+    return isinstance(exc, sqlite3.DatabaseError) and (getattr(exc, "sqlite_errorcode", None) == _FULL
+                                                       or "disk is full" in str(exc))
+
+
+def check_pages(db: sqlite3.Connection) -> str | None:
+    """What ``PRAGMA quick_check`` finds wrong in ``db``'s pages (its first finding), or None when they read whole.
+    It reads every page: milliseconds for a few MiB, about a second a GiB.
+
+    >>> check_pages(sqlite3.connect(":memory:")) is None
+    True
+    """
+    try:
+        found = db.execute("PRAGMA quick_check(1)").fetchone()[0]
+    except sqlite3.DatabaseError as exc:
+        if not is_damage(exc):
+            raise
+        return str(exc)
+    return None if found == "ok" else " ".join(found.replace("*** in database main ***", "").split())
+
+
+def set_aside(path: str, *more: str) -> str:
+    """Rename the sqlite file at ``path`` out of the way, to ``path.damaged-<UTC time>-<pid>``, with its ``-wal``
+    and ``-shm`` files (named after it, so that it opens with them) and the files ``more`` (each with the same
+    suffix); return its new name. A file already gone is passed over. The log and index go first, so that the
+    database is never found beside a log that is not its own. A connection still open on the renamed file goes
+    on with it; when it closes, sqlite sees that its file has moved and neither checkpoints nor deletes a log
+    by the old name (which may by then be a new database's).
+
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     for name in ("x.db", "x.db-wal"):
+    ...         open(os.path.join(d, name), "w").close()
+    ...     aside = set_aside(os.path.join(d, "x.db"))
+    ...     left = sorted(os.listdir(d))
+    >>> os.path.basename(aside) == left[0], left
+    (True, ['x.db.damaged-...', 'x.db.damaged-...-wal'])
+    """
+    aside = f"{path}.damaged-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{os.getpid()}"
+    moves = [(path + "-wal", aside + "-wal"), (path + "-shm", aside + "-shm"),
+             *[(name, name + aside[len(path):]) for name in more], (path, aside)]
+    for name, new in moves:
+        with contextlib.suppress(FileNotFoundError):
+            os.replace(name, new)
+    return aside

@@ -20,8 +20,9 @@ from readers.caching.disk import DiskStore, row_keys
 from readers.testing import assert_same
 from tests.helpers.child_processes import exit_codes
 
-__all__ = ["ABOUT", "FILE", "ID_MASK", "SPACE", "WAIT", "ask", "assert_counters_true", "change", "put_keys",
-           "read_back", "read_once", "run_all", "share", "stored", "use_inherited", "value", "write_until_killed"]
+__all__ = ["ABOUT", "FILE", "ID_MASK", "SPACE", "WAIT", "ask", "assert_counters_true", "change", "overwrite_page",
+           "put_keys", "read_back", "read_once", "run_all", "share", "stored", "use_inherited", "value",
+           "write_until_killed"]
 
 SPACE = "tests.helpers.cache_jobs"
 ABOUT = {"func": "tests.helpers.cache_jobs.value"}
@@ -40,6 +41,21 @@ def change(directory: Any, sql: str, *args: Any) -> None:
     """Run ``sql`` on the database file itself, committed: damage done behind the stores' backs."""
     with contextlib.closing(sqlite3.connect(os.path.join(directory, FILE), timeout=WAIT)) as db, db:
         db.execute(sql, args)
+
+
+def overwrite_page(directory: Any, table: str = "entries") -> int:
+    """Write garbage over the root page of ``table`` in the database file (checkpointed first: no store may have
+    it open), as the fault hunt of issue 27 wrote over a page; return the page's number (from 1, as sqlite counts).
+    Every lookup in the table meets it."""
+    path = os.path.join(directory, FILE)
+    with contextlib.closing(sqlite3.connect(path, timeout=WAIT)) as db:
+        db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        size = db.execute("PRAGMA page_size").fetchone()[0]
+        page = db.execute("SELECT rootpage FROM sqlite_master WHERE name = ?", (table,)).fetchone()[0]
+    with open(path, "r+b") as file:
+        file.seek((page - 1) * size)
+        file.write(bytes([0xA5]) * size)
+    return page
 
 
 def stored(directory: Any) -> int:

@@ -169,6 +169,9 @@ def _check_options(settings: PipelineRunSettings) -> None:
     """The options that need no data, all checked before the data is read (and nothing written if one is wrong):
     the files, the specs, and that the reader and the model are found (a typo in either is listed with the rest)."""
     problems = [p for p in (_file_problem("--db", settings.db), _file_problem("--log-json", settings.log_json)) if p]
+    if settings.resume is not None and not os.path.isfile(settings.db):  # (never made empty, to be refused after)
+        problems.append(f"--resume {settings.resume}: there is no pipeline store at --db {settings.db}: give the "
+                        "--db the pipeline ran with")
     for flag, spec, parse in (("--trigger", settings.trigger_spec, parse_trigger),
                               ("--strategy", settings.strategy_spec, parse_strategy),
                               ("--reader", settings.reader_name, find_reader),  # found, not yet called: no data read

@@ -284,7 +284,8 @@ def run_pipeline(stream: Any, trigger: Any, strategy: Any, model: Callable[[int]
                               task_seconds=task_seconds, chunk=chunk, resume=resume, config=config,
                               keep_models=keep_models)
     owned = not isinstance(db, PipelineStore)
-    store = PipelineStore(db) if owned else db
+    store = (PipelineStore(db, create=resume is None) if owned  # (a resume never makes an empty store to refuse)
+             else db)
     try:
         if resume is None:
             pipeline_id = store.register_pipeline(pipeline.config)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import sqlite3
 import time
 
@@ -15,6 +16,7 @@ from readers.caching.admin import cache_info, clear_cache, cleared_line, info_li
 from readers.caching.database import FILE
 from readers.caching.disk import DiskStore, row_keys
 from tests.conftest import finishes
+from tests.helpers.cache_jobs import change, overwrite_page
 
 LIMIT = 1 << 30
 
@@ -93,13 +95,15 @@ def test_cache_info_without_a_limit_says_none(tmp_path):
     assert cache_info(tmp_path)["limit"] is None
 
 
-@pytest.mark.parametrize("make", [False, True], ids=["no-folder", "empty-folder"])
-def test_cache_info_and_clear_make_no_cache_where_there_is_none(tmp_path, make):
+@pytest.mark.parametrize("make, said", [(False, "does not exist: check the folder's path"),
+                                        (True, "holds no readerkit cache")], ids=["no-folder", "empty-folder"])
+def test_cache_info_and_clear_make_no_cache_where_there_is_none(tmp_path, make, said):
+    # Regression (issue 27, 9b): a folder that is not there was said to hold no readerkit cache
     folder = tmp_path / "cache"
     if make:
         folder.mkdir()
     for call in (cache_info, clear_cache):
-        with pytest.raises(FileNotFoundError, match=f"{folder} holds no readerkit cache"):
+        with pytest.raises(FileNotFoundError, match=f"{folder} {re.escape(said)}"):
             call(folder)
     assert (os.listdir(folder) == []) if make else not folder.exists()
 
@@ -262,3 +266,52 @@ def test_cleared_line_names_the_namespace_cleared():
     result = {"directory": "/c", "ns": 3, "namespaces": 1, "entries": 1, "bytes": 0, "file_bytes_before": 0,
               "file_bytes_after": 0, "reclaimed": True, "note": None}
     assert cleared_line(result) == "cleared /c: 1 entry (0.00 MiB) from namespace 3; the files went from 0.00 to 0.00 MiB"
+
+
+# -- a damaged database (issue 27, item 14) ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("damage", ["page", "table"])
+def test_cache_info_says_a_damaged_database_serves_nothing(tmp_path, damage):
+    # Regression (issue 27, 14): cache info reported every entry of a database whose pages were damaged
+    _fill(tmp_path)
+    if damage == "page":
+        overwrite_page(tmp_path)
+    else:
+        change(tmp_path, "DROP TABLE entries")
+    info = cache_info(tmp_path)
+    assert info["damaged"] and info["entries"] == 0 and info["namespaces"] == [] and info["file_bytes"] > 0
+    lines = info_lines(info)
+    assert lines[0].startswith(f"cache in {tmp_path}: damaged (") and len(lines) == 2
+    assert lines[1] == ("it serves no entry: the next process that uses it sets it aside and starts a new one; "
+                        f"`python cli.py cache clear {tmp_path}` deletes it now")
+
+
+@pytest.mark.parametrize("damage", ["page", "table"])
+def test_clear_cache_empties_a_damaged_folder_and_a_new_cache_starts_there(tmp_path, damage):
+    # Regression (issue 27, 14): clear crashed with "database disk image is malformed", the remedy it advises
+    made = _fill(tmp_path)
+    if damage == "page":
+        overwrite_page(tmp_path)
+    else:
+        change(tmp_path, "DROP TABLE entries")
+    done = clear_cache(tmp_path)
+    assert done["reclaimed"] and done["entries"] == 0 and done["file_bytes_after"] == 0
+    assert done["note"].startswith("the database was damaged (") and done["note"].endswith(
+        "so its files were deleted, with every namespace; a new one is made when the cache is next used")
+    assert os.listdir(tmp_path) == []
+    assert _calls(tmp_path, double, made[0].parents[0]) == 8  # a new cache, working
+    assert cache_info(tmp_path)["entries"] == 8
+
+
+def test_cache_info_counts_and_clear_deletes_what_was_set_aside(tmp_path):
+    made = _fill(tmp_path)
+    overwrite_page(tmp_path)
+    with pytest.warns(RuntimeWarning, match="was damaged"):
+        _calls(tmp_path, shout, made[1].parents[0])
+    info = cache_info(tmp_path)
+    assert info["damaged"] is None and info["set_aside"] and all(".damaged-" in f for f in info["set_aside"])
+    assert re.fullmatch(rf"set aside: {len(info['set_aside'])} files? of damaged databases \(`python cli.py cache "
+                        rf"clear {re.escape(str(tmp_path))}` deletes them\)", info_lines(info)[-1])
+    clear_cache(tmp_path)
+    assert cache_info(tmp_path)["set_aside"] == [] and not [f for f in os.listdir(tmp_path) if ".damaged-" in f]

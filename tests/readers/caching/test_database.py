@@ -45,9 +45,12 @@ def test_what_is_not_a_cache_is_refused_with_the_way_out(tmp_path):
     with pytest.raises(NotACache, match=r"another version of readerkit's cache \(schema 7; this one reads 1\): "
                                         "delete it"):
         open_database(older)
-    with pytest.raises(FileNotFoundError, match="holds no readerkit cache"):
+    with pytest.raises(FileNotFoundError, match="empty does not exist: check the folder's path"):
         open_database(tmp_path / "empty", create=False)
     assert not (tmp_path / "empty").exists()
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(FileNotFoundError, match="empty holds no readerkit cache"):
+        open_database(tmp_path / "empty", create=False)
 
 
 def test_a_failed_transaction_leaves_nothing(tmp_path):

@@ -1,15 +1,24 @@
+import errno
 import multiprocessing
 import os
+import re
+import shlex
+import shutil
 import signal
 import sqlite3
+import subprocess
+import sys
+import warnings
 
 import numpy as np
 import pytest
 
-from readers.caching.dense import DenseFile, layout_of
+import readers
+from readers.caching.dense import DenseFile, dense_files, layout_of
 from readers.caching.disk import DiskStore, row_keys
 from tests.conftest import HANG, wait_until
 from tests.helpers.child_processes import started
+from tests.helpers.paths import ROOT
 
 
 def entry(i):
@@ -158,3 +167,85 @@ def test_a_writer_killed_mid_write_leaves_only_whole_rows_marked(tmp_path):
     with sqlite3.connect(tmp_path / "cache.sqlite3") as db:
         assert db.execute("SELECT entries FROM spaces WHERE ns = ?", (ns,)).fetchone() == (len(found),)
     store.close()
+
+
+# -- a full disk (issue 27, item 13) -----------------------------------------------------------------------------
+
+
+def no_room(fd, offset, length):
+    raise OSError(errno.ENOSPC, "No space left on device")
+
+
+def test_a_full_disk_at_the_reservation_stops_the_writes_with_one_warning_and_the_pass_goes_on(tmp_path,
+                                                                                                monkeypatch):
+    # Regression (issue 27, 13): a dense file was mapped without its room reserved, so on a full disk the writer
+    # died of SIGBUS writing a row; now its room is reserved first and a full disk is an OSError there
+    monkeypatch.setattr(os, "posix_fallocate", no_room)  # the one place the cache reserves space
+    r = readers.cached(readers.from_arrays(np.arange(50)), lambda e: np.full(8, e[0], np.float32), directory=tmp_path)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(2):
+            assert [v[0] for v in r()] == list(range(50))
+        r.flush()
+    said = [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]
+    assert len(said) == 1, said
+    assert re.fullmatch(rf"the cache in {re.escape(str(tmp_path))} could not make room for its dense file "
+                        r"dense-\w+-\*\.npy \(the disk is full: [\d,.]+ MiB free\); it writes no more in this "
+                        r"process, .*", said[0])
+    assert r.stats()["disk_hits"] == 0 and r.stats()["memory_hits"] == 50
+    assert not dense_files(str(tmp_path)) and not [f for f in os.listdir(tmp_path) if f.endswith(".tmp")]
+    r.close()
+
+
+def test_a_dense_file_made_without_its_room_is_reserved_when_opened(tmp_path, monkeypatch):
+    # Regression (issue 27, 13: "and again on the next read"): a file an older readerkit left with holes was
+    # mapped as it was, and its first row written on a full disk killed the process again
+    func = lambda e: np.full(8, e[0], np.float32)  # noqa: E731
+    first = readers.cached(readers.from_arrays(np.arange(50)), func, directory=tmp_path)
+    list(first())
+    first.close()
+    assert dense_files(str(tmp_path))
+    monkeypatch.setattr(os, "posix_fallocate", no_room)
+    again = readers.cached(readers.from_arrays(np.arange(50)), func, directory=tmp_path)
+    with pytest.warns(RuntimeWarning, match="could not make room for its dense file .*the disk is full"):
+        assert [v[0] for v in again()] == list(range(50))
+    again.close()
+
+
+def _small_disk(tmp_path) -> str:
+    """A shell script that mounts a 1 MiB tmpfs at tmp_path/small (in a user and mount namespace of its own: no root
+    needed) and runs the Python code it is given as $0 twice, one process after the other, on a folder there; or
+    skip the test where this machine allows no such file system."""
+    mount = tmp_path / "small"
+    mount.mkdir()
+    tried = subprocess.run(["unshare", "-Urm", "sh", "-c", f"mount -t tmpfs -o size=1m tmpfs {mount}"],
+                           capture_output=True, timeout=HANG, check=False) if shutil.which("unshare") else None
+    if tried is None or tried.returncode != 0:
+        pytest.skip("no small file system can be made here (unshare -Urm and a tmpfs mount are refused)")
+    run = f'{shlex.quote(sys.executable)} -c "$0" {mount}/cache'
+    return f"mount -t tmpfs -o size=1m tmpfs {mount} && cd {shlex.quote(str(ROOT))} && {run} && {run}"
+
+
+FILL_THE_DISK = """
+import sys, warnings
+import numpy as np
+import readers
+warnings.simplefilter("always")
+r = readers.cached(readers.from_arrays(np.arange(400)), lambda e: np.full(1024, e[0], np.float32), directory=sys.argv[1])
+for _ in range(2):
+    print(sum(float(v[0]) for v in r()), flush=True)
+r.close()
+"""
+
+
+def test_a_full_disk_kills_no_process_that_writes_dense_rows(tmp_path):
+    # Regression (issue 27, 13): 400 rows of 4 KiB (1.6 MiB) on a 1 MiB file system: the writer thread died of
+    # SIGBUS (exit code 135), and the next process again; now each warns once and gives every value
+    script = _small_disk(tmp_path)
+    done = subprocess.run(["unshare", "-Urm", "sh", "-c", script, FILL_THE_DISK], capture_output=True, text=True,
+                          timeout=6 * HANG, check=False)
+    assert done.returncode == 0, f"exit code {done.returncode}: {done.stderr[-2000:]}"
+    assert done.stdout.split() == ["79800.0"] * 4
+    said = re.findall(r"RuntimeWarning: the cache in \S+ could not make room for its dense file \S+ \(the disk is "
+                      r"full: [\d.,]+ MiB free\)", done.stderr)
+    assert len(said) == 2, done.stderr[-2000:]

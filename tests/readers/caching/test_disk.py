@@ -11,6 +11,7 @@ import os
 import pickle
 import re
 import signal
+import sqlite3
 import threading
 import warnings
 import zlib
@@ -278,7 +279,7 @@ def encoded_late(store: DiskStore, warned: list):
 def test_a_failed_write_warns_once_and_every_later_put_is_dropped(stores, tmp_path, monkeypatch):
     tried: list[int] = []
 
-    def broken(self, batch):
+    def broken(self, batch, gen):
         tried.append(len(batch))
         raise OSError("disk full")
 
@@ -302,6 +303,28 @@ def test_a_failed_write_warns_once_and_every_later_put_is_dropped(stores, tmp_pa
     assert re.search(rf"{re.escape(str(tmp_path))} could not write 4 entries \(OSError: disk full\)", ours[0])
     monkeypatch.undo()
     assert stored(tmp_path) == 0
+
+
+def test_a_full_disk_is_said_with_the_free_space_and_not_tried_again(stores, tmp_path, monkeypatch):
+    # Regression (issue 27, 13): a blob write on a full disk was retried twice (3 s of sleeps) and its warning
+    # gave sqlite's error (or "cannot rollback - no transaction is active") instead of saying the disk is full
+    tried: list[int] = []
+
+    def full(self, batch):
+        tried.append(len(batch))
+        raise sqlite3.OperationalError("database or disk is full")
+
+    monkeypatch.setattr(DiskStore, "_write_batch", full)
+    store = stores(interval=60)
+    ns = store.space(jobs.SPACE, jobs.ABOUT)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        put_keys(store, ns, range(3))
+        finishes(store.flush, "flush while the disk is full")
+    ours = [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]
+    assert tried == [3] and len(ours) == 1, (tried, ours)
+    assert re.fullmatch(rf"the cache in {re.escape(str(tmp_path))} could not write 3 entries \(the disk is full: "
+                        r"[\d,]+\.\d\d MiB free\); it writes no more in this process, .*", ours[0])
 
 
 def test_close_commits_and_leaves_no_thread_behind(tmp_path):

@@ -12,8 +12,15 @@ import numpy as np
 import pytest
 
 import readers
-from readers.caching.database import database_bytes, open_database
+from readers.caching.database import (
+    FILE,
+    aside_files,
+    damage_of,
+    database_bytes,
+    open_database,
+)
 from tests.conftest import HANG
+from tests.helpers.cache_jobs import change, overwrite_page
 
 
 def source(n=20):
@@ -249,3 +256,94 @@ def test_a_bound_too_small_to_keep_anything_is_refused_and_clear_lifts_a_folders
     list(free())
     free.close()
     assert [f for f in os.listdir(tmp_path) if f.startswith("dense-")]  # unbounded again: dense files
+
+
+# -- a damaged database (issue 27, item 14) ----------------------------------------------------------------------
+
+
+def word(e):
+    return f"word {int(e[0])}"  # a blob
+
+
+def row(e):
+    return np.full(4, e[0], np.float32)  # a row of a dense file
+
+
+def _damaged_warnings(caught) -> list[str]:
+    return [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning) and "damaged" in str(w.message)]
+
+
+@pytest.mark.parametrize("func", [word, row], ids=["blobs", "dense"])
+@pytest.mark.parametrize("damage", ["page", "table"])
+def test_a_damaged_database_is_set_aside_and_every_value_computed_again(tmp_path, func, damage):
+    # Regression (issue 27, 14): a page overwritten raised sqlite3.DatabaseError "database disk image is
+    # malformed", and a dropped entries table sqlite3.OperationalError, from every read, for good
+    data = readers.from_arrays(np.arange(3000))
+    first = readers.cached(data, func, directory=tmp_path)
+    want = [func((i,)) for i in range(3000)]
+    list(first())
+    first.close()
+    if damage == "page":  # (a dense file's rows are looked up in their index, a blob in the table)
+        overwrite_page(tmp_path, "entries" if func is word else "dense_rows")
+    else:
+        change(tmp_path, "DROP TABLE entries")
+    assert damage_of(tmp_path) is not None
+    again = readers.cached(data, func, directory=tmp_path, memory_bytes=0)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(2):
+            got = list(again())
+            assert all(np.array_equal(g, w) for g, w in zip(got, want)) and len(got) == 3000
+        again.flush()
+    said = _damaged_warnings(caught)
+    assert len(said) == 1, said
+    assert said[0].startswith(f"the cache in {tmp_path} was damaged (")
+    assert f"it is set aside as {tmp_path}/{FILE}.damaged-" in said[0] and "and a new one started" in said[0]
+    assert any(f.startswith(f"{tmp_path}/{FILE}.damaged-") for f in aside_files(tmp_path))
+    assert damage_of(tmp_path) is None
+    again.close()
+    later = readers.cached(data, func, directory=tmp_path, memory_bytes=0)
+    quiet_pass(later)  # the new database serves what the last pass wrote there
+    assert later.stats()["disk_hits"] == 3000
+    later.close()
+
+
+def test_a_table_dropped_under_an_open_cache_is_met_at_its_first_error(tmp_path):
+    data = readers.from_arrays(np.arange(200))
+    r = readers.cached(data, word, directory=tmp_path, memory_bytes=0)
+    list(r())
+    r.flush()  # its connections stay open
+    change(tmp_path, "DROP TABLE entries")
+    said = f"the cache in {tmp_path} was damaged \\(its table entries is missing\\): it is set aside"
+    with pytest.warns(RuntimeWarning, match=said):
+        assert list(r()) == [word((i,)) for i in range(200)]
+    r.flush()
+    assert list(r()) == [word((i,)) for i in range(200)]
+    assert r.stats()["disk_hits"] > 0  # written into the new database since
+    r.close()
+
+
+def test_two_stores_that_meet_one_damage_set_it_aside_once_and_share_the_new_database(tmp_path):
+    # (two stores of one folder stand for two processes: each has its own connections)
+    data = readers.from_arrays(np.arange(300))
+    want = [word((i,)) for i in range(300)]
+    first, second = (readers.cached(data, word, directory=tmp_path, memory_bytes=0) for _ in range(2))
+    for r in (first, second):
+        list(r())
+        r.flush()
+    change(tmp_path, "DROP TABLE entries")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert list(first()) == want
+        first.flush()
+        assert list(second()) == want  # its connections still see the damaged file, set aside by the first
+        second.flush()
+    said = _damaged_warnings(caught)
+    assert len(said) == 2 and "it is set aside as" in said[0], said
+    assert "another process has set it aside; this one goes on with the new one" in said[1]
+    assert len([f for f in aside_files(tmp_path) if f.endswith(tuple("0123456789"))]) == 1  # one database, once
+    for r in (first, second):
+        assert list(r()) == want
+    assert damage_of(tmp_path) is None and second.stats()["disk_hits"] >= 300
+    first.close()
+    second.close()

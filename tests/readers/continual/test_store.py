@@ -6,6 +6,7 @@ import multiprocessing
 import os
 import pickle
 import signal
+import sqlite3
 import threading
 import time
 
@@ -16,6 +17,7 @@ import readers
 from readers.continual.store import PipelineBusy, PipelineStore, StoredSet
 from readers.continual.trigger_sets import trigger_set
 from readers.sources.in_memory import from_arrays
+from readers.storage.sqlite import DamagedFile
 from tests.helpers.child_processes import exit_codes, joined, started
 
 WAIT = 60.0  # seconds: a bound for another process to show up or finish, never a measure of speed
@@ -337,3 +339,48 @@ def test_a_pickled_store_opens_the_same_file_from_another_folder(tmp_path, monke
 def test_the_store_module_and_readers_export_pipeline_busy():
     assert readers.PipelineBusy is PipelineBusy and issubclass(PipelineBusy, ValueError)
     assert "PipelineBusy" in readers.__all__
+
+
+# -- a damaged store (issue 27, item 14) --------------------------------------------------------------------------
+
+
+def _stored_training(path) -> None:
+    with PipelineStore(path) as store:
+        p = store.register_pipeline({"trigger": "every:2"})
+        store.add_trigger(p, 0, np.arange(2), position=2)
+        store.finish_training(store.start_training(p, 0), {"accuracy": 0.5})
+
+
+def test_a_store_whose_trainings_table_was_dropped_is_refused_when_opened(tmp_path):
+    # Regression (issue 27, 14): a dropped trainings table gave a raw sqlite3.OperationalError
+    _stored_training(tmp_path / "runs.db")
+    with sqlite3.connect(tmp_path / "runs.db") as db:
+        db.execute("DROP TABLE trainings")
+    with pytest.raises(DamagedFile, match=r"runs.db is damaged \(its table trainings is missing\): the file was "
+                                          "changed outside readerkit; restore it from a copy, or give another file"):
+        PipelineStore(tmp_path / "runs.db", create=False)
+
+
+def test_a_table_dropped_under_an_open_store_is_refused_at_the_statement_that_meets_it(tmp_path):
+    _stored_training(tmp_path / "runs.db")
+    store = PipelineStore(tmp_path / "runs.db")
+    with sqlite3.connect(tmp_path / "runs.db") as db:
+        db.execute("DROP TABLE trainings")
+    with pytest.raises(DamagedFile, match=r"runs.db is damaged \(no such table: trainings\)"):
+        store.trainings(1)
+    store.close()
+    assert os.path.exists(tmp_path / "runs.db")  # what it holds cannot be computed again: never set aside
+
+
+def test_a_store_with_a_damaged_page_is_refused_saying_so(tmp_path):
+    _stored_training(tmp_path / "runs.db")
+    with sqlite3.connect(tmp_path / "runs.db") as db:
+        page = db.execute("SELECT rootpage FROM sqlite_master WHERE name = 'trainings'").fetchone()[0]
+        size = db.execute("PRAGMA page_size").fetchone()[0]
+    with open(tmp_path / "runs.db", "r+b") as file:
+        file.seek((page - 1) * size)
+        file.write(b"\xa5" * size)
+    with PipelineStore(tmp_path / "runs.db", create=False) as store, \
+            pytest.raises(DamagedFile, match=r"runs.db is damaged \(database disk image is malformed\): the file was "
+                                             "changed outside readerkit"):
+        store.trainings(1)

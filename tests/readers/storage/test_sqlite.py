@@ -1,5 +1,6 @@
 """readers.storage.sqlite: shared sqlite3 files opened with their checks, transactions, one connection for threads,
 CRC-checked blobs."""
+import os
 import sqlite3
 import threading
 import zlib
@@ -8,13 +9,17 @@ import pytest
 
 from readers.storage.sqlite import (
     BUSY_S,
+    DamagedFile,
     Database,
     FileFormat,
     blob_crc,
     check_crc,
     connect,
     damaged,
+    is_damage,
+    is_full,
     read_marks,
+    set_aside,
     transaction,
 )
 
@@ -200,6 +205,71 @@ def test_an_interrupt_at_commit_leaves_no_transaction_open(tmp_path):
         db.execute("INSERT INTO notes VALUES ('lost')")
     assert not db.in_transaction and db.execute("SELECT count(*) FROM notes").fetchone() == (0,)
     db.close()
+
+
+class FullAtCommit:
+    """A connection whose COMMIT fails on a full disk after sqlite has ended the transaction by itself, though the
+    connection still says one is open (what the fault hunt of issue 27 met)."""
+
+    def __init__(self, db):
+        self.db, self.in_transaction = db, False
+
+    def execute(self, sql, *args):
+        if sql == "COMMIT":
+            self.db.execute("ROLLBACK")
+            self.in_transaction = True
+            raise sqlite3.OperationalError("database or disk is full")
+        if sql == "ROLLBACK" and not self.db.in_transaction:
+            raise sqlite3.OperationalError("cannot rollback - no transaction is active")
+        return self.db.execute(sql, *args)
+
+
+def test_a_failed_commit_raises_its_own_error_not_the_rollback_s(tmp_path):
+    # Regression (issue 27, 13): a write on a full disk was reported as "cannot rollback - no transaction is
+    # active", the rollback's failure hiding the commit's
+    db = connect(str(tmp_path / "notes.db"), Notes())
+    with pytest.raises(sqlite3.OperationalError, match="^database or disk is full$"), transaction(FullAtCommit(db)):
+        db.execute("INSERT INTO notes VALUES ('lost')")
+    assert not db.in_transaction and db.execute("SELECT count(*) FROM notes").fetchone() == (0,)
+    assert is_full(sqlite3.OperationalError("database or disk is full"))
+    db.close()
+
+
+def test_damage_is_told_from_other_failures_and_described():
+    assert is_damage(sqlite3.DatabaseError("database disk image is malformed"))
+    assert is_damage(sqlite3.OperationalError("no such table: trainings"))
+    assert not is_damage(sqlite3.OperationalError("database is locked"))
+    assert not is_damage(sqlite3.DatabaseError("file is not a database"))  # another program's file: not ours
+    assert not is_damage(OSError("disk I/O error"))
+
+
+@pytest.mark.parametrize("damaged", [True, False])
+def test_a_database_turns_sqlite_s_damage_into_its_own_error(tmp_path, damaged):
+    def refusal(why):
+        return DamagedFile("notes.db", why, "restore it")
+
+    database = Database(connect(str(tmp_path / "notes.db"), Notes()), "closed", refusal if damaged else None)
+    with database.transaction(write=True) as db:
+        db.execute("DROP TABLE notes")
+    with pytest.raises(DamagedFile if damaged else sqlite3.OperationalError, match="no such table: notes"):
+        with database.transaction(write=False) as db:
+            db.execute("SELECT * FROM notes")
+    database.close()
+
+
+def test_set_aside_renames_a_database_with_its_log_and_index(tmp_path):
+    path = str(tmp_path / "notes.db")
+    db = connect(path, Notes())
+    db.execute("INSERT INTO notes VALUES ('kept')")
+    other = connect(path, Notes())  # (its log and index stay while it is open)
+    db.close()
+    aside = set_aside(path, str(tmp_path / "extra.npy"))
+    other.close()
+    assert os.path.basename(aside).startswith("notes.db.damaged-") and not os.path.exists(path)
+    assert set(os.listdir(tmp_path)) <= {os.path.basename(aside) + s for s in ("", "-wal", "-shm")}
+    kept = sqlite3.connect(aside)
+    assert kept.execute("SELECT text FROM notes").fetchall() == [("kept",)]
+    kept.close()
 
 
 def test_a_database_serves_threads_one_transaction_at_a_time(tmp_path):

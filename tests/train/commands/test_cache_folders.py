@@ -15,6 +15,7 @@ import readers
 from cli import main
 from readers.caching.admin import cache_info
 from tests.helpers import paths as _paths
+from tests.helpers.cache_jobs import overwrite_page
 
 ROOT = _paths.ROOT
 
@@ -104,9 +105,10 @@ def _not_a_cache(folder: pathlib.Path) -> pathlib.Path:
 
 
 @pytest.mark.parametrize("args, message", [
-    (["info", "{missing}"], "Error: {missing} holds no readerkit cache (no cache.sqlite3): check the folder\n"),
-    (["clear", "-y", "{missing}"], "Error: {missing} holds no readerkit cache (no cache.sqlite3): check the folder\n"),
-    (["clear", "{missing}"], "Error: {missing} holds no readerkit cache (no cache.sqlite3): check the folder\n"),
+    # (issue 27, 9b: a folder that is not there was said to hold no readerkit cache)
+    (["info", "{missing}"], "Error: {missing} does not exist: check the folder's path\n"),
+    (["clear", "-y", "{missing}"], "Error: {missing} does not exist: check the folder's path\n"),
+    (["clear", "{missing}"], "Error: {missing} does not exist: check the folder's path\n"),
     (["info", "{notes}"], "Error: {notes}/cache.sqlite3 is not a readerkit cache (file is not "
                           "a database): check the folder, or delete that file if nothing else uses it\n"),
     (["clear", "-y", "{notes}"], "Error: {notes}/cache.sqlite3 is not a readerkit cache (file "
@@ -131,3 +133,21 @@ def test_cli_cache_info_runs_as_its_own_process(cache_dir):
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines()[0].startswith(f"cache in {cache_dir}: 2 namespaces, ")
     assert proc.stdout.splitlines()[-1] == "limit: 50.00 MiB (disk_bytes=52,428,800)"
+
+
+def test_cli_cache_info_and_clear_on_a_damaged_database(cache_dir):
+    # Regression (issue 27, 14): info reported the entries of a damaged database and `clear --yes`, the remedy
+    # everything advises, crashed with a traceback (sqlite3.DatabaseError: database disk image is malformed)
+    overwrite_page(cache_dir)
+    info = run("info", cache_dir)
+    assert info.exit_code == 0, info.output
+    assert re.fullmatch(rf"cache in {re.escape(str(cache_dir))}: damaged \(.+\), \d+\.\d\d MiB on disk\n"
+                        r"it serves no entry: the next process that uses it sets it aside and starts a new one; "
+                        rf"`python cli.py cache clear {re.escape(str(cache_dir))}` deletes it now\n", info.output)
+    cleared = run("clear", "--yes", cache_dir)
+    assert cleared.exit_code == 0 and cleared.exception is None, cleared.output
+    assert re.fullmatch(rf"cleared {re.escape(str(cache_dir))}: 0 entries \(0\.00 MiB\) from 0 namespaces; the files "
+                        r"went from \d+\.\d\d to 0\.00 MiB; the database was damaged \(.+\), so its files were "
+                        r"deleted, with every namespace; a new one is made when the cache is next used\n",
+                        cleared.output)
+    assert list(cache_dir.iterdir()) == []

@@ -1,5 +1,6 @@
 """train.commands.continual: the `pipeline` group's options and `pipeline status` from the command line."""
 import json
+import sqlite3
 
 import numpy as np
 from click.testing import CliRunner
@@ -44,3 +45,15 @@ def test_status_of_a_file_that_is_not_a_store_is_refused(tmp_path):
     (tmp_path / "notes.db").write_text("hello")
     result = status("--db", tmp_path / "notes.db")
     assert result.exit_code == 1 and "is not a readerkit pipeline store" in result.output
+
+
+def test_status_of_a_store_whose_trainings_table_was_dropped_is_one_line(tmp_path):
+    # Regression (issue 27, 14): a traceback ending in sqlite3.OperationalError: no such table: trainings
+    with PipelineStore(tmp_path / "r.db") as store:
+        store.register_pipeline({"trigger": "every:2"})
+    with sqlite3.connect(tmp_path / "r.db") as db:
+        db.execute("DROP TABLE trainings")
+    result = status("--db", tmp_path / "r.db")
+    assert result.exit_code == 1 and isinstance(result.exception, SystemExit)
+    assert result.output == (f"Error: {tmp_path / 'r.db'} is damaged (its table trainings is missing): the file was "
+                             "changed outside readerkit; restore it from a copy, or give another file\n")

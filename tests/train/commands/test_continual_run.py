@@ -171,6 +171,14 @@ def test_resuming_a_pipeline_the_store_does_not_hold_is_refused(tmp_path, data):
     assert result.output.rstrip().endswith("leave --resume out to start a new pipeline")
 
 
+def test_resuming_from_a_store_that_is_not_there_is_refused_without_making_one(tmp_path, data):
+    # Regression (issue 27, 14): the run made an empty store file at --db, then refused to resume from it
+    result = invoke("--data-dir", data, "--no-download", "--db", tmp_path / "none.db", "--resume", 1)
+    assert result.exit_code == 1 and not (tmp_path / "none.db").exists()
+    assert f"  - --resume 1: there is no pipeline store at --db {tmp_path / 'none.db'}: give the --db the pipeline " \
+           "ran with" in result.output
+
+
 def test_a_refused_resume_names_each_changed_setting_by_its_option():
     """Issue 26: the options were parsed out of the refusal's prose, so only a model's first setting got its flag."""
     changes = [Difference("model.lr", 0.003, 0.01), Difference("model.n_classes", 10, 4),

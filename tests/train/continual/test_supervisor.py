@@ -359,3 +359,11 @@ def test_an_interrupt_carries_the_pipeline_id_and_the_last_progress(tmp_path):
     assert caught.value.pipeline_id == 1
     with PipelineStore(tmp_path / "runs.db", create=False) as store:
         assert store.training(1)["progress"]["step"] == 8 and store.training(1)["status"] == "failed"
+
+
+def test_a_resume_from_a_store_that_is_not_there_makes_none(tmp_path):
+    # Regression (issue 27, 14): an empty store was made at db, and then the resume refused
+    stream, _, source = blobs()
+    with pytest.raises(FileNotFoundError, match="no pipeline store at"):
+        run_pipeline(stream, "every:100", "new", softmax(), db=tmp_path / "none.db", source=source, resume=1)
+    assert not (tmp_path / "none.db").exists()
