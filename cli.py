@@ -38,6 +38,7 @@ from train.commands.options import (
     reader_options,
     seed_option,
 )
+from train.commands.tokenizing import tokenize_command
 from train.commands.training import first_entry, splits, train_command
 
 __all__ = ["main"]
@@ -276,53 +277,19 @@ def _served(reader_name: str, data_dir: str | None, download: bool, config: str 
         import readers
         from readers.tokenized.runfiles import load_data
 
-        data = load_data(config)
-        tokens = readers.tokens(data.dir, seq_len=data.seq_len, token_size=data.token_size)
+        data = load_data(config, caller="serve --config")
+        tokens = readers.tokens(data.dir, seq_len=data.seq_len, token_size=data.token_size, vocab_size=data.vocab_size)
         return tokens, {"seq_len": data.seq_len, "token_size": data.token_size, "shuffle_seed": data.shuffle_seed,
-                        "max_token": tokens.max_token(), "tokens": sum(tokens.sizes)}
+                        "max_token": tokens.max_token(), "tokens": sum(tokens.sizes), "vocab_size": data.vocab_size}
     train_reader, test_reader = splits(reader_name, data_dir, download)
     if split == "test" and test_reader is None:
         raise click.UsageError(f"reader {reader_name!r} has no test split; serve --split train")
     return (train_reader if split == "train" else test_reader), {"split": split}
 
 
-@main.command("tokenize")
-@click.argument("sources", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False))
-@click.option("--out", required=True, type=click.Path(file_okay=False), help="Folder to write tokens.bin into.")
-@click.option("--token-size", default="2", show_default=True, type=click.Choice(["2", "4"]),
-              help="Bytes per token in the file.")
-@fail_cleanly
-def tokenize(sources: tuple[str, ...], out: str, token_size: int | str) -> None:
-    """Turn text files into one .bin file of byte-level tokens (0..255), for readers.tokens and data.toml."""
-    from readers.tokenized.windows import tokenize_bytes
-
-    token_size = int(token_size)
-    total = sum(os.path.getsize(source) for source in sources)
-    if not sys.stderr.isatty():  # a bar is only a stray label in a log
-        path = tokenize_bytes(sources, out, token_size=token_size)
-    else:
-        with click.progressbar(length=total, label="tokenizing", file=sys.stderr) as bar:
-            seen = [0]
-
-            def progress(done: int) -> None:
-                bar.update(done - seen[0])
-                seen[0] = done
-
-            path = tokenize_bytes(sources, out, token_size=token_size, progress=progress)
-    count = os.path.getsize(path) // token_size
-    click.echo(f"wrote {path}: {count:,} byte-level tokens (vocabulary 256) from {len(sources)} file"
-               f"{'s' if len(sources) > 1 else ''}, {token_size} bytes each")
-    others = sorted(n for n in os.listdir(out) if n.endswith((".bin", ".npy")) and n != os.path.basename(path))
-    if others:
-        click.echo(f"warning: {out} holds other token files too ({', '.join(others[:3])}{', ...' if len(others) > 3 else ''}), "
-                   "which readers.tokens and --config runs read with it; remove them, or give another --out", err=True)
-    size = "TwoBytes" if token_size == 2 else "FourBytes"
-    click.echo(f"next: a data.toml in {out} saying dir = \".\", token_size = \"{size}\", seq_len and shuffle_seed, "
-               "and a state.toml whose data location is Local = that folder (see the README)", err=True)
-
-
 main.add_command(cache_group)
 main.add_command(pipeline_group)
+main.add_command(tokenize_command)
 
 
 if __name__ == "__main__":

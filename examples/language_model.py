@@ -38,6 +38,7 @@ SEQ_LEN = 128
 
 DATA_TOML = """dir = "."
 token_size = "TwoBytes"
+vocab_size = 256
 seq_len = {seq_len}
 shuffle_seed = 7
 """
@@ -65,7 +66,7 @@ def main() -> None:
     workdir = args.workdir or tempfile.mkdtemp(prefix="readerkit-lm-")
     library = sysconfig.get_paths()["stdlib"]
     sources = [os.path.join(library, m) for m in MODULES if os.path.isfile(os.path.join(library, m))]
-    path = tokenize_bytes(sources, os.path.join(workdir, "tokens"))
+    path = tokenize_bytes(sources, os.path.join(workdir, "tokens"), overwrite=True)  # a WORKDIR run again
     tokens = np.fromfile(path, "<u2")
     print(f"corpus: {len(sources)} standard-library modules, {len(tokens):,} byte-level tokens")
     with open(os.path.join(workdir, "tokens", "data.toml"), "w") as f:

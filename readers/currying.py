@@ -7,6 +7,13 @@ needs; but once the reader is there the decorator runs at once, so a missing
 or wrong option is reported on that line rather than turned into a partial
 that fails later. A partial application shows itself as the call it stands
 for, and checks its keywords against the decorator's signature when made.
+A misspelt keyword is refused with the decorator's options listed, whether
+the reader is given or not.
+
+Each curried decorator is an instance of a subclass of ``Curried`` named
+after its function, so ``help(readers.shuffle)`` is headed "Help on shuffle"
+(pydoc names an object that is no function by its class), then shows the
+function's signature and docstring.
 """
 from __future__ import annotations
 
@@ -32,6 +39,23 @@ def _signature(func: Any) -> inspect.Signature:
         return inspect.signature(func, eval_str=True)
     except (NameError, TypeError, SyntaxError):  # an annotation naming what only a type checker sees
         return inspect.signature(func)
+
+
+#: The subclass of Curried named after each curried function, by (module, qualified name).
+_NAMED: dict[tuple[str | None, str], type] = {}
+
+
+def _named_class(func: Any) -> type:
+    """The subclass of ``Curried`` named after ``func`` (``Curried`` itself for a lambda or a nameless callable)."""
+    func = func.func if isinstance(func, toolz.curry) else func
+    name = getattr(func, "__name__", None)
+    if not isinstance(name, str) or not name.isidentifier():
+        return Curried
+    key = (getattr(func, "__module__", None), getattr(func, "__qualname__", name))
+    if key not in _NAMED:
+        _NAMED[key] = type(name, (Curried,), {"__module__": __name__, "__qualname__": name,
+                                              "__doc__": f"``{name}``, curried: see ``readers.Curried``."})
+    return _NAMED[key]
 
 
 def _plain(sig: inspect.Signature) -> str:
@@ -64,7 +88,18 @@ class Curried(toolz.curry):
     Traceback (most recent call last):
     ...
     readers.errors.BadType: scale() got an unexpected keyword argument 'fator'; its options are reader, factor
+    >>> times(lambda: [1, 2], fator=3)
+    Traceback (most recent call last):
+    ...
+    readers.errors.BadType: scale() got an unexpected keyword argument 'fator'; its options are reader, factor
+    >>> type(times).__name__, isinstance(times, Curried)  # what help(times) is headed with
+    ('scale', True)
     """
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Curried:
+        if cls is Curried and args:  # a partial, made by type(self)(...), keeps its decorator's class
+            cls = _named_class(args[0])
+        return super().__new__(cls)
 
     def __init__(self, *args: Any, reader_at: int | None = None, **kwargs: Any):
         super().__init__(*args, **kwargs)
@@ -84,7 +119,7 @@ class Curried(toolz.curry):
             try:
                 return self._partial(*args, **kwargs)
             except TypeError as exc:
-                hint = self._hint(exc, (*self.args, *args))
+                hint = self._hint(exc, (*self.args, *args)) or self._unexpected(kwargs)
                 if hint is None:
                     raise
                 raise hint from None
@@ -102,6 +137,19 @@ class Curried(toolz.curry):
                 break
             given.append(keywords.pop(param.name))
         return type(self)(self.func, *given, reader_at=self.reader_at, **keywords)
+
+    def _unexpected(self, kwargs: dict) -> TypeError | None:
+        """A keyword the decorator does not take, refused with its options listed, as a partial application words
+        it; None when every keyword is one of them (the TypeError came from elsewhere: the body, a missing option)."""
+        params = _signature(self.func).parameters
+        if any(p.kind is p.VAR_KEYWORD for p in params.values()):
+            return None
+        unknown = [k for k in {**(self.keywords or {}), **kwargs}
+                   if k not in params or params[k].kind is inspect.Parameter.POSITIONAL_ONLY]
+        if not unknown:
+            return None
+        return BadType(f"{self.__name__}() got an unexpected keyword argument {unknown[0]!r}; its options are "
+                       f"{', '.join(params)}")
 
     def _hint(self, exc: TypeError, args: tuple) -> TypeError | None:
         """``exc`` saying that an option was taken for the reader (``toolz.pipe(r, batch(32))``); None if it was not."""
@@ -123,6 +171,10 @@ class Curried(toolz.curry):
         sig = super().__signature__  # toolz marks what is still required with a sentinel default
         return sig.replace(parameters=[p.replace(default=inspect.Parameter.empty) if p.default is no_default else p
                                        for p in sig.parameters.values()])
+
+    def __reduce__(self) -> tuple:
+        restore, state = super().__reduce__()  # (its class, ...): Curried's __new__ makes the named class again
+        return restore, (Curried, *state[1:])
 
     def __repr__(self) -> str:
         if not self.args and not self.keywords:

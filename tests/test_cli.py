@@ -612,13 +612,16 @@ def test_cli_tokenize_writes_a_token_file_that_trains(tmp_path):
     (tmp_path / "a.txt").write_text("the cat sat on the mat\n" * 20)
     result = run("tokenize", str(tmp_path / "a.txt"), "--out", str(tmp_path / "tok"))
     assert result.exit_code == 0, result.output
-    assert result.stdout.strip() == f"wrote {tmp_path / 'tok' / 'tokens.bin'}: 460 byte-level tokens (vocabulary 256) from 1 file, 2 bytes each"
-    assert 'next: a data.toml in' in result.stderr and 'token_size = "TwoBytes"' in result.stderr
+    assert result.stdout.splitlines() == [
+        f"wrote {tmp_path / 'tok' / 'tokens.bin'}: 460 byte-level tokens (vocabulary 256) from 1 file, 2 bytes each",
+        f'wrote {tmp_path / "tok" / "data.toml"}: token_size = "TwoBytes", vocab_size = 256, seq_len = 2048, no '
+        "shuffle_seed (the files' order)"]
+    assert f'next: a state.toml whose data location is Local = "{tmp_path / "tok"}"' in result.stderr
     assert len(readers.tokens(tmp_path / "tok", seq_len=45)) == 10
     bad = run("tokenize", str(tmp_path / "a.txt"), "--out", str(tmp_path / "tok"), "--token-size", "3")
     assert bad.exit_code == 2 and "'3' is not one of '2', '4'" in bad.output
     (tmp_path / "tok" / "old.bin").write_bytes(b"\0\0" * 100)
-    again = run("tokenize", str(tmp_path / "a.txt"), "--out", str(tmp_path / "tok"))
+    again = run("tokenize", str(tmp_path / "a.txt"), "--out", str(tmp_path / "tok"), "--overwrite")
     assert again.exit_code == 0 and "holds other token files too (old.bin)" in again.stderr
 
 

@@ -162,3 +162,34 @@ def test_cli_serve_refuses_reader_options_with_a_config_and_names_a_port_in_use(
         busy = CliRunner().invoke(cli.main, ["serve", "--config", config, "--port", str(port)])
     assert busy.exit_code == 1
     assert f"127.0.0.1:{port} is in use (another server?): stop it, or give another --port" in busy.output
+
+
+def test_cli_serve_given_a_state_toml_says_it_is_a_run_file_and_names_its_data_toml(tmp_path, token_config):
+    from click.testing import CliRunner
+
+    import cli
+
+    config, _ = token_config
+    state = tmp_path / "state.toml"
+    state.write_text("[config]\ntotal_steps = 10\n[model.LLM]\nmax_seq_len = 4\n"
+                     '[model.LLM.data_location]\nLocal = "."\n')
+    result = CliRunner().invoke(cli.main, ["serve", "--config", str(state), "--port", "0"])
+    # before: "Error: .../state.toml: config: unknown key 'config'; remove it, or use one of: dir, token_size, ..."
+    assert result.exit_code == 1 and result.output.splitlines() == [
+        f"Error: {state}: this is a run file (state.toml, with [config] and [model.LLM]), but serve --config expects "
+        f"a token folder's data.toml (dir, token_size, seq_len); this run's tokens are described by {config}: "
+        "give that file"]
+
+
+def test_cli_serve_refuses_four_byte_tokens_read_as_two_bytes_before_it_listens(tmp_path):
+    """Issue 27: tokens read with the wrong token size are refused where they are read, a server included."""
+    from click.testing import CliRunner
+
+    import cli
+    (tmp_path / "tokens").mkdir()
+    np.arange(1, 200, dtype="<u4").tofile(tmp_path / "tokens" / "t.bin")
+    (tmp_path / "data.toml").write_text('dir = "tokens"\ntoken_size = "TwoBytes"\nseq_len = 4\n')
+    result = CliRunner().invoke(cli.main, ["serve", "--config", str(tmp_path / "data.toml"), "--port", "0"])
+    assert result.exit_code == 1 and "serving" not in result.output, result.output
+    assert result.output.startswith(f"Error: {tmp_path / 'tokens' / 't.bin'}: read as 2-byte tokens")
+    assert "probably 4-byte tokens" in result.output

@@ -5,19 +5,28 @@ Importing this module does not import torch. The dataset class,
 built the first time it is asked for, and asking for it by name is what
 unpickling does, so a dataset sent to a ``spawn`` DataLoader worker is
 rebuilt there like an instance of any module-level class.
+
+A pipeline that ends with ``readers.shard(..., equalize="pad")`` gives each
+entry a weight column of Python floats, which DataLoader's collation would
+make float64 tensors beside float32 images; the dataset gives them as
+``numpy.float32``, so they collate to float32 tensors.
 """
 from __future__ import annotations
 
 import sys
 import warnings
+from collections.abc import Iterator
 from typing import Any
+
+import numpy as np
 
 from readers.checks import check_reader, whole
 from readers.errors import BadType, BadValue
 from readers.graph import Node, describe
 from readers.launch import worker_info
-from readers.ops.sharding import follows_workers, is_sharded
+from readers.ops.sharding import Shard, follows_workers, is_sharded
 from readers.parents import iterate
+from readers.passes import close_iterator
 
 __all__ = ["torch_dataset"]
 
@@ -50,6 +59,36 @@ def _check_sharded(reader: Any) -> None:
     )
 
 
+def _pads_weights(reader: Any) -> bool:
+    """Whether ``reader``'s entries end with a padding shard's weight column: its last stage, under stages that
+    pass its entries on unchanged (a prefetch), is ``shard(..., equalize="pad")``."""
+    while isinstance(reader, Node) and not isinstance(reader, Shard) and reader.per_entry == "same" \
+            and len(reader.parents) == 1:
+        reader = reader.parents[0]
+    return isinstance(reader, Shard) and reader.equalize == "pad"
+
+
+def _float32_weight(entry: Any) -> Any:
+    """``entry`` with its pad weight (last column, or key "weight") as a ``numpy.float32``.
+
+    >>> _float32_weight((np.zeros(2, np.float32), 3, 1.0))[-1].dtype, _float32_weight({"weight": 0.0})["weight"].dtype
+    (dtype('float32'), dtype('float32'))
+    """
+    if isinstance(entry, tuple):
+        return (*entry[:-1], np.float32(entry[-1]))
+    if isinstance(entry, dict):
+        return {**entry, "weight": np.float32(entry["weight"])}
+    return entry
+
+
+def _with_float32_weights(entries: Iterator) -> Iterator:
+    try:
+        for entry in entries:
+            yield _float32_weight(entry)
+    finally:  # a pass stopped early (a DataLoader worker shut down) stops the reader's pass too
+        close_iterator(entries)
+
+
 class _ReaderDatasetBase:
     """A reader as a ``torch.utils.data.IterableDataset``; made by ``readers.torch_dataset``.
 
@@ -63,6 +102,7 @@ class _ReaderDatasetBase:
         self.sharded_elsewhere = sharded_elsewhere
         self.epoch: int | None = None
         self._iterated = False
+        self._pads = _pads_weights(reader)
 
     def set_epoch(self, epoch: int) -> None:
         """Make the next pass pass ``epoch`` (call it before each epoch, as with DistributedSampler)."""
@@ -81,7 +121,8 @@ class _ReaderDatasetBase:
                           "their own copy; they run the passes after the first one in turn. Use "
                           "persistent_workers=False with set_epoch, or no set_epoch", RuntimeWarning, stacklevel=2)
         self._iterated = True
-        return iterate(self.reader)
+        entries = iterate(self.reader)
+        return _with_float32_weights(entries) if self._pads else entries
 
     def __repr__(self) -> str:
         lines = repr(self.reader).splitlines() if isinstance(self.reader, Node) else [describe(self.reader)]
@@ -139,8 +180,8 @@ def torch_dataset(reader: Any, *, sharded_elsewhere: bool = False) -> Any:
     >>> dataset = torch_dataset(pipeline)
     >>> dataset.set_epoch(0)
     >>> batches = list(torch.utils.data.DataLoader(dataset, batch_size=4))
-    >>> [len(ids) for ids, weights in batches]
-    [4, 4, 2]
+    >>> [len(ids) for ids, weights in batches], batches[0][1].dtype  # weights as float32, as torch's default
+    ([4, 4, 2], torch.float32)
     >>> sorted(int(i) for ids, weights in batches for i in ids)
     [0, 1, 2, 3, 4, 5, 6, 7, 8, 9]
     >>> dataset.set_epoch(0)  # the same pass again, in the same order

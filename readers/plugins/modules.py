@@ -119,6 +119,8 @@ def not_found(kind: str, name: str, known: list[str]) -> str:
 
     >>> not_found("readers", "nmist", ["mnist"])
     "unknown reader 'nmist' (did you mean 'mnist'?); known readers: mnist. To add one, ..."
+    >>> not_found("models", "mpl", ["mlp", "softmax"])
+    "unknown model 'mpl' (did you mean 'mlp'?); known models: mlp, softmax. To add one, declare ... or name a model class or factory as 'module:attribute' ('mymodels:TinyNet'); modules ..."
     >>> not_found("readers", "./blobs.py", ["mnist"])
     "unknown reader './blobs.py' ('./blobs.py' is a file: name its module, 'blobs', without '.py' or a folder); ..."
     """
@@ -131,10 +133,11 @@ def not_found(kind: str, name: str, known: list[str]) -> str:
     if why_not := refusal(name):
         hints.append(f"{why_not}, never a plugin: rename a module of yours that has this name")
     names = ", ".join(sorted(set(known))) or "none"
+    named = ("an importable module ('mydata', with train and test) or 'module:attribute'" if kind == "readers" else
+             "a model class or factory as 'module:attribute' ('mymodels:TinyNet')")  # a module is never a model
     return (f"unknown {kind[:-1]} {name!r}{''.join(f' ({hint})' for hint in hints)}; known {kind}: {names}. To add one, "
-            f"declare an entry point in group 'readerkit.{kind}' in a package's metadata, or name an importable module "
-            f"('mydata', with train and test) or 'module:attribute'; modules are found on the import path (the CLI "
-            f"puts the current folder first)")
+            f"declare an entry point in group 'readerkit.{kind}' in a package's metadata, or name {named}; modules "
+            f"are found on the import path (the CLI puts the current folder first)")
 
 
 def plugin_not_module(kind: str, spec: str, test_split: bool) -> str:

@@ -21,7 +21,7 @@ except ModuleNotFoundError:  # Python 3.10: tomli is the same parser, published 
     import tomli as tomllib
 
 __all__ = ["EXAMPLES", "RunFileError", "check_keys", "folder", "host_port", "integer", "read_toml", "seed",
-           "shuffle", "subtable", "token_size", "unknown"]
+           "shuffle", "subtable", "token_size", "unknown", "vocab_size"]
 
 #: Psyche's TokenSize spellings; the byte counts 2 and 4 are accepted too.
 TOKEN_SIZES = {"TwoBytes": 2, "FourBytes": 4}
@@ -33,6 +33,7 @@ EXAMPLES = {
     "dir": 'dir = "tokens"',
     "token_size": 'token_size = "TwoBytes"',
     "seq_len": "seq_len = 2048",
+    "vocab_size": "vocab_size = 256 (one more than the largest token id)",
     "shuffle_seed": "shuffle_seed = [1, 2, ..., 32] (32 byte values), an integer >= 0, or no key to keep the order",
     "global_batch_size_start": "global_batch_size_start = 8",
     "global_batch_size_end": "global_batch_size_end = 8",
@@ -249,6 +250,30 @@ def token_size(path: str, key: str, value: Any) -> int:
     else:
         fix = 'write "TwoBytes" for tokens of 2 bytes (vocabularies up to 65536) or "FourBytes"'
     raise RunFileError(path, key, f'must be "TwoBytes" or "FourBytes" (or 2 or 4), got {value!r}', fix)
+
+
+#: The most ids tokens of each size can hold: 2 bytes, 0..65535; 4 bytes, as many as int32 ids (what readers.tokens gives).
+MOST_IDS = {2: 1 << 16, 4: 1 << 31}
+
+
+def vocab_size(path: str, table: dict[str, Any], size: int) -> int | None:
+    """``table["vocab_size"]`` (None if absent): an integer >= 2 that tokens of ``size`` bytes can hold.
+
+    >>> vocab_size("data.toml", {"vocab_size": 256}, 2), vocab_size("data.toml", {}, 2)
+    (256, None)
+    >>> vocab_size("data.toml", {"vocab_size": 100_000}, 2)
+    Traceback (most recent call last):
+    ...
+    readers.tokenized.runfile_fields.RunFileError: data.toml: vocab_size: is 100000, more ids than 2-byte tokens hold (65,536); write token_size = "FourBytes" if the tokens are 4 bytes each, or correct vocab_size
+    """
+    if "vocab_size" not in table:
+        return None
+    value = integer(path, table, "", "vocab_size", 2)
+    if value > MOST_IDS[size]:
+        raise RunFileError(path, "vocab_size", f"is {value}, more ids than {size}-byte tokens hold ({MOST_IDS[size]:,})",
+                           'write token_size = "FourBytes" if the tokens are 4 bytes each, or correct vocab_size'
+                           if size == 2 else "correct vocab_size: token ids are int32")
+    return value
 
 
 def seed(path: str, key: str, value: Any) -> int:

@@ -6,7 +6,11 @@ run with two TOML files:
 data.toml
     The token data a data-provider server holds: ``dir`` (relative to the
     file), ``token_size`` (``"TwoBytes"`` or ``"FourBytes"``), ``seq_len`` and
-    ``shuffle_seed`` (32 byte values).
+    ``shuffle_seed`` (32 byte values). readerkit adds ``vocab_size`` (one more
+    than the largest token id), which ``python cli.py tokenize`` records with
+    the token size it wrote (``write_data``); a data.toml without it (Psyche's,
+    or an older one) still reads, and the vocabulary is then found by reading
+    the tokens.
 state.toml
     The run: ``[config]`` holds the global batch-size schedule (from
     ``global_batch_size_start`` to ``global_batch_size_end`` over
@@ -30,6 +34,9 @@ learning-rate schedule..., and the older ``rounds_per_epoch`` and
 ``round_apply_time``) are accepted unread and listed in
 ``RunConfig.ignored``; any other key is an error with a did-you-mean. Every
 fault is one ``RunFileError`` naming the file, the dotted key and the fix.
+The two kinds are told apart by their top-level keys, so a data.toml given
+where a state.toml is expected (or the reverse) is refused as the wrong kind
+of file, saying which kind it is and which one its ``caller`` expects.
 
 A 32-byte seed becomes ``int.from_bytes(bytes(values), "little")`` (an int in
 [0, 2**256)), which ``readers.shuffle`` takes as is. The same seed always gives
@@ -38,18 +45,19 @@ the same readerkit order, but not Psyche's order: the shuffles differ.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from readers.network.wire import show_address
 from readers.tokenized import runfile_fields as fields
 from readers.tokenized.runfile_fields import RunFileError
 
-__all__ = ["DataConfig", "LocalData", "RunConfig", "RunFileError", "ServerData", "load_data", "load_run"]
+__all__ = ["DataConfig", "LocalData", "RunConfig", "RunFileError", "ServerData", "data_text", "kind_of", "load_data",
+           "load_run", "write_data"]
 
 #: A Local folder without a data.toml holds 2-byte tokens, read in order (Psyche's Shuffle::default()).
 DEFAULT_TOKEN_SIZE = 2
-DATA_KEYS = ("dir", "token_size", "seq_len", "shuffle_seed")
+DATA_KEYS = ("dir", "token_size", "seq_len", "shuffle_seed", "vocab_size")
 #: state.toml's top level as Psyche's Coordinator has it; only config and model are read.
 STATE_KEYS = ("config", "model", "run_id", "run_state", "progress", "epoch_state",
               "run_state_start_unix_timestamp", "pending_pause", "model_extra_data")
@@ -69,28 +77,34 @@ LOCAL_KEYS = ("path", "token_size_in_bytes", "shuffle")
 #: Psyche's other data locations: readerkit has no provider for them.
 UNSUPPORTED = ("Dummy", "Http", "WeightedHttp", "Preprocessed")
 LOCATIONS = ("Server", "Local", *UNSUPPORTED)
+#: The top-level tables only a state.toml has: a file with one of them is a run file.
+STATE_TABLES = ("config", "model", "model_extra_data")
 
 
 @dataclass(frozen=True)
 class DataConfig:
-    """A data.toml: the token folder (absolute), bytes per token (2 or 4), the sequence length and the
-    shuffle seed (an int >= 0, or None to keep the files' order)."""
+    """A data.toml: the token folder (absolute), bytes per token (2 or 4), the sequence length, the
+    shuffle seed (an int >= 0, or None to keep the files' order) and the vocabulary size (None: not recorded)."""
 
     dir: str
     token_size: int
     seq_len: int
     shuffle_seed: int | None
+    vocab_size: int | None = None
 
 
 @dataclass(frozen=True)
 class LocalData:
-    """Token data in a local folder (absolute path): bytes per token, shuffle seed (None: in order), and
-    the run's sequence length."""
+    """Token data in a local folder (absolute path): bytes per token, shuffle seed (None: in order), the
+    run's sequence length, the vocabulary size its data.toml records (None: not recorded) and that data.toml's
+    path (None: the folder has none, or the run file's Local table describes it)."""
 
     path: str
     token_size: int
     shuffle_seed: int | None
     seq_len: int
+    vocab_size: int | None = None
+    data_file: str | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)
@@ -136,11 +150,11 @@ def _local(path: str, key: str, value: Any, seq_len: int) -> LocalData:
     described = os.path.join(found, "data.toml")
     if not os.path.isfile(described):
         return LocalData(found, DEFAULT_TOKEN_SIZE, None, seq_len)
-    data = load_data(described)
+    data = load_data(described, caller=f"the Local data location of {path}")
     if data.seq_len != seq_len:
         raise RunFileError(described, "seq_len", f"is {data.seq_len}, but model.LLM.max_seq_len is {seq_len} in {path}",
                            "make the two equal")
-    return LocalData(data.dir, data.token_size, data.shuffle_seed, seq_len)
+    return LocalData(data.dir, data.token_size, data.shuffle_seed, seq_len, data.vocab_size, described)
 
 
 def _find_location(path: str, llm: dict[str, Any], extra: dict[str, Any]) -> tuple[str, Any]:
@@ -186,13 +200,67 @@ def _location(path: str, key: str, value: Any, seq_len: int) -> LocalData | Serv
     return _local(path, f"{key}.{variant}", inner, seq_len)
 
 
-def load_data(path: str | os.PathLike) -> DataConfig:
-    """Read a data.toml: ``dir`` relative to the file, ``token_size``, ``seq_len``, ``shuffle_seed``.
+def kind_of(doc: dict[str, Any]) -> str | None:
+    """Which run file a TOML document is, told by its top-level keys: "state.toml", "data.toml" or None.
+
+    >>> kind_of({"dir": ".", "seq_len": 2048}), kind_of({"config": {}, "model": {}}), kind_of({"colour": 1})
+    ('data.toml', 'state.toml', None)
+    """
+    if any(key in doc for key in STATE_TABLES):
+        return "state.toml"
+    return "data.toml" if any(key in doc for key in DATA_KEYS) else None
+
+
+def _run_data_toml(path: str, doc: dict[str, Any]) -> str:
+    """Where the data.toml of a state.toml's data is, in words, as far as the run file says (nothing checked)."""
+    llm = doc.get("model", {}).get("LLM", {}) if isinstance(doc.get("model"), dict) else {}
+    extra = doc.get("model_extra_data", {})
+    for table in (llm, extra):
+        location = table.get("data_location") if isinstance(table, dict) else None
+        if not (isinstance(location, dict) and len(location) == 1):
+            continue
+        (variant, inner), = location.items()
+        if variant == "Server" and isinstance(inner, str):
+            return (f"this run reads its tokens from the server at {inner}: give the data.toml that server was "
+                    "started with")
+        inner = inner.get("path") if variant == "Local" and isinstance(inner, dict) else inner
+        if variant == "Local" and isinstance(inner, str) and inner:
+            folder = os.path.normpath(os.path.join(os.path.dirname(path), inner))
+            described = os.path.join(folder, "data.toml")
+            if os.path.isfile(described):
+                return f"this run's tokens are described by {described}: give that file"
+            return (f"this run's token folder {folder} has no data.toml: write one there "
+                    "(dir = \".\", token_size, seq_len)")
+    return "give the data.toml of a token folder"
+
+
+def _wrong_kind(path: str, doc: dict[str, Any], expected: str, caller: str) -> RunFileError:
+    """The error for a data.toml given where a state.toml is expected, or the reverse.
+
+    >>> print(_wrong_kind("/runs/tokens/data.toml", {"dir": "."}, "state.toml", "train --config"))
+    /runs/tokens/data.toml: this is a token folder's data.toml (dir, token_size, seq_len), but train --config expects a run file (state.toml, with [config] and [model.LLM]); give the run's state.toml, or write one whose [model.LLM.data_location] is Local = "/runs/tokens" (the folder of this data.toml)
+    >>> print(_wrong_kind("/runs/state.toml", {"config": {}}, "data.toml", "serve --config"))
+    /runs/state.toml: this is a run file (state.toml, with [config] and [model.LLM]), but serve --config expects a token folder's data.toml (dir, token_size, seq_len); give the data.toml of a token folder
+    """
+    data = "a token folder's data.toml (dir, token_size, seq_len)"
+    run = "a run file (state.toml, with [config] and [model.LLM])"
+    if expected == "state.toml":
+        return RunFileError(path, None, f"this is {data}, but {caller} expects {run}",
+                            f"give the run's state.toml, or write one whose [model.LLM.data_location] is "
+                            f"Local = \"{os.path.dirname(path)}\" (the folder of this data.toml)")
+    return RunFileError(path, None, f"this is {run}, but {caller} expects {data}", _run_data_toml(path, doc))
+
+
+def load_data(path: str | os.PathLike, *, caller: str = "load_data") -> DataConfig:
+    """Read a data.toml: ``dir`` relative to the file, ``token_size``, ``seq_len``, ``shuffle_seed``, ``vocab_size``.
 
     ``token_size`` is ``"TwoBytes"``/``"FourBytes"`` (or 2/4); ``shuffle_seed``
     is Psyche's 32 byte values (read little-endian), an int >= 0, or absent
-    (or ``"DontShuffle"``) for no shuffle. Raises ``RunFileError`` naming the
-    file, the key and the fix.
+    (or ``"DontShuffle"``) for no shuffle; ``vocab_size`` (readerkit's,
+    optional) is an int >= 2 that the token size can hold. Raises ``RunFileError`` naming the
+    file, the key and the fix; a state.toml is refused as the wrong kind of
+    file, naming ``caller`` (what reads it: ``"serve --config"``) as the one
+    that expects a data.toml.
 
     >>> import os, tempfile
     >>> tmp = tempfile.TemporaryDirectory()
@@ -214,15 +282,68 @@ def load_data(path: str | os.PathLike) -> DataConfig:
     """
     path = os.path.abspath(os.fspath(path))
     doc = fields.read_toml(path, "data.toml")
+    if kind_of(doc) == "state.toml":
+        raise _wrong_kind(path, doc, "data.toml", caller)
     fields.check_keys(path, doc, "", DATA_KEYS, required=DATA_KEYS[:3])
     seed = doc.get("shuffle_seed", "DontShuffle")
-    return DataConfig(dir=fields.folder(path, "dir", doc["dir"]),
-                      token_size=fields.token_size(path, "token_size", doc["token_size"]),
+    size = fields.token_size(path, "token_size", doc["token_size"])
+    return DataConfig(dir=fields.folder(path, "dir", doc["dir"]), token_size=size,
                       seq_len=fields.integer(path, doc, "", "seq_len", 1),
-                      shuffle_seed=None if seed == "DontShuffle" else fields.seed(path, "shuffle_seed", seed))
+                      shuffle_seed=None if seed == "DontShuffle" else fields.seed(path, "shuffle_seed", seed),
+                      vocab_size=fields.vocab_size(path, doc, size))
 
 
-def load_run(path: str | os.PathLike) -> RunConfig:
+#: Psyche's names of the token sizes, by bytes per token.
+_SIZE_NAMES = {size: name for name, size in fields.TOKEN_SIZES.items()}
+
+
+def data_text(*, token_size: int, vocab_size: int, seq_len: int, shuffle_seed: int | None = None) -> str:
+    """The text of a data.toml for the token files in its own folder (``dir = "."``).
+
+    The seed is written as Psyche's 32 byte values, which read back as the same int.
+
+    >>> print(data_text(token_size=2, vocab_size=256, seq_len=2048, shuffle_seed=7), end="")
+    dir = "."
+    token_size = "TwoBytes"
+    vocab_size = 256
+    seq_len = 2048
+    shuffle_seed = [7, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]
+    """
+    lines = ['dir = "."', f'token_size = "{_SIZE_NAMES[token_size]}"', f"vocab_size = {vocab_size}",
+             f"seq_len = {seq_len}"]
+    if shuffle_seed is not None:
+        lines.append(f"shuffle_seed = {list(shuffle_seed.to_bytes(fields.SEED_BYTES, 'little'))}")
+    return "\n".join(lines) + "\n"
+
+
+def write_data(folder: str | os.PathLike, text: str) -> str:
+    """Write ``text`` as ``folder``'s data.toml, whole or not at all, after checking that it reads back
+    (``load_data``); returns the file's path.
+
+    >>> import tempfile
+    >>> tmp = tempfile.TemporaryDirectory()
+    >>> path = write_data(tmp.name, data_text(token_size=4, vocab_size=70_000, seq_len=128))
+    >>> data = load_data(path)
+    >>> data.token_size, data.vocab_size, data.seq_len, data.shuffle_seed, data.dir == tmp.name
+    (4, 70000, 128, None, True)
+    >>> tmp.cleanup()
+    """
+    path = os.path.join(os.path.abspath(os.fspath(folder)), "data.toml")
+    part = f"{path}.part"
+    try:
+        with open(part, "w", encoding="utf-8") as f:
+            f.write(text)
+        data = load_data(part)
+        if data.dir != os.path.dirname(path):
+            raise RunFileError(path, "dir", f"would name {data.dir}, not its own folder", 'write dir = "."')
+        os.replace(part, path)
+    finally:
+        if os.path.exists(part):
+            os.unlink(part)
+    return path
+
+
+def load_run(path: str | os.PathLike, *, caller: str = "load_run") -> RunConfig:
     """Read a state.toml: the batch-size schedule, the steps, the sequence length and the data location.
 
     ``[model.LLM.data_location]`` (or ``[model_extra_data.data_location]`` in
@@ -233,7 +354,9 @@ def load_run(path: str | os.PathLike) -> RunConfig:
     ``[model.LLM.data_location.Local]`` with ``path``, ``token_size_in_bytes``
     and ``shuffle``. Paths are relative to the file. Psyche's other keys are
     listed in ``ignored``. Raises ``RunFileError`` naming the file, the key and
-    the fix.
+    the fix; a data.toml is refused as the wrong kind of file, naming
+    ``caller`` (what reads it: ``"train --config"``) as the one that expects a
+    state.toml.
 
     >>> import os, tempfile
     >>> tmp = tempfile.TemporaryDirectory()
@@ -262,6 +385,8 @@ def load_run(path: str | os.PathLike) -> RunConfig:
     """
     path = os.path.abspath(os.fspath(path))
     doc = fields.read_toml(path, "state.toml")
+    if kind_of(doc) == "data.toml":
+        raise _wrong_kind(path, doc, "state.toml", caller)
     fields.check_keys(path, doc, "", STATE_KEYS, required=("config", "model"))
     config = fields.subtable(path, doc, "", "config")
     fields.check_keys(path, config, "config", CONFIG_USED + CONFIG_IGNORED, required=CONFIG_USED)

@@ -22,11 +22,16 @@ modification time and identity (inode, device) when it is built. Every read
 checks first that the mapped file keeps its size (an ``fstat`` of the map's
 own descriptor, about 0.4 us a read); the whole record is checked when a
 file is mapped, at each pass start, before a file is read whole
-(``max_token``, ``digest``) and on a read at most ``CHECK_EVERY`` seconds
+(``largest_token``, ``digest``) and on a read at most ``CHECK_EVERY`` seconds
 after the last such check. A file that changed is refused with a
 ``TokenFileChanged`` naming it; a server answers the request with a
 ``server_error`` and serves on. Only a change in the microseconds between a
 check and the read it guards can still get past.
+
+When a file is first mapped in a process, a sample of a few KiB is checked
+(``readers.tokenized.token_checks``): a 2-byte read of a ``.bin`` file whose
+every second token is 0 is refused as probably 4-byte tokens, and an id
+beyond a given ``vocab_size`` as a wrong token size or a stale data.toml.
 """
 from __future__ import annotations
 
@@ -40,8 +45,9 @@ from typing import Any
 import numpy as np
 
 from readers.digests import array_digest, hasher
-from readers.errors import BadType, BadValue, make_folder
+from readers.errors import BadType, BadValue, FileError, make_folder
 from readers.stage import IndexedReader
+from readers.tokenized import token_checks
 
 __all__ = ["TokenFileChanged", "TokenFileError", "Tokens", "tokenize_bytes", "tokens"]
 
@@ -200,10 +206,11 @@ class Tokens(IndexedReader):
 
     name = "tokens"
 
-    def __init__(self, paths: list[str], seq_len: int, token_size: int):
+    def __init__(self, paths: list[str], seq_len: int, token_size: int, vocab_size: int | None = None):
         super().__init__()
         self.paths, self.seq_len, self.token_size = paths, seq_len, token_size
         self.stamps = [_stamp(p) for p in paths]  # before the layouts: a change while they are read is seen
+        self.vocab_size = vocab_size
         self.layouts = [_layout(p, token_size) for p in paths]
         self.sizes = [n for n, _, _ in self.layouts]
         short = [(p, n) for p, n in zip(paths, self.sizes) if n < seq_len + 1]
@@ -246,7 +253,7 @@ class Tokens(IndexedReader):
         """
         found = self._views.get(k)
         if found is None:
-            a, mapped = self._tokens(k)
+            a, mapped = self._sampled(k)
             view = np.lib.stride_tricks.as_strided(
                 a, shape=(int(self.offsets[k + 1] - self.offsets[k]), self.seq_len + 1),
                 strides=(self.seq_len * a.strides[0], a.strides[0]), writeable=False)
@@ -283,6 +290,32 @@ class Tokens(IndexedReader):
             _check_unchanged(path, stamp)
         return super().for_pass(pass_id)
 
+    def _sampled(self, k: int) -> tuple[np.ndarray, mmap.mmap]:
+        """``_tokens(k)`` (the array and its map), once a sample of it is checked against the token size and the
+        vocabulary size."""
+        a, mapped = self._tokens(k)
+        problem = (token_checks.four_byte_problem(self.paths[k], a, self.token_size)
+                   or token_checks.vocabulary_problem(self.paths[k], a, self.vocab_size))
+        if problem:
+            raise TokenFileError(problem)
+        return a, mapped
+
+    def check_samples(self) -> None:
+        """Check a sample of every file as its first read does (the token size, ``vocab_size``), so that a wrong
+        token size is refused before anything is built on the tokens; raises ``TokenFileError``.
+
+        >>> import tempfile
+        >>> folder = tempfile.TemporaryDirectory()
+        >>> np.frombuffer(b"a rose is a rose. " * 4, np.uint8).astype("<u4").tofile(f"{folder.name}/a.bin")
+        >>> tokens(folder.name, seq_len=2, token_size=4).check_samples()
+        >>> tokens(folder.name, seq_len=2, token_size=2).check_samples()
+        Traceback (most recent call last):
+        ...
+        readers.tokenized.windows.TokenFileError: .../a.bin: read as 2-byte tokens (token_size = "TwoBytes"), every second token is 0 in a sample of 144: probably 4-byte tokens; ...
+        """
+        for k in range(len(self.paths)):
+            self._sampled(k)
+
     def max_token(self) -> int:
         """The largest token id in all the files, read in 16 MiB blocks (to size a vocabulary).
 
@@ -292,13 +325,35 @@ class Tokens(IndexedReader):
         >>> tokens(folder.name, seq_len=2).max_token()
         900
         """
-        top = 0
+        return self.largest_token()[0]
+
+    def largest_token(self) -> tuple[int, str]:
+        """The largest token id in all the files and the first file that holds it, read in 16 MiB blocks, each
+        file's sample checked first; an id beyond ``vocab_size`` raises ``TokenFileError``.
+
+        >>> import tempfile
+        >>> folder = tempfile.TemporaryDirectory()
+        >>> np.array([3, 900, 7], dtype="<u2").tofile(f"{folder.name}/a.bin")
+        >>> np.array([4, 901, 8], dtype="<u2").tofile(f"{folder.name}/b.bin")
+        >>> top, path = tokens(folder.name, seq_len=2).largest_token()
+        >>> top, os.path.basename(path)
+        (901, 'b.bin')
+        >>> tokens(folder.name, seq_len=2, vocab_size=901).largest_token()
+        Traceback (most recent call last):
+        ...
+        readers.tokenized.windows.TokenFileError: .../b.bin holds the token id 901, beyond vocab_size = 901 ...
+        """
+        top, where = -1, 0
         for k, n in enumerate(self.sizes):
-            a = self._tokens(k)[0]
+            a = self._sampled(k)[0]
             for lo in range(0, n, 1 << 23):
-                top = max(top, int(a[lo:lo + (1 << 23)].max()))
+                block = int(a[lo:lo + (1 << 23)].max())
+                if block > top:
+                    top, where = block, k
             del a
-        return top
+        if self.vocab_size is not None and top >= self.vocab_size:
+            raise TokenFileError(token_checks.too_large(self.paths[where], top, self.vocab_size))
+        return max(top, 0), self.paths[where]
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
@@ -327,20 +382,27 @@ class Tokens(IndexedReader):
         return out
 
     def _checked(self, windows: np.ndarray, k: int) -> np.ndarray:
-        """Windows as int32; a token that int32 cannot hold (a negative or a 4-byte id >= 2**31) names its file."""
+        """Windows as int32; a token that int32 cannot hold (a negative or a 4-byte id >= 2**31) names its file,
+        and so does one beyond ``vocab_size``."""
         if windows.dtype != np.uint16 and windows.size:
             low, high = int(windows.min()), int(windows.max())
             if low < 0 or high > _INT32_MAX:
                 raise TokenFileError(f"{self.paths[k]} holds the token id {low if low < 0 else high}, outside "
                                      f"0..{_INT32_MAX:,}: token ids are non-negative and fit in int32 (is "
                                      "token_size right?)")
+        self._within_vocabulary(windows, k)
         return windows.astype(np.int32)
+
+    def _within_vocabulary(self, windows: np.ndarray, k: int) -> None:
+        if self.vocab_size is not None and windows.size and (top := int(windows.max())) >= self.vocab_size:
+            raise TokenFileError(token_checks.too_large(self.paths[k], top, self.vocab_size))
 
     def sample_ids(self, indices: np.ndarray) -> np.ndarray:
         return indices
 
     def _options(self) -> str:
         files = f"{len(self.paths)} file{'s' if len(self.paths) > 1 else ''}"
+        # vocab_size is a check, not the data: left out, so a checkpoint's pipeline is the same with it or without
         return f"seq_len={self.seq_len}, token_size={self.token_size}: {files}, {sum(self.sizes):,} tokens"
 
     def digest(self) -> str:
@@ -353,12 +415,16 @@ class Tokens(IndexedReader):
         return h.hexdigest()
 
 
-def tokens(path: Any, *, seq_len: int, token_size: int = 2) -> Tokens:
+def tokens(path: Any, *, seq_len: int, token_size: int = 2, vocab_size: int | None = None) -> Tokens:
     """An indexed reader of windows of ``seq_len + 1`` tokens from pre-tokenized files.
 
     ``path`` is a ``.bin`` file (raw little-endian tokens), a ``.npy`` file,
     a folder (its ``.bin`` and ``.npy`` files, by name) or a list of them.
     ``token_size`` is the bytes per token, 2 (vocabularies up to 65,536) or 4.
+    ``vocab_size``, where known (a data.toml's), bounds the ids: one beyond
+    it raises ``TokenFileError`` naming its file. A 2-byte read of a ``.bin``
+    file whose every second token is 0 raises it too, as probably 4-byte
+    tokens (checked on a sample when a file is first read).
     Entry i is an int32 array of ``seq_len + 1`` tokens (int32 whatever the
     files hold: signed, so a pad target can be -100, and what an embedding
     lookup takes; half the memory of int64). Windows start every ``seq_len``
@@ -376,23 +442,34 @@ def tokens(path: Any, *, seq_len: int, token_size: int = 2) -> Tokens:
     Traceback (most recent call last):
     ...
     readers.tokenized.windows.TokenFileError: .../c.bin has 18 bytes, not a multiple of token_size=4: it was cut short, or written with another token size (try token_size=2)
+    >>> np.arange(1, 41, dtype="<u4").tofile(f"{folder.name}/d.bin")
+    >>> tokens(f"{folder.name}/d.bin", seq_len=3)[0]
+    Traceback (most recent call last):
+    ...
+    readers.tokenized.windows.TokenFileError: .../d.bin: read as 2-byte tokens (token_size = "TwoBytes"), every second token is 0 in a sample of 80: probably 4-byte tokens; ...
     """
     if isinstance(seq_len, bool) or not isinstance(seq_len, (int, np.integer)) or seq_len < 1:
         raise BadValue(f"tokens: seq_len must be an int >= 1 (tokens per window, before the next-token "
                        f"target), got {seq_len!r}")
     _check_token_size(token_size, "tokens")
-    return Tokens(_files(path), int(seq_len), int(token_size))
+    if vocab_size is not None and (isinstance(vocab_size, bool) or not isinstance(vocab_size, (int, np.integer))
+                                   or vocab_size < 2):
+        raise BadValue(f"tokens: vocab_size must be an int >= 2 (one more than the largest token id) or None, "
+                       f"got {vocab_size!r}")
+    return Tokens(_files(path), int(seq_len), int(token_size), None if vocab_size is None else int(vocab_size))
 
 
 def tokenize_bytes(sources: Sequence[Any], out: Any, *, token_size: int = 2, name: str = "tokens.bin",
-                   progress: Any = None) -> str:
+                   overwrite: bool = False, progress: Any = None) -> str:
     """Write the bytes of text files as one ``.bin`` token file: byte-level tokens, 0..255, one per byte.
 
     The sources are joined in the order given, each ended by a newline if it
     lacks one, into ``out/name`` (little-endian, ``token_size`` bytes per
     token), read and written in 1 MiB blocks. ``progress(done)`` is called
     with the bytes read so far. Returns the file's path; the file appears
-    whole or not at all (written to a part file, then renamed).
+    whole or not at all (written to a part file, then renamed). A file
+    already there is a corpus: it is replaced only with ``overwrite=True``,
+    else ``FileError`` is raised before anything is read.
 
     >>> import tempfile
     >>> folder = tempfile.TemporaryDirectory()
@@ -400,6 +477,10 @@ def tokenize_bytes(sources: Sequence[Any], out: Any, *, token_size: int = 2, nam
     >>> path = tokenize_bytes([f"{folder.name}/a.txt"], folder.name)
     >>> np.fromfile(path, "<u2").tolist()
     [104, 105, 10]
+    >>> tokenize_bytes([f"{folder.name}/a.txt"], folder.name)
+    Traceback (most recent call last):
+    ...
+    readers.errors.FileError: .../tokens.bin already holds a corpus (6 bytes); replace it with overwrite=True (tokenize --overwrite), or write to another folder
     """
     _check_token_size(token_size, "tokenize")
     sources = [os.fspath(s) for s in sources]
@@ -408,8 +489,12 @@ def tokenize_bytes(sources: Sequence[Any], out: Any, *, token_size: int = 2, nam
     for source in sources:
         if not os.path.isfile(source):
             raise TokenFileError(f"{source}: no such file (a folder?); give text files to tokenize")
-    make_folder(out, "the token folder")
     path = os.path.join(os.fspath(out), name)
+    if os.path.exists(path) and not overwrite:
+        size = f"{os.path.getsize(path):,} bytes" if os.path.isfile(path) else "not a file"
+        raise FileError(f"{path} already holds a corpus ({size}); replace it with overwrite=True (tokenize "
+                        "--overwrite), or write to another folder")
+    make_folder(out, "the token folder")
     part, done = f"{path}.part", 0
     try:
         with open(part, "wb") as f:

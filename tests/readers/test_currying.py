@@ -65,6 +65,54 @@ def test_help_shows_the_signature_and_docstring(decorator):
     assert inspect.getdoc(decorator.func).splitlines()[0] in text
 
 
+@pytest.mark.parametrize("decorator", [c[0] for c in CURRIED] + [readers.map_readers, readers.mix, batching.collated],
+                         ids=lambda d: d.__name__)
+def test_help_is_headed_with_the_decorators_own_name_not_curried(decorator):
+    """Issue 27, item 9: help(readers.shuffle) was headed "Help on Curried in module readers.ops.shuffling"."""
+    text = pydoc.render_doc(decorator, title="Help on %s:", renderer=pydoc.plaintext)
+    assert text.splitlines()[0] == f"Help on {decorator.__name__} in module {decorator.func.__module__}:"
+    assert inspect.getdoc(decorator.func).splitlines()[0] in text
+    options = {c[0].__name__: c[1] for c in CURRIED}.get(decorator.__name__)
+    partial = None if options is None else decorator(**options)
+    assert partial is None or type(partial) is type(decorator)  # a partial application is headed alike
+    assert isinstance(decorator, Curried) and type(decorator) is not Curried
+
+
+def test_a_curried_lambda_keeps_the_curried_class_and_named_classes_survive_pickling():
+    def scale(reader, factor):
+        return lambda: (x * factor for x in reader())
+
+    assert type(Curried(lambda reader, factor: reader)) is Curried
+    twice = Curried(scale)(factor=2)
+    assert type(twice).__name__ == "scale" and type(twice) is type(Curried(scale))
+    again = pickle.loads(pickle.dumps(readers.shuffle(buf_size=3, seed=1)))
+    assert type(again) is type(readers.shuffle) and again.reader_at == 0
+    assert pickle.loads(pickle.dumps(readers.map_readers(abs))).reader_at == 1
+
+
+@pytest.mark.parametrize("call", [
+    lambda: readers.shuffle(SOURCE, bufsize=3),  # the reader given: the decorator runs at once
+    lambda: readers.shuffle(bufsize=3),  # a partial application
+    lambda: readers.shuffle(seed=0)(SOURCE, bufsize=3),  # the reader given to a partial
+], ids=["direct", "curried", "partial"])
+def test_a_misspelt_keyword_lists_the_options_in_a_direct_call_as_in_the_curried_form(call):
+    """Issue 27, item 9: shuffle(reader, bufsize=3) said only "got an unexpected keyword argument 'bufsize'"."""
+    with pytest.raises(TypeError) as caught:
+        call()
+    assert str(caught.value) == ("shuffle() got an unexpected keyword argument 'bufsize'; its options are reader, "
+                                 "buf_size, seed")
+
+
+def test_a_type_error_from_a_decorators_own_body_is_left_as_it_is():
+    def picky(reader, size):
+        raise TypeError(f"size must be an int, got {size!r}")
+
+    with pytest.raises(TypeError, match=r"^size must be an int, got 'x'$"):
+        Curried(picky)(SOURCE, size="x")
+    with pytest.raises(TypeError, match=r"missing 1 required positional argument: 'size'$"):
+        Curried(picky)(SOURCE)
+
+
 def test_signature_of_a_partial_shows_what_is_left():
     sig = inspect.signature(readers.shuffle(buf_size=10))
     assert list(sig.parameters) == ["reader", "buf_size", "seed"]

@@ -11,7 +11,7 @@ import click
 
 from readers.continual.store import PipelineStore
 from readers.errors import ReaderkitError
-from readers.plugins.registry import find_model
+from readers.plugins.registry import find_model, find_reader
 from train.commands.continual_table import HEADER, finished_records, row_of
 from train.commands.options import PipelineRunSettings
 from train.commands.training import (
@@ -134,10 +134,13 @@ def _file_problem(flag: str, path: str | None) -> str | None:
 
 
 def _check_options(settings: PipelineRunSettings) -> None:
-    """The options that need no data, all checked before the data is read (and nothing written if one is wrong)."""
+    """The options that need no data, all checked before the data is read (and nothing written if one is wrong):
+    the files, the specs, and that the reader and the model are found (a typo in either is listed with the rest)."""
     problems = [p for p in (_file_problem("--db", settings.db), _file_problem("--log-json", settings.log_json)) if p]
     for flag, spec, parse in (("--trigger", settings.trigger_spec, parse_trigger),
-                              ("--strategy", settings.strategy_spec, parse_strategy)):
+                              ("--strategy", settings.strategy_spec, parse_strategy),
+                              ("--reader", settings.reader_name, find_reader),  # found, not yet called: no data read
+                              ("--model", settings.model_name, find_model)):
         try:
             parse(spec)
         except ReaderkitError as exc:

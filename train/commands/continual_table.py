@@ -52,7 +52,8 @@ def status_lines(store: Any, pipeline_id: int | None = None, training_id: int | 
         lines = [f"training {training_id} of pipeline {training['pipeline_id']}, trigger {training['trigger_id']}: "
                  f"{training['status']}"]
         loss = training["progress"].get("loss") if isinstance(training["progress"], dict) else None
-        lines.append(f"  progress: {_progress(training)}" + ("" if loss is None else f", loss {loss:.4f}"))
+        shown = "" if loss is None or loss != loss else f", last step's loss {loss:.4g}"  # NaN: a model without a loss
+        lines.append(f"  progress: {_progress(training)}{shown}")  # as the metrics below, not a loss rounded to 0.0000
         for key in ("started", "ended"):
             if training[key] is not None:
                 lines.append(f"  {key}: {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(training[key]))}")

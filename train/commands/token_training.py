@@ -26,6 +26,7 @@ from train.checkpoints.resume import ResumeRefused
 from train.checkpoints.settings import Checkpoints
 from train.commands.console import in_flag_words, keep_passes_before
 from train.commands.options import TrainSettings, given_flags
+from train.commands.token_vocabulary import check_vocabulary, likely_cause
 from train.models.language import NextTokenMLP, TokenRangeError
 from train.steps import train_steps
 
@@ -57,15 +58,26 @@ def infer_vocabulary(reader: Any) -> tuple[int, str]:
 
 
 def _token_data(run: Any, config: str) -> tuple[Any, int | None, Any]:
-    """(windows, shuffle seed, a function giving the vocabulary and its source) of a run file's data location:
-    token files in a local folder, or the token windows a data-provider server holds."""
+    """(windows, shuffle seed, a function giving the vocabulary, the words saying how it was found and where
+    from) of a run file's data location: token files in a local folder, or the token windows a data-provider
+    server holds. A vocabulary size the folder's data.toml records is taken as it is; else the files are read."""
     if isinstance(run.data, LocalData):
         if not os.path.isfile(os.path.join(run.data.path, "data.toml")) and run.data.shuffle_seed is None:
             click.echo(f"warning: {run.data.path} has no data.toml, so its tokens are read as {run.data.token_size}-"
                        "byte ids, in order (the reference's defaults); write one there to say token_size and "
                        "shuffle_seed", err=True)
-        tokens = readers.tokens(run.data.path, seq_len=run.seq_len, token_size=run.data.token_size)
-        return tokens, run.data.shuffle_seed, lambda: infer_vocabulary(tokens)
+        tokens = readers.tokens(run.data.path, seq_len=run.seq_len, token_size=run.data.token_size,
+                                vocab_size=run.data.vocab_size)
+        tokens.check_samples()  # a wrong token size is refused before the model is built
+        if run.data.vocab_size is not None:
+            return tokens, run.data.shuffle_seed, lambda: (run.data.vocab_size,
+                                                           f"vocab_size in {run.data.data_file}", run.data.data_file)
+
+        def scanned() -> tuple[int, str, str]:
+            top, path = tokens.largest_token()
+            return max(top + 1, 256), f"largest token id {top} in the {sum(tokens.sizes):,} tokens", path
+
+        return tokens, run.data.shuffle_seed, scanned
     try:
         remote = readers.remote(run.data.address)
     except (readers.RemoteError, readers.RemoteUnavailable) as exc:
@@ -78,11 +90,31 @@ def _token_data(run: Any, config: str) -> tuple[Any, int | None, Any]:
         raise click.ClickException(f"{config}: the run's sequence length is {run.seq_len}, and the server at "
                                    f"{remote.address} serves windows of {info['seq_len']} tokens (its data.toml's "
                                    "seq_len); make them equal")
-    top = info.get("max_token")
+    top, where = info.get("max_token"), f"the server at {remote.address}"
+    if info.get("vocab_size"):
+        return remote, info.get("shuffle_seed"), lambda: (info["vocab_size"], "vocab_size in the server's data.toml",
+                                                          where)
     if top is None:
-        return remote, info.get("shuffle_seed"), lambda: infer_vocabulary(remote)
+        return remote, info.get("shuffle_seed"), lambda: (*infer_vocabulary(remote), where)
     return remote, info.get("shuffle_seed"), lambda: (max(top + 1, 256), f"largest token id {top} in the "
-                                                      f"{info.get('tokens', 0):,} tokens the server holds")
+                                                      f"{info.get('tokens', 0):,} tokens the server holds", where)
+
+
+def _vocabulary(settings: TrainSettings, run: Any, found_vocab: Any) -> tuple[int, str]:
+    """The model's vocabulary size and how it was found (--vocab-size, else the data), refused by
+    ``check_vocabulary`` before any model is built when it is implausible or would not fit in memory."""
+    if settings.vocab_size:
+        vocab, whence, where = settings.vocab_size, "--vocab-size", "--vocab-size"
+    else:
+        vocab, whence, where = found_vocab()
+    if isinstance(run.data, LocalData):
+        token_size = run.data.token_size
+        said = run.data.data_file or f"{settings.config} (token_size_in_bytes)"
+    else:
+        token_size, said = None, f"the data.toml the server at {run.data.address} was started with"
+    check_vocabulary(vocab, whence=whence, where=where, token_size=None if settings.vocab_size else token_size,
+                     cause=likely_cause(where, token_size, said), given=bool(settings.vocab_size))
+    return vocab, whence
 
 
 def _refuse_image_options() -> None:
@@ -103,10 +135,10 @@ def config_run(info: Any, found: Any, settings: TrainSettings) -> None:
     "Error: Invalid value for '--config': File '/nonexistent/state.toml' does not exist."
     """
     _refuse_image_options()
-    run = load_run(settings.config)
+    run = load_run(settings.config, caller="train --config")
     tokens, shuffle_seed, found_vocab = _token_data(run, settings.config)
     data = tokens if shuffle_seed is None else readers.shuffle(tokens, seed=shuffle_seed)
-    vocab, whence = (settings.vocab_size, "--vocab-size") if settings.vocab_size else found_vocab()
+    vocab, whence = _vocabulary(settings, run, found_vocab)
     model = NextTokenMLP(vocab, lr=settings.lr, seed=settings.seed)
     check_run(run, settings.config, windows=len(tokens), window_bytes=model.window_bytes(run.seq_len),
               world_size=info.world_size)  # before the schedule: a ramp to 2**62 would take it minutes to build

@@ -196,6 +196,19 @@ class NextTokenMLP(AdamModel):
         self._names = list(_NAMES)
         self._init_adam()
 
+    @staticmethod
+    def memory_needed(vocab_size: int, context: int = 4, embed: int = 32, hidden: int = 256) -> int:
+        """Bytes a model of these sizes holds once it has taken a step, before any batch's own arrays: the float32
+        parameters, Adam's two moments and its scratch copy, and one step's gradients (the embedding's summed in
+        float64). The embedding and the output layer grow with ``vocab_size``; check this before building one.
+
+        >>> round(NextTokenMLP.memory_needed(256) / 2**20, 1), round(NextTokenMLP.memory_needed(2_097_153) / 2**30, 1)
+        (2.1, 11.9)
+        """
+        v, e, h, c = vocab_size, embed, hidden, context
+        params = (v + 1) * e + c * e * h + h + h * v + v
+        return 4 * 4 * params + 12 * (v + 1) * e + 4 * (c * e * h + h + h * v + v)
+
     def __repr__(self) -> str:
         return (f"NextTokenMLP(vocab_size={self.vocab_size}, context={self.context}, embed={self.embed}, "
                 f"hidden={self.hidden}, lr={self.lr!r}, seed={self.seed!r})")

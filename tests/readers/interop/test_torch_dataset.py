@@ -187,3 +187,24 @@ def test_torch_dataset_rejects_bad_arguments(reader, kwargs, error):
 def test_importing_readers_interop_does_not_import_torch():
     code = "import sys, readers, readers.interop.torch_dataset; sys.exit('torch' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], timeout=60, check=False).returncode == 0
+
+
+@pytest.mark.parametrize("over", ["shard", "prefetch"])
+def test_torch_dataset_pad_weights_collate_as_float32_like_the_images(over):
+    """Issue 27, item 9: the pad weight came out float64 beside float32 images."""
+    images = np.arange(2 * N, dtype=np.float32).reshape(N, 2)
+    padded = readers.shard(readers.from_arrays(images, np.arange(N)), 3, 4, equalize="pad")
+    source = readers.prefetch(padded, 2) if over == "prefetch" else padded
+    batches = list(DataLoader(torch_dataset(source, sharded_elsewhere=True), batch_size=8))
+    assert {tuple(t.dtype for t in batch) for batch in batches} == {(torch.float32, torch.int64, torch.float32)}
+    weights = torch.cat([batch[2] for batch in batches]).tolist()
+    assert len(weights) == 26 and weights[-1] == 0.0 and weights.count(1.0) == 25  # shard 3 of 103 = 4 * 26 - 1: one pad
+
+
+def test_torch_dataset_pad_weights_of_dict_entries_are_float32_and_other_entries_are_untouched():
+    rows = [{"x": np.float32(i)} for i in range(5)]
+    padded = readers.shard(readers.from_sequence(rows), 1, 2, equalize="pad")
+    batch = next(iter(DataLoader(torch_dataset(padded, sharded_elsewhere=True), batch_size=8)))
+    assert batch["weight"].dtype == torch.float32 and batch["weight"].tolist() == [1.0, 1.0, 0.0]
+    plain = list(torch_dataset(readers.from_sequence([(1.0, 2.0)])))  # no padding shard: entries as they are
+    assert plain == [(1.0, 2.0)] and type(plain[0][1]) is float

@@ -81,3 +81,13 @@ def test_not_found_says_when_a_files_module_would_lose_to_a_plugin_of_its_name()
     message = not_found("readers", "mnist.py", ["mnist"])
     assert "name its module, 'mnist', without '.py'" in message and "rename the file" in message
     assert "did you mean" not in message
+
+
+def test_not_found_advises_a_model_in_models_words_not_a_readers():
+    """Issue 27, item 9: an unknown model was told to name "an importable module ('mydata', with train and test)"."""
+    message = not_found("models", "mpl", ["mlp", "softmax"])
+    assert message == ("unknown model 'mpl' (did you mean 'mlp'?); known models: mlp, softmax. To add one, declare an "
+                       "entry point in group 'readerkit.models' in a package's metadata, or name a model class or "
+                       "factory as 'module:attribute' ('mymodels:TinyNet'); modules are found on the import path (the "
+                       "CLI puts the current folder first)")
+    assert "with train and test" in not_found("readers", "nmist", ["mnist"])

@@ -424,3 +424,63 @@ def test_results_are_frozen():
         run.total_steps = 1
     with pytest.raises(AttributeError):
         run.data.port = 1
+
+
+# -- the wrong kind of file (issue 27, item 5) ----------------------------------------------
+
+def test_a_data_toml_given_to_load_run_says_which_kind_it_is_and_which_is_expected():
+    path = HERE / "server" / "data.toml"
+    with pytest.raises(RunFileError) as excinfo:
+        load_run(path, caller="train --config")
+    check(excinfo, path, None,  # before: "dir: unknown key 'dir'; remove it, or use one of: config, model, ..."
+          "this is a token folder's data.toml (dir, token_size, seq_len), but train --config expects a run file "
+          "(state.toml, with [config] and [model.LLM]); give the run's state.toml, or write one whose "
+          f'[model.LLM.data_location] is Local = "{HERE / "server"}" (the folder of this data.toml)')
+
+
+@pytest.mark.parametrize("location, advice", [
+    ('Local = "tokens"', "this run's tokens are described by {folder}/tokens/data.toml: give that file"),
+    ('Local = "bare"', "this run's token folder {folder}/bare has no data.toml: write one there"),
+    ('Server = "10.0.0.1:20001"', "this run reads its tokens from the server at 10.0.0.1:20001: give the "
+                                  "data.toml that server was started with"),
+    (None, "give the data.toml of a token folder"),
+])
+def test_a_state_toml_given_to_load_data_says_which_kind_it_is_and_where_its_data_toml_is(tmp_path, location, advice):
+    (tmp_path / "tokens").mkdir()
+    (tmp_path / "bare").mkdir()
+    write(tmp_path / "tokens", "data.toml", data_text(dir='"."'))
+    state = MINIMAL_STATE + ("" if location is None else f"[model.LLM.data_location]\n{location}\n")
+    path = write(tmp_path, "state.toml", state)
+    with pytest.raises(RunFileError) as excinfo:
+        load_data(path, caller="serve --config")
+    check(excinfo, path, None,  # before: "config: unknown key 'config'; remove it, or use one of: dir, ..."
+          "this is a run file (state.toml, with [config] and [model.LLM]), but serve --config expects a token "
+          "folder's data.toml (dir, token_size, seq_len); " + advice.format(folder=tmp_path))
+
+
+def test_a_file_of_neither_kind_still_gets_the_key_by_key_errors(tmp_path):
+    path = write(tmp_path, "other.toml", "colour = 1\n")
+    with pytest.raises(RunFileError) as excinfo:
+        load_run(path)
+    check(excinfo, path, "colour", "unknown key 'colour'")
+
+
+def test_data_toml_records_the_vocabulary_size(tmp_path):
+    """Issue 27: a data.toml records the vocabulary with the token size; one without it (Psyche's) still reads."""
+    from readers.tokenized.runfiles import data_text, write_data
+    path = write_data(tmp_path, data_text(token_size=2, vocab_size=256, seq_len=64, shuffle_seed=PSYCHE_SEED))
+    data = load_data(path)
+    assert (data.token_size, data.vocab_size, data.seq_len, data.shuffle_seed) == (2, 256, 64, PSYCHE_SEED)
+    (tmp_path / "data.toml").write_text('dir = "."\ntoken_size = "TwoBytes"\nseq_len = 64\n')
+    assert load_data(path).vocab_size is None
+    (tmp_path / "data.toml").write_text('dir = "."\ntoken_size = "TwoBytes"\nseq_len = 64\nvocab_size = 70000\n')
+    with pytest.raises(RunFileError, match='vocab_size: is 70000, more ids than 2-byte tokens hold .65,536.; write '
+                                           'token_size = "FourBytes" if the tokens are 4 bytes each'):
+        load_data(path)
+    state = tmp_path / "state.toml"
+    state.write_text('[config]\nglobal_batch_size_start = 1\nglobal_batch_size_end = 1\n'
+                     'global_batch_size_warmup_tokens = 0\ntotal_steps = 1\n[model.LLM]\nmax_seq_len = 64\n'
+                     '[model.LLM.data_location]\nLocal = "."\n')
+    (tmp_path / "data.toml").write_text('dir = "."\ntoken_size = "FourBytes"\nseq_len = 64\nvocab_size = 70000\n')
+    run = load_run(state)
+    assert (run.data.token_size, run.data.vocab_size, run.data.data_file) == (4, 70000, str(tmp_path / "data.toml"))

@@ -180,3 +180,60 @@ def test_a_folder_named_like_a_token_file_is_skipped_and_hints_fit_the_size(tmp_
     with pytest.raises(TokenFileError, match=r"three.bin has 3 bytes, not a multiple of token_size=2: it was cut "
                                              r"short, or written with another token size$"):
         tokens(tmp_path / "three.bin", seq_len=1)
+
+
+def test_four_byte_tokens_read_as_two_bytes_are_refused_at_the_first_read(tmp_path):
+    """Issue 27: a 4-byte file read as 2-byte tokens gave [35 0 32 0 114 0 ...] and trained on them."""
+    text = np.frombuffer(b"# rose is a rose\n" * 50, np.uint8)
+    path = _bin(tmp_path / "t.bin", text, "<u4")
+    r = tokens(path, seq_len=8)  # nothing is read to build it
+    for read in (lambda: r[0], r.max_token, r.check_samples):
+        with pytest.raises(TokenFileError, match=r"t\.bin: read as 2-byte tokens \(token_size = \"TwoBytes\"\), every "
+                                                 r"second token is 0 in a sample of 1,700: probably 4-byte tokens"):
+            read()
+    assert tokens(path, seq_len=8, token_size=4)[0].tolist() == text[:9].tolist()
+
+
+@pytest.mark.parametrize("values", [
+    np.tile(np.array([7, 0], "<u2"), 4),  # too few tokens to tell
+    np.zeros(1000, "<u2"),  # nothing but zeros: not this fault
+    np.tile(np.array([7, 0, 0, 5], "<u2"), 250),  # zeros at some odd positions only
+])
+def test_two_byte_tokens_with_zeros_are_read(tmp_path, values):
+    r = tokens(_bin(tmp_path / "t.bin", values), seq_len=2)
+    r.check_samples()
+    assert r[0].tolist() == values[:3].tolist()
+
+
+def test_an_npy_file_of_two_byte_tokens_is_not_second_guessed(tmp_path):
+    """A .npy file records its dtype: a 2-byte one holds 2-byte tokens, whatever their values."""
+    np.save(tmp_path / "t.npy", np.tile(np.array([7, 0], "<u2"), 500))
+    assert tokens(tmp_path / "t.npy", seq_len=2)[0].tolist() == [7, 0, 7]
+
+
+def test_vocab_size_bounds_the_ids_and_names_the_file(tmp_path):
+    _bin(tmp_path / "a.bin", range(50))
+    _bin(tmp_path / "b.bin", [1, 2, 300, 3] * 10, "<u4")
+    stale = tokens(tmp_path / "b.bin", seq_len=3, token_size=4, vocab_size=256)
+    with pytest.raises(TokenFileError, match=r"b\.bin holds the token id 300, beyond vocab_size = 256 \(ids 0\.\.255\)"):
+        stale.check_samples()
+    with pytest.raises(TokenFileError, match=r"b\.bin holds the token id 300"):
+        stale.gather_columns(np.array([0]))
+    r = tokens(tmp_path / "a.bin", seq_len=3, vocab_size=50)
+    assert r.max_token() == 49 and repr(r) == "tokens(seq_len=3, token_size=2: 1 file, 50 tokens)"  # same data
+    with pytest.raises(readers.BadValue, match="vocab_size must be an int >= 2"):
+        tokens(tmp_path / "a.bin", seq_len=3, vocab_size=1)
+
+
+def test_tokenize_bytes_refuses_to_replace_a_corpus_unless_told(tmp_path):
+    """Issue 27: tokenize replaced an existing corpus in silence."""
+    from readers.tokenized.windows import tokenize_bytes
+    (tmp_path / "a.txt").write_text("hello\n")
+    path = tokenize_bytes([tmp_path / "a.txt"], tmp_path)
+    (tmp_path / "a.txt").write_text("hi\n")
+    with pytest.raises(readers.FileError, match=r"tokens\.bin already holds a corpus \(12 bytes\); replace it with "
+                                                r"overwrite=True"):
+        tokenize_bytes([tmp_path / "a.txt"], tmp_path)
+    assert np.fromfile(path, "<u2").tolist() == list(b"hello\n")
+    tokenize_bytes([tmp_path / "a.txt"], tmp_path, overwrite=True)
+    assert np.fromfile(path, "<u2").tolist() == list(b"hi\n")

@@ -71,6 +71,20 @@ def test_bad_options_are_all_refused_before_anything_runs(tmp_path, data):
     assert not (tmp_path / "runs.db").exists() and not (tmp_path / "typo").exists()
 
 
+def test_a_misspelt_model_and_reader_are_listed_with_the_other_problems(tmp_path, data):
+    # issue 27, item 8: the model's typo appeared only on the next run, after the two spec problems were fixed
+    result = invoke("--data-dir", data, "--no-download", "--db", tmp_path / "runs.db", "--trigger",
+                    "drift:window=10", "--strategy", "gdump:500", "--model", "mpl", "--reader", "split-mnsit")
+    assert result.exit_code == 1
+    lines = result.output.splitlines()
+    assert lines[0] == "Error: the pipeline's configuration has 4 problems:", result.output
+    assert [line.split(":")[0] for line in lines[1:]] == ["  - --trigger", "  - --strategy", "  - --reader",
+                                                          "  - --model"], result.output
+    assert lines[3].startswith("  - --reader: unknown reader 'split-mnsit' (did you mean 'split-mnist'?)")
+    assert lines[4].startswith("  - --model: unknown model 'mpl' (did you mean 'mlp'?); known models: ")
+    assert not (tmp_path / "runs.db").exists()
+
+
 def test_status_shows_the_trainings_of_a_run(tmp_path, data):
     invoke("--data-dir", data, "--no-download", "--db", tmp_path / "runs.db", "--min-steps", 5)
     status = CliRunner().invoke(cli.main, ["pipeline", "status", "--db", str(tmp_path / "runs.db")])

@@ -69,3 +69,19 @@ def _claim_and_start(path):
     store.claim_pipeline(1)
     store.start_training(1, 0)
     os._exit(0)
+
+
+def test_one_training_shows_its_last_step_loss_to_four_significant_digits_as_its_metrics(tmp_path):
+    # issue 27, item 9: "progress: 600/600 steps, loss 0.0000" beside "train_loss: 0.002831"
+    with PipelineStore(tmp_path / "r.db") as store:
+        p = store.register_pipeline({})
+        store.add_trigger(p, 0, np.arange(3), position=3)
+        t = store.start_training(p, 0)
+        store.update_training(t, progress={"step": 600, "steps": 600, "loss": 4.12345e-05})
+        store.finish_training(t, {"train_loss": 0.0028314})
+        full = status_lines(store, training_id=t)
+        assert full[1] == "  progress: 600/600 steps, last step's loss 4.123e-05"
+        assert "  train_loss: 0.002831" in full
+        other = store.start_training(p, 0)
+        store.update_training(other, progress={"step": 6, "steps": 600, "loss": float("nan")})  # a model with no loss
+        assert status_lines(store, training_id=other)[1] == "  progress: 6/600 steps"

@@ -182,3 +182,87 @@ def test_a_local_run_resumes_from_a_server_of_the_same_data(tmp_path):
         resumed = run("train", "--config", str(state), "--log-every", "4", "--checkpoint-dir", ck, "--resume")
     assert resumed.exit_code == 0, resumed.output
     assert load_checkpoint(ck)[1]["step"] == 12
+
+
+def test_a_data_toml_given_as_the_run_file_is_named_as_the_wrong_kind(tmp_path):
+    _run_files(tmp_path)
+    data = tmp_path / "tokens" / "data.toml"
+    result = run("train", "--config", str(data))
+    # before: "Error: .../data.toml: dir: unknown key 'dir'; remove it, or use one of: config, model, ..."
+    assert result.exit_code == 1 and result.output.splitlines() == [
+        f"Error: {data}: this is a token folder's data.toml (dir, token_size, seq_len), but train --config expects "
+        "a run file (state.toml, with [config] and [model.LLM]); give the run's state.toml, or write one whose "
+        f'[model.LLM.data_location] is Local = "{tmp_path / "tokens"}" (the folder of this data.toml)']
+
+
+def _never_built(*args, **kwargs):
+    raise AssertionError("the model was built: a refused vocabulary must be refused before anything is allocated")
+
+
+def test_two_byte_tokens_read_as_four_bytes_are_refused_before_the_model_is_built(tmp_path, monkeypatch):
+    """Issue 27: token_size = "FourBytes" over a 2-byte tokens.bin inferred a vocabulary of millions of ids, and
+    `train --config` asked for 14.1 GiB and was killed (rc 137) with no message."""
+    state = _run_files(tmp_path)
+    data = tmp_path / "tokens" / "data.toml"
+    data.write_text(data.read_text().replace('"TwoBytes"', '"FourBytes"'))
+    monkeypatch.setattr("train.commands.token_training.NextTokenMLP", _never_built)
+    result = run("train", "--config", state, "--steps", "1")
+    assert result.exit_code == 1 and "Traceback" not in result.output, result.output
+    line = result.output.strip()
+    assert line.startswith(f'Error: {tmp_path / "tokens" / "t.bin"}: read as 4-byte tokens (token_size = "FourBytes"), '
+                           "largest token id ")
+    assert "more than the 1,048,576 a next-token model plausibly has" in line
+    assert line.endswith(f'the file probably holds 2-byte tokens: write token_size = "TwoBytes" in {data}')
+
+
+def test_a_vocabulary_that_does_not_fit_in_memory_is_refused_before_the_model_is_built(tmp_path, monkeypatch):
+    state = _run_files(tmp_path)
+    monkeypatch.setattr("train.commands.token_vocabulary.available_memory", lambda: 1 << 20)
+    monkeypatch.setattr("train.commands.token_training.NextTokenMLP", _never_built)
+    result = run("train", "--config", state, "--vocab-size", "300", "--steps", "1")
+    assert result.exit_code == 1, result.output
+    assert result.output.strip() == ("Error: --vocab-size: a vocabulary of 300 ids, the model would take "
+                                     "2.4 MiB (its parameters, Adam's moments and a step's gradients), more than the "
+                                     "1.0 MiB of memory available; give a smaller --vocab-size (one more than the "
+                                     "largest token id)")
+
+
+def test_four_byte_tokens_read_as_two_bytes_are_refused(tmp_path):
+    """Issue 27: a 4-byte file read as "TwoBytes" gave [35 0 32 0 114 0 ...], and training reported a plausible loss."""
+    state = _run_files(tmp_path)
+    path = tmp_path / "tokens" / "t.bin"
+    np.fromfile(path, "<u2").astype("<u4").tofile(path)
+    result = run("train", "--config", state, "--steps", "1")
+    assert result.exit_code == 1 and "Traceback" not in result.output, result.output
+    assert result.output.strip() == (
+        f'Error: {path}: read as 2-byte tokens (token_size = "TwoBytes"), every second token is 0 in a sample of '
+        '2,048: probably 4-byte tokens; read them with token_size = "FourBytes" (in the folder\'s data.toml, or '
+        "token_size=4)")
+    data = tmp_path / "tokens" / "data.toml"
+    data.write_text(data.read_text().replace('"TwoBytes"', '"FourBytes"'))
+    assert run("train", "--config", state, "--steps", "1").exit_code == 0
+
+
+def test_a_recorded_vocabulary_is_the_models_and_bounds_the_ids(tmp_path):
+    state = _run_files(tmp_path)
+    data = tmp_path / "tokens" / "data.toml"
+    data.write_text(data.read_text() + "vocab_size = 256\n")
+    result = run("train", "--config", state, "--steps", "1")
+    assert result.exit_code == 0, result.output
+    assert result.stdout.startswith(f"model nexttoken: vocabulary 256 (vocab_size in {data}); 69 windows")
+    data.write_text(data.read_text().replace("vocab_size = 256", "vocab_size = 100"))
+    refused = run("train", "--config", state, "--steps", "1")
+    assert refused.exit_code == 1, refused.output
+    assert refused.output.strip() == (f"Error: {tmp_path / 'tokens' / 't.bin'} holds the token id 115, beyond "
+                                      "vocab_size = 100 (ids 0..99), which its data.toml records: is token_size right? "
+                                      "If it is, the data.toml is stale: correct its vocab_size")
+
+
+def test_a_server_gives_the_vocabulary_its_data_toml_records(tmp_path):
+    state = _run_files(tmp_path)
+    with readers.serve(readers.tokens(tmp_path / "tokens", seq_len=16), info={"seq_len": 16, "token_size": 2,
+                                                                           "vocab_size": 200}) as server:
+        (tmp_path / "state.toml").write_text(STATE.format(location=f'Server = "{server.address}"'))
+        result = run("train", "--config", state, "--steps", "1")
+    assert result.exit_code == 0, result.output
+    assert result.stdout.startswith("model nexttoken: vocabulary 200 (vocab_size in the server's data.toml); ")
