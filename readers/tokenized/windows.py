@@ -171,8 +171,8 @@ def _check_unchanged(path: str, stamp: Stamp, now: os.stat_result | Stamp | None
         if found[2:] != stamp[2:]:
             change = "another file has taken its name (a new inode)"
         elif found[0] != stamp[0]:
-            change = (f"it had {stamp[0]:,} bytes when the reader opened it and has {found[0]:,} now (cut short or "
-                      "rewritten)")
+            how = "cut short or rewritten" if found[0] < stamp[0] else "written to"
+            change = f"it had {stamp[0]:,} bytes when the reader opened it and has {found[0]:,} now ({how})"
         else:
             change = "it was rewritten in place (its modification time moved), so its windows may hold other tokens"
     raise TokenFileChanged(f"{path} changed while it was being read: {change}; a token file must stay as it is while "

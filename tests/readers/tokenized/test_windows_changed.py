@@ -117,3 +117,14 @@ def test_an_npy_header_announcing_more_tokens_than_the_file_holds_is_refused_at_
     assert str(caught.value) == (f"{path}: its .npy header announces 1,000,000 tokens (2,000,000 bytes after the "
                                  "128-byte header), but the file has 328 bytes, room for 100: it was cut short or its "
                                  "header edited; save the tokens again with np.save")
+
+
+def test_a_token_file_written_to_while_mapped_is_refused_at_the_next_read(tmp_path):
+    path = _bin(tmp_path / "t.bin", range(100))
+    r = tokens(path, seq_len=8)
+    assert r[3].tolist()[0] == 24  # mapped
+    with open(path, "ab") as f:
+        f.write(np.arange(100, 110, dtype="<u2").tobytes())
+    with pytest.raises(TokenFileChanged, match=r"it had 200 bytes when the reader opened it and has 220 now "
+                                               r"\(written to\)"):
+        r[3]  # the size is checked on every read, whenever the last full check was
