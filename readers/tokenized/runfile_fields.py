@@ -26,6 +26,8 @@ __all__ = ["EXAMPLES", "RunFileError", "check_keys", "folder", "host_port", "int
 #: Psyche's TokenSize spellings; the byte counts 2 and 4 are accepted too.
 TOKEN_SIZES = {"TwoBytes": 2, "FourBytes": 4}
 SEED_BYTES = 32
+#: The deepest a run file's values nest (tables in tables, arrays in arrays); Psyche's files nest 5 deep at most.
+MAX_DEPTH = 32
 #: What to write for a key that is missing or wrong: one example each.
 EXAMPLES = {
     "dir": 'dir = "tokens"',
@@ -49,6 +51,8 @@ EXAMPLES = {
     "LLM": "a [model.LLM] table with max_seq_len and a [model.LLM.data_location]",
     "model_extra_data": "a [model_extra_data] table (Psyche's newer layout) with a [model_extra_data.data_location]",
 }
+#: What on a line is no bracket of TOML's: a basic or literal string, a comment.
+_STRINGS = re.compile(r""""(?:[^"\\]|\\.)*"|'[^']*'|#.*""")
 _AT = re.compile(r"\s*\(at (?:line (\d+), column (\d+)|end of document)\)$")
 
 
@@ -93,9 +97,58 @@ def read_toml(path: str, kind: str) -> dict[str, Any]:
         raise RunFileError(path, None, f"not UTF-8 text (byte {raw[exc.start]:#04x} at offset {exc.start})",
                            "save the file as UTF-8, as TOML requires") from None
     try:
-        return tomllib.loads(text)
+        doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise _syntax_error(path, text, exc) from None
+    except RecursionError:  # the parser recurses once per level of an inline table or array
+        raise _too_deep(path, text) from None
+    _check_depth(path, doc)
+    return doc
+
+
+def _too_deep(path: str, text: str) -> RunFileError:
+    """The error for a document nested too deeply for the parser: the first line that opens more than
+    ``MAX_DEPTH`` brackets (counted outside strings and comments), and its dotted key.
+
+    >>> print(_too_deep("state.toml", "[config]\\nwarmup_time = " + "[" * 40 + "]" * 40))
+    state.toml: config.warmup_time: line 2: nested more than 32 deep; a run file's tables and arrays nest a few levels: write them flat
+    """
+    table, fix = "", "a run file's tables and arrays nest a few levels: write them flat"
+    for number, line in enumerate(text.splitlines(), 1):
+        bare = _STRINGS.sub("", line).strip()
+        if bare.startswith("[") and "=" not in bare:
+            table = bare.strip("[] ")
+        elif max(bare.count("{"), bare.count("[")) > MAX_DEPTH:
+            key = _dotted(table, bare.split("=")[0].strip()) if "=" in bare else None
+            return RunFileError(path, key, f"line {number}: nested more than {MAX_DEPTH} deep", fix)
+    return RunFileError(path, None, f"values nested more than {MAX_DEPTH} deep", fix)
+
+
+def _check_depth(path: str, doc: dict[str, Any]) -> None:
+    """Refuse tables or arrays nested more than ``MAX_DEPTH`` deep (dotted keys nest without brackets), naming
+    the dotted key where the bound is passed: deeper, a message quoting the value would fail in turn.
+
+    >>> _check_depth("state.toml", {"config": {"total_steps": 10}})
+    >>> deep = {"x": 1}
+    >>> for _ in range(40):
+    ...     deep = {"a": deep}
+    >>> _check_depth("state.toml", {"model": deep})
+    Traceback (most recent call last):
+    ...
+    readers.tokenized.runfile_fields.RunFileError: state.toml: model.a.a...: nested more than 32 deep; a run file's tables and arrays nest a few levels: write them flat
+    """
+    stack: list[tuple[str, Any, int]] = [("", doc, 0)]
+    while stack:
+        key, value, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            parts = key.split(".")
+            shown = ".".join(parts[:3]) + "..." if len(parts) > 3 else key
+            raise RunFileError(path, shown, f"nested more than {MAX_DEPTH} deep",
+                               "a run file's tables and arrays nest a few levels: write them flat")
+        if isinstance(value, dict):
+            stack.extend((_dotted(key, str(k)), v, depth + 1) for k, v in value.items())
+        elif isinstance(value, list):
+            stack.extend((f"{key}[{i}]", v, depth + 1) for i, v in enumerate(value))
 
 
 def _syntax_error(path: str, text: str, exc: Exception) -> RunFileError:

@@ -21,8 +21,13 @@ import bisect
 from typing import Any
 
 from readers.checks import whole
+from readers.errors import BadValue
 
 __all__ = ["BatchSchedule"]
+
+#: The most batch sizes a warm-up may go through: a reference run's goes through some 20,000 (12,288 to 32,768),
+#: and each takes about a microsecond to find.
+MAX_SIZES = 1 << 19
 
 
 class BatchSchedule:
@@ -98,6 +103,11 @@ class BatchSchedule:
             taken = -(-(self._next_change(index, size, last) - index) // size)  # steps until the size changes
             step, index = step + taken, index + taken * size
             if (size := self._size_at(index)) != sizes[-1]:
+                if len(sizes) >= MAX_SIZES:
+                    raise BadValue(f"BatchSchedule: end={self.end:,}: a warm-up from start={self.start:,} over "
+                                   f"warmup_tokens={self.warmup_tokens:,} goes through more than {MAX_SIZES:,} batch "
+                                   "sizes (one a step); ramp over fewer sizes: an end nearer start, or fewer "
+                                   "warm-up tokens")
                 steps.append(step)
                 indices.append(index)
                 sizes.append(size)

@@ -15,6 +15,19 @@ reads them, and a batch gathers its windows with one vectorised take per
 file from a strided view of the mapping, so a global shuffle over billions of
 tokens needs no index array and no copy of the data.
 
+A mapped file must not change while it is read: a read past the end of a file
+cut short kills the process (SIGBUS), and a file rewritten in place changes
+the entries under the reader. So the reader records each file's size,
+modification time and identity (inode, device) when it is built. Every read
+checks first that the mapped file keeps its size (an ``fstat`` of the map's
+own descriptor, about 0.4 us a read); the whole record is checked when a
+file is mapped, at each pass start, before a file is read whole
+(``largest_token``, ``digest``) and on a read at most ``CHECK_EVERY`` seconds
+after the last such check. A file that changed is refused with a
+``TokenFileChanged`` naming it; a server answers the request with a
+``server_error`` and serves on. Only a change in the microseconds between a
+check and the read it guards can still get past.
+
 When a file is first mapped in a process, a sample of a few KiB is checked
 (``readers.tokenized.token_checks``): a 2-byte read of a ``.bin`` file whose
 every second token is 0 is refused as probably 4-byte tokens, and an id
@@ -23,7 +36,9 @@ beyond a given ``vocab_size`` as a wrong token size or a stale data.toml.
 from __future__ import annotations
 
 import collections
+import mmap
 import os
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -34,7 +49,7 @@ from readers.errors import BadType, BadValue, FileError, make_folder
 from readers.stage import IndexedReader
 from readers.tokenized import token_checks
 
-__all__ = ["TokenFileError", "Tokens", "tokenize_bytes", "tokens"]
+__all__ = ["TokenFileChanged", "TokenFileError", "Tokens", "tokenize_bytes", "tokens"]
 
 #: Bytes per token and the little-endian dtype of a .bin file's tokens.
 TOKEN_DTYPES = {2: np.dtype("<u2"), 4: np.dtype("<u4")}
@@ -44,6 +59,10 @@ _INT32_MAX = np.iinfo(np.int32).max
 
 class TokenFileError(BadValue):
     """A token file that cannot be read as asked; the message names the file and the fault."""
+
+
+class TokenFileChanged(TokenFileError):
+    """A token file that changed (cut short, rewritten, replaced or removed) after the reader opened it."""
 
 
 def _files(path: Any) -> list[str]:
@@ -94,6 +113,7 @@ def _layout(path: str, token_size: int) -> tuple[int, np.dtype, int]:
         if len(shape) != 1:
             raise TokenFileError(f"{path} holds an array of shape {shape}; token files hold one sequence "
                                  "(1-D): save tokens.reshape(-1)")
+        _check_npy_size(path, shape[0], dtype, offset)
         return shape[0], dtype, offset
     size = os.path.getsize(path)
     if size % token_size:
@@ -103,6 +123,66 @@ def _layout(path: str, token_size: int) -> tuple[int, np.dtype, int]:
                              f"cut short, or written with another token size{hint}")
     return size // token_size, TOKEN_DTYPES[token_size], 0
 
+
+def _check_npy_size(path: str, n: int, dtype: np.dtype, offset: int) -> None:
+    """Refuse a .npy file whose header announces more tokens than its bytes hold (cut short, or its header
+    edited): mapping it would fail, and reading past its end would kill the process."""
+    size = os.path.getsize(path)
+    if offset + n * dtype.itemsize > size:
+        held = max(size - offset, 0) // dtype.itemsize
+        raise TokenFileError(f"{path}: its .npy header announces {n:,} tokens ({n * dtype.itemsize:,} bytes after "
+                             f"the {offset}-byte header), but the file has {size:,} bytes, room for {held:,}: it was "
+                             "cut short or its header edited; save the tokens again with np.save")
+
+
+#: What a token file is, as the reader opened it: size, modification time (ns), inode and device.
+Stamp = tuple[int, int, int, int]
+
+
+def _stamp(path: str) -> Stamp:
+    found = os.stat(path)
+    return found.st_size, found.st_mtime_ns, found.st_ino, found.st_dev
+
+
+def _check_unchanged(path: str, stamp: Stamp, now: os.stat_result | Stamp | None = None) -> None:
+    """Refuse ``path`` when it is no longer the file of ``stamp`` (``_stamp``): reading a mapped file cut short
+    kills the process, and one rewritten would give other entries than before. ``now``: the file's
+    ``os.fstat`` (or stamp), when it is open already (else the path is looked up).
+
+    >>> import tempfile
+    >>> folder = tempfile.TemporaryDirectory()
+    >>> np.arange(8, dtype="<u2").tofile(f"{folder.name}/a.bin")
+    >>> stamp = _stamp(f"{folder.name}/a.bin")
+    >>> _check_unchanged(f"{folder.name}/a.bin", stamp)
+    >>> os.truncate(f"{folder.name}/a.bin", 4)
+    >>> _check_unchanged(f"{folder.name}/a.bin", stamp)
+    Traceback (most recent call last):
+    ...
+    readers.tokenized.windows.TokenFileChanged: .../a.bin changed while it was being read: it had 16 bytes when the reader opened it and has 4 now (cut short or rewritten); ...
+    """
+    try:
+        now = os.stat(path) if now is None else now
+    except OSError as exc:
+        change = f"it is gone ({exc.strerror or exc})"
+    else:
+        found = (now.st_size, now.st_mtime_ns, now.st_ino, now.st_dev) if isinstance(now, os.stat_result) else now
+        if found == stamp:
+            return
+        if found[2:] != stamp[2:]:
+            change = "another file has taken its name (a new inode)"
+        elif found[0] != stamp[0]:
+            how = "cut short or rewritten" if found[0] < stamp[0] else "written to"
+            change = f"it had {stamp[0]:,} bytes when the reader opened it and has {found[0]:,} now ({how})"
+        else:
+            change = "it was rewritten in place (its modification time moved), so its windows may hold other tokens"
+    raise TokenFileChanged(f"{path} changed while it was being read: {change}; a token file must stay as it is while "
+                           "a reader or server uses it: write new tokens to new files, then build the reader (or "
+                           "restart the server) again")
+
+
+#: The most seconds between two full checks of a mapped file that is being read (its size is checked on every
+#: read): a file rewritten in place at the same size is refused within this time.
+CHECK_EVERY = 1.0
 
 #: Files kept mapped at once per process: each mapping holds a file descriptor, and corpora come in
 #: thousands of shards. The least recently read is unmapped first.
@@ -129,6 +209,7 @@ class Tokens(IndexedReader):
     def __init__(self, paths: list[str], seq_len: int, token_size: int, vocab_size: int | None = None):
         super().__init__()
         self.paths, self.seq_len, self.token_size = paths, seq_len, token_size
+        self.stamps = [_stamp(p) for p in paths]  # before the layouts: a change while they are read is seen
         self.vocab_size = vocab_size
         self.layouts = [_layout(p, token_size) for p in paths]
         self.sizes = [n for n, _, _ in self.layouts]
@@ -141,37 +222,83 @@ class Tokens(IndexedReader):
                 "documents into larger files, or lower seq_len")
         counts = [(n - 1) // seq_len for n in self.sizes]
         self.offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)  # window index of each file
-        self._views: collections.OrderedDict[int, np.ndarray] = collections.OrderedDict()
+        # file k -> [its windows' view, its map, when it was last checked unchanged (time.monotonic)]
+        self._views: collections.OrderedDict[int, list] = collections.OrderedDict()
 
-    def _tokens(self, k: int) -> np.ndarray:
-        """File ``k``'s tokens as a read-only memory map."""
+    def _tokens(self, k: int) -> tuple[np.ndarray, mmap.mmap]:
+        """File ``k``'s tokens as a read-only array over a memory map of the file, and the map, once the file is
+        checked unchanged; the map is made from the descriptor that was checked, so it is of the file the
+        reader was built on."""
+        try:
+            f = open(self.paths[k], "rb")
+        except OSError:
+            _check_unchanged(self.paths[k], self.stamps[k])  # gone, or another file: say so
+            raise
+        with f:  # the map holds a descriptor of its own
+            _check_unchanged(self.paths[k], self.stamps[k], os.fstat(f.fileno()))
+            mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
         n, dtype, offset = self.layouts[k]
-        return np.memmap(self.paths[k], dtype=dtype, mode="r", offset=offset, shape=(n,))
+        return np.frombuffer(mapped, dtype=dtype, count=n, offset=offset), mapped
 
     def _window_view(self, k: int) -> np.ndarray:
         """File ``k``'s windows as a (windows, seq_len + 1) strided view of its mapping; no copy. At most
-        MAPPED files stay mapped."""
-        view = self._views.get(k)
-        if view is None:
-            a = self._sampled(k)
+        MAPPED files stay mapped.
+
+        A file cut short under its map would kill the process at a read past
+        its new end, so every read checks first that the mapped file keeps
+        its size (an ``fstat`` of the map's descriptor, a quarter of a
+        microsecond); its modification time and inode are checked when it is
+        mapped, at each pass start (``for_pass``), and on a read at most
+        ``CHECK_EVERY`` seconds after the last check.
+        """
+        found = self._views.get(k)
+        if found is None:
+            a, mapped = self._sampled(k)
             view = np.lib.stride_tricks.as_strided(
                 a, shape=(int(self.offsets[k + 1] - self.offsets[k]), self.seq_len + 1),
                 strides=(self.seq_len * a.strides[0], a.strides[0]), writeable=False)
-            self._views[k] = view
+            self._views[k] = [view, mapped, time.monotonic()]
             if len(self._views) > MAPPED:
                 self._views.popitem(last=False)  # unmapped once no batch holds a view of it
-        else:
-            self._views.move_to_end(k)
+            return view
+        view, mapped, checked = found
+        self._views.move_to_end(k)
+        stamp = self.stamps[k]
+        if mapped.size() != stamp[0]:
+            _check_unchanged(self.paths[k], stamp, (mapped.size(), *stamp[1:]))
+        if time.monotonic() - checked > CHECK_EVERY:
+            _check_unchanged(self.paths[k], stamp)
+            found[2] = time.monotonic()
         return view
 
-    def _sampled(self, k: int) -> np.ndarray:
-        """``_tokens(k)``, once a sample of it is checked against the token size and the vocabulary size."""
-        a = self._tokens(k)
+    def for_pass(self, pass_id: int) -> Tokens:
+        """Itself, once every file is checked unchanged (size, modification time, inode): a pass starts by
+        binding its source to the pass (``Stage.for_pass``), so a file rewritten or replaced since the reader
+        was built is refused before the pass reads anything.
+
+        >>> import tempfile
+        >>> folder = tempfile.TemporaryDirectory()
+        >>> np.arange(9, dtype="<u2").tofile(f"{folder.name}/a.bin")
+        >>> r = tokens(folder.name, seq_len=4)
+        >>> os.remove(f"{folder.name}/a.bin")
+        >>> list(r())
+        Traceback (most recent call last):
+        ...
+        readers.tokenized.windows.TokenFileChanged: .../a.bin changed while it was being read: it is gone (No such file or directory); ...
+        """
+        for path, stamp in zip(self.paths, self.stamps):
+            _check_unchanged(path, stamp)
+        return super().for_pass(pass_id)
+
+    def _sampled(self, k: int) -> tuple[np.ndarray, mmap.mmap]:
+        """``_tokens(k)`` (the array and its map), once a sample of it is checked against the token size and the
+        vocabulary size."""
+        a, mapped = self._tokens(k)
         problem = (token_checks.four_byte_problem(self.paths[k], a, self.token_size)
                    or token_checks.vocabulary_problem(self.paths[k], a, self.vocab_size))
         if problem:
             raise TokenFileError(problem)
-        return a
+        return a, mapped
 
     def check_samples(self) -> None:
         """Check a sample of every file as its first read does (the token size, ``vocab_size``), so that a wrong
@@ -218,7 +345,7 @@ class Tokens(IndexedReader):
         """
         top, where = -1, 0
         for k, n in enumerate(self.sizes):
-            a = self._sampled(k)
+            a = self._sampled(k)[0]
             for lo in range(0, n, 1 << 23):
                 block = int(a[lo:lo + (1 << 23)].max())
                 if block > top:
@@ -282,7 +409,7 @@ class Tokens(IndexedReader):
         """The files' token counts and a sampled digest of each (``array_digest``): their content, not their names."""
         h = hasher()
         for k in range(len(self.paths)):
-            array = self._tokens(k)
+            array = self._tokens(k)[0]
             h.update(f"{len(array)}:{array_digest(array)};".encode())
             del array  # one file mapped at a time
         return h.hexdigest()

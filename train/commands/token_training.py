@@ -18,6 +18,7 @@ import click
 import numpy as np
 
 import readers
+from readers.tokenized.run_limits import check_run
 from readers.tokenized.runfiles import LocalData, load_run
 from readers.tokenized.schedule import BatchSchedule
 from readers.tokenized.windows import Tokens
@@ -138,9 +139,11 @@ def config_run(info: Any, found: Any, settings: TrainSettings) -> None:
     tokens, shuffle_seed, found_vocab = _token_data(run, settings.config)
     data = tokens if shuffle_seed is None else readers.shuffle(tokens, seed=shuffle_seed)
     vocab, whence = _vocabulary(settings, run, found_vocab)
+    model = NextTokenMLP(vocab, lr=settings.lr, seed=settings.seed)
+    check_run(run, settings.config, windows=len(tokens), window_bytes=model.window_bytes(run.seq_len),
+              world_size=info.world_size)  # before the schedule: a ramp to 2**62 would take it minutes to build
     schedule = BatchSchedule.of_run(run)
     steps = settings.steps or run.total_steps
-    model = NextTokenMLP(vocab, lr=settings.lr, seed=settings.seed)
     who = f"rank {info.rank}/{info.world_size}: " if info.world_size > 1 else ""
     ramp = (f"{run.batch_start} to {run.batch_end} windows over {run.warmup_tokens:,} tokens"
             if run.batch_start != run.batch_end else f"{run.batch_end} windows")

@@ -170,3 +170,26 @@ def test_host_port_refuses(value, problem):
         host_port("s.toml", "Server", value)
     assert excinfo.value.problem.startswith(problem)
     assert "127.0.0.1:20001" in excinfo.value.fix
+
+
+# -- nesting (issue 27 item 17: 500 nested inline tables were a RecursionError traceback) ---------------------------
+
+
+@pytest.mark.parametrize("value", ["{a = " * 500 + "1" + "}" * 500, "[" * 500 + "1" + "]" * 500],
+                         ids=["inline tables", "arrays"])
+def test_read_toml_refuses_values_nested_past_the_parser_with_the_line_and_key(tmp_path, value):
+    path = tmp_path / "state.toml"
+    path.write_text(f'run_id = "x"\n[config]\n# a comment with {{[ brackets\nwarmup_time = {value}\n')
+    with pytest.raises(RunFileError) as caught:
+        read_toml(str(path), "state.toml")
+    assert str(caught.value) == (f"{path}: config.warmup_time: line 4: nested more than 32 deep; a run file's tables "
+                                 "and arrays nest a few levels: write them flat")
+
+
+def test_read_toml_refuses_values_nested_deep_within_the_parser_naming_the_dotted_key(tmp_path):
+    path = tmp_path / "state.toml"
+    path.write_text("[config]\n" + "x." * 600 + "y = 1\n")  # dotted keys nest without brackets
+    with pytest.raises(RunFileError, match=r"state\.toml: config\.x\.x\.\.\.: nested more than 32 deep"):
+        read_toml(str(path), "state.toml")
+    path.write_text("[config]\nwarmup_time = " + "[" * 20 + "1" + "]" * 20 + "\n")  # 22 deep: read
+    assert read_toml(str(path), "state.toml")["config"]["warmup_time"] == [[[[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]]]]

@@ -133,3 +133,12 @@ def test_batch_schedule_takes_numpy_ints_and_answers_python_ints():
     schedule = BatchSchedule(3, 7, 100, 2)
     assert type(schedule.data_index(np.int64(5))) is int and schedule.data_index(np.int64(5)) == schedule.data_index(5)
     assert type(schedule.step_at(np.int64(20))) is int
+
+
+def test_batch_schedule_refuses_a_warm_up_through_too_many_sizes_at_once():
+    """Issue 27 item 17: a ramp that changes size at every one of ~850,000 warm-up steps took a second (and ramps to
+    2**62 minutes) and memory to build, one segment a size; the bound is MAX_SIZES sizes."""
+    with pytest.raises(ValueError, match=r"BatchSchedule: end=1,000,000: a warm-up from start=1 over "
+                                         r"warmup_tokens=500,000,000,000 goes through more than 524,288 batch sizes"):
+        BatchSchedule(1, 10**6, 5 * 10**11, 1)
+    assert len(BatchSchedule(1, 10**5, 5 * 10**9, 1)._sizes) == 84659  # well within the bound: kept whole

@@ -290,3 +290,19 @@ def test_unigram_entropy_rejects_what_it_cannot_count():
         unigram_entropy(np.full(3, -100), 6)
     with pytest.raises(ValueError, match="'tokens' must be integer token ids, got float64"):
         unigram_entropy([0.5], 6)
+
+
+@pytest.mark.parametrize("vocab, context, embed, hidden", [(256, 4, 32, 256), (4096, 2, 16, 64), (64, 8, 64, 1024)])
+def test_next_token_window_bytes_is_at_least_what_a_step_takes(vocab, context, embed, hidden):
+    """What a run file's batch and seq_len are checked against (issue 27 item 17): it must not promise too little."""
+    import tracemalloc
+    model = NextTokenMLP(vocab, context=context, embed=embed, hidden=hidden)
+    tokens = np.random.default_rng(0).integers(0, vocab, (3, 1025)).astype(np.int32)
+    model.step({"tokens": tokens})  # Adam's moments are the model's, made once
+    tracemalloc.start()
+    try:
+        model.step({"tokens": tokens})
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak <= 3 * model.window_bytes(1024) < 2 * peak
