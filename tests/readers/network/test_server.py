@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures
+import contextlib
 import gc
 import json
 import shutil
@@ -308,6 +309,14 @@ def test_server_refuses_a_reachable_host_without_a_secret(host):
     assert [t.name for t in threading.enumerate() if t.name.startswith("readerkit-")] == []
 
 
+def test_server_names_a_host_that_is_not_this_machines():
+    """Regression (issue 27, item 9c): --host 10.255.255.1 gave a raw "[Errno 99] Cannot assign requested address"."""
+    with pytest.raises(readers.BadValue, match=r"^cannot listen on 192\.0\.2\.1:20001: no network interface of this "
+                                               r"machine has the address 192\.0\.2\.1; give one it has"):
+        readers.serve(small_reader(), host="192.0.2.1", port=20001, secret="s3cret")  # (TEST-NET-1: no one's)
+    assert [t.name for t in threading.enumerate() if t.name.startswith("readerkit-")] == []
+
+
 def test_server_serves_a_reachable_host_with_a_secret():
     with serving(host="0.0.0.0", secret="s3cret") as server:
         assert server.address == f"0.0.0.0:{server.port}"
@@ -359,3 +368,32 @@ def test_server_refuses_limits_that_cannot_work(limit, value, words):
     with pytest.raises(ValueError, match=f"{limit} must be {words}, got {value!r}"):
         readers.serve(small_reader(), **{limit: value})
     assert [t.name for t in threading.enumerate() if t.name.startswith("readerkit-")] == []
+
+
+def test_server_clients_that_read_nothing_hold_only_their_share_of_the_budget():
+    """Regression (issue 27, item 15): each client that took nothing of its answers held its parts of the budget,
+    so a few of them held all of it and every other client waited ``frame_timeout`` for room (a pass took
+    59.6 s instead of 2.7 s). Now the stalled clients wait for their own sends, and the others read on."""
+    rows = np.random.default_rng(27).integers(0, 256, size=(150, 1 << 16), dtype=np.uint8)  # 64 KiB each
+    labels = np.arange(len(rows), dtype=np.int64)
+    with serving(readers.from_arrays(rows, labels), budget=8 << 20, max_clients=8, frame_timeout=WAIT) as server, \
+            contextlib.ExitStack() as stack:
+        stalled = [stack.enter_context(Client(server.address, receive_buffer=1 << 12)) for _ in range(4)]
+        for client in stalled:  # each asks for the whole reader twice over, and reads none of it
+            client.login()
+            client.send({"type": "get", "id": 1, "interval": [0, len(rows) - 1]})
+            client.send({"type": "get", "id": 2, "interval": [0, len(rows) - 1]})
+        wait_until(lambda: server.server._free < rows[0].nbytes, WAIT,
+                   lambda: f"the stalled clients to hold the shared budget ({server.server._free:,} bytes free)")
+        remote = readers.remote(server.address, deadline=0, timeout=WAIT)
+        columns = remote.gather_columns(np.arange(len(rows)))  # a whole pass while they hold it
+        np.testing.assert_array_equal(columns[0], rows)
+        np.testing.assert_array_equal(columns[1], labels)
+        peers = {client.peer for client in stalled}
+        assert not [line for line in server.lines if line.split(": ")[0] in peers or "no room" in line], \
+            f"a client waited for the budget, or a stalled one was dropped before the pass ended: {server.lines}"
+        assert server.stats["connections"] == len(stalled) + 1
+        stack.close()  # the stalled clients leave: every byte they held comes back
+        wait_until(lambda: server.server._free == server.server.shared
+                   and all(s.held == [0, 0] and s.own == 0 for s in list(server.server.sessions)), WAIT,
+                   lambda: f"the budget back ({server.server._free:,} of {server.server.shared:,} bytes free)")
