@@ -259,8 +259,8 @@ SECONDS = click.FloatRange(min=0, min_open=True)  # a timeout of serve's
 @click.option("--budget-mib", default=256, show_default=True, type=click.IntRange(min=1),
               help="Memory for answers gathered and not yet sent, over all clients (MiB).")
 @click.option("--max-clients", default=1024, show_default=True, type=click.IntRange(min=1),
-              help="Clients served at once; each has budget / (2 x max-clients) to itself, so one that reads "
-                   "slowly delays only itself.")
+              help="Clients served at once; each has budget / (2 x max-clients), or one entry if more, to itself, "
+                   "so one that reads slowly delays only itself.")
 @fail_cleanly
 def serve(reader_name: str, data_dir: str | None, download: bool, config: str | None, split: str, host: str,
           port: int, secret_file: str | None, tls_cert: str | None, tls_key: str | None, idle_timeout: float,

@@ -24,14 +24,15 @@ keeps the server up under bad or slow clients:
   clients do;
 - a client that reads slowly, or not at all, delays only itself: every
   connection has ``budget / (2 * max_clients)`` bytes of the budget to itself
-  (its ``reserve``) and takes the rest of a part from the shared half only as
-  far as it is free, cutting the part to fit. Clients that read nothing can
-  hold the shared half, never another's reserve, so the others read on in
-  smaller parts. A client that takes its answers slower than ``MIN_RATE``,
-  or not at all for ``frame_timeout``, is dropped with a log line, which
-  gives back what it held; a part waits for budget (only when a row is
-  larger than the reserve) for up to ``frame_timeout``, then its client asks
-  again.
+  (its ``reserve``; one entry where that is more, and then only the first
+  connections that half the budget holds) and takes the rest of a part from
+  the shared half only as far as it is free, cutting the part to fit.
+  Clients that read nothing can hold the shared half, never another's
+  reserve, so the others read on in smaller parts. A client that takes its
+  answers slower than ``MIN_RATE``, or not at all for ``frame_timeout``, is
+  dropped with a log line, which gives back what it held; a connection
+  without a reserve waits for the shared budget for up to ``frame_timeout``,
+  then its client asks again.
 
 ``stop()`` stops listening, closes idle connections, lets the requests under
 way finish for up to ``drain_timeout`` and then closes the rest.
@@ -110,8 +111,11 @@ class Server:
         self.handshake_timeout, self.idle_timeout = handshake_timeout, idle_timeout
         self.frame_timeout, self.drain_timeout = frame_timeout, drain_timeout
         self.max_clients, self.budget = max_clients, budget
-        self.reserve = budget // (2 * max_clients)  # each connection's own: clients that read nothing cannot take it
-        self.shared = budget - self.reserve * max_clients
+        # a connection's own share, which clients that read nothing cannot take: an even share of half the budget,
+        # or one entry where that is more (and then only as many connections as half the budget holds have one)
+        self.reserve = min(max(self.served.row_bytes, budget // (2 * max_clients)), budget // 2)
+        self._reserves = (budget // 2) // self.reserve if self.reserve else 0  # those not lent to a connection
+        self.shared = budget - self._reserves * self.reserve
         self.log = log or (lambda line: print(line, file=sys.stderr, flush=True))
         self.sessions: set[Session] = set()
         self.stats = {"connections": 0, "requests": 0, "rejections": 0, "bytes": 0}
@@ -232,6 +236,19 @@ class Server:
             taken = max(least, min(most, self._free))
             self._free -= taken
         return taken
+
+    def lend_reserve(self) -> int:
+        """A connection's own share of the budget: ``reserve`` bytes, or 0 when every one is lent."""
+        with self.lock:
+            if not self._reserves:
+                return 0
+            self._reserves -= 1
+            return self.reserve
+
+    def return_reserve(self, size: int) -> None:
+        if size:
+            with self.lock:
+                self._reserves += 1
 
     def give(self, size: int) -> None:
         with self._budget:

@@ -102,7 +102,7 @@ class Session:
         self.broken: str | None = None  # why sending failed: the reading thread ends on it
         self.holding = threading.Condition()  # the parts gathered and not yet sent, their bytes, and those of
         self.held = [0, 0]  # them from this connection's reserve (``own``)
-        self.own = 0
+        self.own = self.reserve = 0  # reserve: this connection's own share of the budget, once logged in
         self.queued = 0  # frames posted and not yet sent (under ``holding``)
 
     def refuse(self, message: str) -> None:
@@ -124,6 +124,7 @@ class Session:
         began = time.monotonic()
         try:
             self._login(began + self.server.handshake_timeout)
+            self.reserve = self.server.lend_reserve()
             self.outbox = queue.Queue(maxsize=2)
             self.sender = threading.Thread(target=self._sending, name=f"readerkit-serve-send {self.peer}",
                                            daemon=True)
@@ -142,6 +143,7 @@ class Session:
                 self._post(None)
                 self.sender.join()
                 self.why = self.broken or self.why
+            self.server.return_reserve(self.reserve)  # (every part is sent or dropped: none holds it)
             close_gently(self.sock)
             self.server.log(f"{self.peer}: {self.requests} requests, {self.sent:,} bytes sent in "
                             f"{time.monotonic() - began:.1f} s; {self.why}")
@@ -285,7 +287,7 @@ class Session:
                     raise Closed(self.broken)
                 if self.held[0] < 2 and not (self.held[0] and self.held[1] + least > self.server.budget // 4):
                     most = min(want, self.server.budget // 4 - self.held[1]) if self.held[0] else want
-                    mine, alone, pooled = min(most, self.server.reserve - self.own), not self.held[0], 0
+                    mine, alone, pooled = min(most, self.reserve - self.own), not self.held[0], 0
                     if alone:
                         break
                     pooled = self.server.take(most - mine, max(0, least - mine), wait=False)

@@ -370,14 +370,16 @@ def test_server_refuses_limits_that_cannot_work(limit, value, words):
     assert [t.name for t in threading.enumerate() if t.name.startswith("readerkit-")] == []
 
 
-def test_server_clients_that_read_nothing_hold_only_their_share_of_the_budget():
+@pytest.mark.parametrize("max_clients", [8, 1024], ids=["even-share", "one-entry-share"])
+def test_server_clients_that_read_nothing_hold_only_their_share_of_the_budget(max_clients):
     """Regression (issue 27, item 15): each client that took nothing of its answers held its parts of the budget,
     so a few of them held all of it and every other client waited ``frame_timeout`` for room (a pass took
-    59.6 s instead of 2.7 s). Now the stalled clients wait for their own sends, and the others read on."""
+    59.6 s instead of 2.7 s). Now the stalled clients wait for their own sends, and the others read on. With
+    1024 clients an even share (4 KiB) is less than an entry: each connection's own share is one entry."""
     rows = np.random.default_rng(27).integers(0, 256, size=(150, 1 << 16), dtype=np.uint8)  # 64 KiB each
     labels = np.arange(len(rows), dtype=np.int64)
-    with serving(readers.from_arrays(rows, labels), budget=8 << 20, max_clients=8, frame_timeout=WAIT) as server, \
-            contextlib.ExitStack() as stack:
+    with serving(readers.from_arrays(rows, labels), budget=8 << 20, max_clients=max_clients,
+                 frame_timeout=WAIT) as server, contextlib.ExitStack() as stack:
         stalled = [stack.enter_context(Client(server.address, receive_buffer=1 << 12)) for _ in range(4)]
         for client in stalled:  # each asks for the whole reader twice over, and reads none of it
             client.login()
