@@ -238,7 +238,14 @@ class Server:
         return taken
 
     def lend_reserve(self) -> int:
-        """A connection's own share of the budget: ``reserve`` bytes, or 0 when every one is lent."""
+        """A connection's own share of the budget: ``reserve`` bytes, or 0 when every one is lent.
+
+        >>> import numpy as np, readers
+        >>> server = Server(readers.np_array(np.zeros((3, 1000), np.uint8)), budget=4000, max_clients=10)
+        >>> server.reserve, [server.lend_reserve() for _ in range(3)]  # (one entry: 200 bytes would hold none)
+        (1000, [1000, 1000, 0])
+        >>> server.stop()
+        """
         with self.lock:
             if not self._reserves:
                 return 0
@@ -246,6 +253,7 @@ class Server:
             return self.reserve
 
     def return_reserve(self, size: int) -> None:
+        """Take back a reserve of ``lend_reserve`` (0: none was lent)."""
         if size:
             with self.lock:
                 self._reserves += 1

@@ -394,8 +394,20 @@ def test_server_clients_that_read_nothing_hold_only_their_share_of_the_budget(ma
         peers = {client.peer for client in stalled}
         assert not [line for line in server.lines if line.split(": ")[0] in peers or "no room" in line], \
             f"a client waited for the budget, or a stalled one was dropped before the pass ended: {server.lines}"
-        assert server.stats["connections"] == len(stalled) + 1
         stack.close()  # the stalled clients leave: every byte they held comes back
         wait_until(lambda: server.server._free == server.server.shared
                    and all(s.held == [0, 0] and s.own == 0 for s in list(server.server.sessions)), WAIT,
                    lambda: f"the budget back ({server.server._free:,} of {server.server.shared:,} bytes free)")
+
+
+def test_server_lends_a_reserve_of_one_entry_to_as_many_connections_as_half_the_budget_holds():
+    server = readers.network.server.Server(readers.from_arrays(np.zeros((4, 1000), np.uint8)), budget=8000,
+                                           max_clients=100, log=[].append)
+    try:  # an even share (40 bytes) holds no entry of 1000: four connections have one entry each to themselves
+        assert (server.reserve, server.shared) == (1000, 4000)
+        assert [server.lend_reserve() for _ in range(5)] == [1000, 1000, 1000, 1000, 0]
+        server.return_reserve(0)  # (a connection that had none gives none back)
+        server.return_reserve(1000)
+        assert [server.lend_reserve(), server.lend_reserve()] == [1000, 0]
+    finally:
+        server.stop()
