@@ -226,5 +226,9 @@ def test_cli_serve_gives_the_server_its_timeouts(token_config, monkeypatch):
     server, = started
     assert (server.frame_timeout, server.idle_timeout, server.handshake_timeout, server.drain_timeout) == (2.5, 30, 1, 4)
     assert (server.budget, server.max_clients, server.reserve) == (64 << 20, 32, 1 << 20)
+    shown = CliRunner().invoke(cli.main, ["serve", "--help"]).output
+    for option in ("--idle-timeout", "--frame-timeout", "--handshake-timeout", "--drain-timeout", "--budget-mib",
+                   "--max-clients"):
+        assert f"  {option} " in shown, option
     bad = CliRunner().invoke(cli.main, ["serve", "--config", token_config[0], "--frame-timeout", "0"])
     assert bad.exit_code == 2 and "Invalid value for '--frame-timeout': 0.0 is not in the range x>0." in bad.output
