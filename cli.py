@@ -231,6 +231,9 @@ def bench(reader_name: str, data_dir: str | None, download: bool, workers: int, 
             out.write(json.dumps(f) + "\n")
 
 
+SECONDS = click.FloatRange(min=0, min_open=True)  # a timeout of serve's
+
+
 @main.command("serve")
 @reader_options()
 @click.option("--config", type=click.Path(exists=True, dir_okay=False), default=None,
@@ -244,11 +247,25 @@ def bench(reader_name: str, data_dir: str | None, download: bool, workers: int, 
               help="File holding the shared secret clients must prove (default: $READERKIT_SECRET).")
 @click.option("--tls-cert", type=click.Path(exists=True, dir_okay=False), default=None, help="TLS certificate (PEM).")
 @click.option("--tls-key", type=click.Path(exists=True, dir_okay=False), default=None, help="Its private key (PEM).")
-@click.option("--idle-timeout", default=600.0, show_default=True, type=click.FloatRange(min=0, min_open=True),
+@click.option("--idle-timeout", default=600.0, show_default=True, type=SECONDS,
               help="Close a connection with no request for this many seconds.")
+@click.option("--frame-timeout", default=60.0, show_default=True, type=SECONDS,
+              help="Drop a client that takes nothing of an answer, or leaves a request half sent, for this many "
+                   "seconds.")
+@click.option("--handshake-timeout", default=10.0, show_default=True, type=SECONDS,
+              help="Close a connection that has not logged in (TLS, hello, secret) within this many seconds.")
+@click.option("--drain-timeout", default=10.0, show_default=True, type=SECONDS,
+              help="On SIGTERM or Ctrl-C, let the answers under way finish for up to this many seconds.")
+@click.option("--budget-mib", default=256, show_default=True, type=click.IntRange(min=1),
+              help="Memory for answers gathered and not yet sent, over all clients (MiB).")
+@click.option("--max-clients", default=1024, show_default=True, type=click.IntRange(min=1),
+              help="Clients served at once; each has budget / (2 x max-clients), or one entry if more, to itself, "
+                   "so one that reads slowly delays only itself.")
 @fail_cleanly
 def serve(reader_name: str, data_dir: str | None, download: bool, config: str | None, split: str, host: str,
-          port: int, secret_file: str | None, tls_cert: str | None, tls_key: str | None, idle_timeout: float) -> None:
+          port: int, secret_file: str | None, tls_cert: str | None, tls_key: str | None, idle_timeout: float,
+          frame_timeout: float, handshake_timeout: float, drain_timeout: float, budget_mib: int,
+          max_clients: int) -> None:
     """Serve an indexed reader's entries to readers.remote clients over TCP, until SIGTERM or Ctrl-C."""
     from readers.allocator import tune_allocator
     from readers.network.server import Server, run_until_signal, tls_context
@@ -259,6 +276,8 @@ def serve(reader_name: str, data_dir: str | None, download: bool, config: str | 
     reader, info = _served(reader_name, data_dir, download, config, split)
     tune_allocator()  # every answer gathers a fresh array of up to a few MB: keep them on the heap
     server = Server(reader, info=info, secret=read_secret(file=secret_file), idle_timeout=idle_timeout,
+                    frame_timeout=frame_timeout, handshake_timeout=handshake_timeout, drain_timeout=drain_timeout,
+                    budget=budget_mib << 20, max_clients=max_clients,
                     tls=tls_context(tls_cert, tls_key) if tls_cert else None, log=lambda line: click.echo(line, err=True))
 
     def announce(bound_host: str, bound_port: int) -> None:

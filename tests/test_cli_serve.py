@@ -193,3 +193,42 @@ def test_cli_serve_refuses_four_byte_tokens_read_as_two_bytes_before_it_listens(
     assert result.exit_code == 1 and "serving" not in result.output, result.output
     assert result.output.startswith(f"Error: {tmp_path / 'tokens' / 't.bin'}: read as 2-byte tokens")
     assert "probably 4-byte tokens" in result.output
+
+
+def test_cli_serve_names_a_host_that_is_not_this_machines(token_config):
+    """Regression (issue 27, item 9c): --host 10.255.255.1 gave a raw "[Errno 99] Cannot assign requested address"."""
+    from click.testing import CliRunner
+
+    import cli
+
+    result = CliRunner().invoke(cli.main, ["serve", "--config", token_config[0], "--host", "192.0.2.1", "--port",
+                                           "20001"], env={"READERKIT_SECRET": "s3cret"})
+    assert result.exit_code == 1 and result.output.splitlines() == [
+        "Error: cannot listen on 192.0.2.1:20001: no network interface of this machine has the address 192.0.2.1; "
+        "give one it has (`ip addr` lists them), 0.0.0.0 for all of them, or 127.0.0.1"]
+
+
+def test_cli_serve_gives_the_server_its_timeouts(token_config, monkeypatch):
+    """Regression (issue 27, item 15): frame_timeout (60 s), the other timeouts and the budget could not be set from the
+    command line."""
+    from click.testing import CliRunner
+
+    import cli
+    import readers.network.server
+
+    started = []
+    monkeypatch.setattr(readers.network.server, "run_until_signal",
+                        lambda server, host, port, announce: started.append(server))
+    result = CliRunner().invoke(cli.main, ["serve", "--config", token_config[0], "--frame-timeout", "2.5",
+                                           "--idle-timeout", "30", "--handshake-timeout", "1", "--drain-timeout", "4",
+                                           "--budget-mib", "64", "--max-clients", "32"])
+    assert result.exit_code == 0, result.output
+    server, = started
+    assert (server.frame_timeout, server.idle_timeout, server.handshake_timeout, server.drain_timeout) == (2.5, 30, 1, 4)
+    assert (server.budget, server.max_clients, server.reserve) == (64 << 20, 32, 1 << 20)
+    shown = CliRunner().invoke(cli.main, ["serve", "--help"]).output
+    for option in ("--idle-timeout", "--frame-timeout", "--handshake-timeout", "--drain-timeout", "--budget-mib",
+                   "--max-clients"):
+        assert f"  {option} " in shown, option
+    bad = CliRunner().invoke(cli.main, ["serve", "--config", token_config[0], "--frame-timeout", "0"])
+    assert bad.exit_code == 2 and "Invalid value for '--frame-timeout': 0.0 is not in the range x>0." in bad.output

@@ -21,10 +21,18 @@ keeps the server up under bad or slow clients:
   yet sent, over all connections, stay within ``budget`` bytes (one
   connection holds at most two); at most ``max_clients`` connections are served at once
   (more are told ``server_error`` and closed). Memory is bounded whatever
-  clients do. A client that takes its answers slower than ``MIN_RATE``, or
-  not at all for ``frame_timeout``, is dropped, so it cannot hold the budget
-  the others need for long; one waiting for budget gives up after
-  ``frame_timeout`` and its client asks again.
+  clients do;
+- a client that reads slowly, or not at all, delays only itself: every
+  connection has ``budget / (2 * max_clients)`` bytes of the budget to itself
+  (its ``reserve``; one entry where that is more, and then only the first
+  connections that half the budget holds) and takes the rest of a part from
+  the shared half only as far as it is free, cutting the part to fit.
+  Clients that read nothing can hold the shared half, never another's
+  reserve, so the others read on in smaller parts. A client that takes its
+  answers slower than ``MIN_RATE``, or not at all for ``frame_timeout``, is
+  dropped with a log line, which gives back what it held; a connection
+  without a reserve waits for the shared budget for up to ``frame_timeout``,
+  then its client asks again.
 
 ``stop()`` stops listening, closes idle connections, lets the requests under
 way finish for up to ``drain_timeout`` and then closes the rest.
@@ -103,19 +111,31 @@ class Server:
         self.handshake_timeout, self.idle_timeout = handshake_timeout, idle_timeout
         self.frame_timeout, self.drain_timeout = frame_timeout, drain_timeout
         self.max_clients, self.budget = max_clients, budget
+        # a connection's own share, which clients that read nothing cannot take: an even share of half the budget,
+        # or one entry where that is more (and then only as many connections as half the budget holds have one)
+        self.reserve = min(max(self.served.row_bytes, budget // (2 * max_clients)), budget // 2)
+        self._reserves = (budget // 2) // self.reserve if self.reserve else 0  # those not lent to a connection
+        self.shared = budget - self._reserves * self.reserve
         self.log = log or (lambda line: print(line, file=sys.stderr, flush=True))
         self.sessions: set[Session] = set()
         self.stats = {"connections": 0, "requests": 0, "rejections": 0, "bytes": 0}
         self.stopping = False
         self.lock = threading.Lock()
         self._budget = threading.Condition(self.lock)
-        self._free = budget
+        self._free = self.shared  # the shared part of the budget not taken
         self._listener: socket.socket | None = None
         self._accepting: threading.Thread | None = None
         self.wake_read, self._wake = socket.socketpair()  # readable once stopping: wakes every idle session
 
     def start(self, host: str = "127.0.0.1", port: int = 0) -> tuple[str, int]:
-        """Listen on ``host:port`` (0: a free port), with SO_REUSEADDR, in a thread; returns the address bound."""
+        """Listen on ``host:port`` (0: a free port), with SO_REUSEADDR, in a thread; returns the address bound.
+
+        >>> import numpy as np, readers
+        >>> Server(readers.np_array(np.arange(3)), secret=b"s3cret").start("192.0.2.1", 20001)  # not this machine's
+        Traceback (most recent call last):
+        ...
+        readers.errors.BadValue: cannot listen on 192.0.2.1:20001: no network interface of this machine has the address 192.0.2.1; give one it has (`ip addr` lists them), 0.0.0.0 for all of them, or 127.0.0.1
+        """
         if not is_loopback(host) and not self.secret:
             raise BadValue(f"refusing to serve on {host}, which other machines can reach, without a secret: "
                            "anyone there could read the data; give --secret-file or READERKIT_SECRET (or serve "
@@ -124,7 +144,14 @@ class Server:
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         if host in ("", "0.0.0.0", "::"):
             family = socket.AF_INET6 if host == "::" else socket.AF_INET
-        self._listener = socket.create_server((host, port), family=family, backlog=1024)  # SO_REUSEADDR on POSIX
+        try:
+            self._listener = socket.create_server((host, port), family=family, backlog=1024)  # SO_REUSEADDR on POSIX
+        except OSError as exc:
+            if exc.errno != errno.EADDRNOTAVAIL:
+                raise
+            raise BadValue(f"cannot listen on {show_address(host, port)}: no network interface of this machine has "
+                           f"the address {host}; give one it has (`ip addr` lists them), 0.0.0.0 for all of them, "
+                           "or 127.0.0.1") from None
         self._listener.setblocking(False)
         bound = self._listener.getsockname()
         self._accepting = threading.Thread(target=self._accept, name="readerkit-serve-accept", daemon=True)
@@ -189,21 +216,47 @@ class Server:
             self.stats[key] += n
 
     # -- the byte budget of gathered, unsent entries --------------------------------------
-    def take(self, size: int, broken: Callable[[], str | None] = lambda: None) -> int:
-        """Take ``size`` bytes of the budget (at most all of it) for a part about to be gathered, waiting for
-        them up to ``frame_timeout``; ``Closed`` if the wait is in vain, the server stops or ``broken()`` says
-        why the connection ended meanwhile."""
-        size, given_up = min(size, self.budget), time.monotonic() + self.frame_timeout
+    def take(self, most: int, least: int, broken: Callable[[], str | None] = lambda: None, *,
+             wait: bool = True) -> int | None:
+        """Take up to ``most`` bytes of the shared budget, as many as are free but at least ``least`` (at most all
+        of it); returns the bytes taken. Without ``wait``, None when ``least`` is not free; else waits for it up
+        to ``frame_timeout``, and raises ``Closed`` if the wait is in vain, the server stops or ``broken()``
+        says why the connection ended meanwhile."""
+        least, given_up = min(least, self.shared), time.monotonic() + self.frame_timeout
         with self._budget:
-            while self._free < size:
+            while self._free < least:
+                if not wait:
+                    return None
                 why = "the server stopped" if self.stopping else broken()
                 if why is None and time.monotonic() > given_up:
                     why = f"no room in the server's budget for {self.frame_timeout:g} s (other clients hold it)"
                 if why is not None:
                     raise Closed(why)
                 self._budget.wait(0.2)
-            self._free -= size
-        return size
+            taken = max(least, min(most, self._free))
+            self._free -= taken
+        return taken
+
+    def lend_reserve(self) -> int:
+        """A connection's own share of the budget: ``reserve`` bytes, or 0 when every one is lent.
+
+        >>> import numpy as np, readers
+        >>> server = Server(readers.np_array(np.zeros((3, 1000), np.uint8)), budget=4000, max_clients=10)
+        >>> server.reserve, [server.lend_reserve() for _ in range(3)]  # (one entry: 200 bytes would hold none)
+        (1000, [1000, 1000, 0])
+        >>> server.stop()
+        """
+        with self.lock:
+            if not self._reserves:
+                return 0
+            self._reserves -= 1
+            return self.reserve
+
+    def return_reserve(self, size: int) -> None:
+        """Take back a reserve of ``lend_reserve`` (0: none was lent)."""
+        if size:
+            with self.lock:
+                self._reserves += 1
 
     def give(self, size: int) -> None:
         with self._budget:

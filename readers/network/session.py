@@ -5,10 +5,13 @@ server has a secret, then requests, one at a time and in order: each is
 checked and split into parts (``readers.network.served_reader``), every part gathered and
 handed to the session's sending thread, which writes it with one blocking
 ``sendmsg`` straight from the gathered arrays while the next part is
-gathered. A part holds its bytes of the server's budget until it is sent; a
-connection keeps at most two unsent, and a second only within a quarter of
-the budget. Reads wait with ``select`` on the socket and on the server's
-wake-up socket, so a stop ends idle sessions at once.
+gathered. A part holds its bytes of the server's budget until it is sent: of
+the connection's own reserve first, then of the shared budget as far as it is
+free, and it is cut to the rows they hold, so a client that reads nothing
+holds up only itself. A connection keeps at most two parts unsent, and a
+second only within a quarter of the budget. Reads wait with ``select`` on the
+socket and on the server's wake-up socket, so a stop ends idle sessions at
+once.
 """
 from __future__ import annotations
 
@@ -97,8 +100,9 @@ class Session:
         self.outbox: queue.Queue | None = None  # frames for the sending thread, once logged in
         self.sender: threading.Thread | None = None
         self.broken: str | None = None  # why sending failed: the reading thread ends on it
-        self.holding = threading.Condition()  # the parts gathered and not yet sent, and their bytes
-        self.held = [0, 0]
+        self.holding = threading.Condition()  # the parts gathered and not yet sent, their bytes, and those of
+        self.held = [0, 0]  # them from this connection's reserve (``own``)
+        self.own = self.reserve = 0  # reserve: this connection's own share of the budget, once logged in
         self.queued = 0  # frames posted and not yet sent (under ``holding``)
 
     def refuse(self, message: str) -> None:
@@ -120,6 +124,7 @@ class Session:
         began = time.monotonic()
         try:
             self._login(began + self.server.handshake_timeout)
+            self.reserve = self.server.lend_reserve()
             self.outbox = queue.Queue(maxsize=2)
             self.sender = threading.Thread(target=self._sending, name=f"readerkit-serve-send {self.peer}",
                                            daemon=True)
@@ -138,6 +143,7 @@ class Session:
                 self._post(None)
                 self.sender.join()
                 self.why = self.broken or self.why
+            self.server.return_reserve(self.reserve)  # (every part is sent or dropped: none holds it)
             close_gently(self.sock)
             self.server.log(f"{self.peer}: {self.requests} requests, {self.sent:,} bytes sent in "
                             f"{time.monotonic() - began:.1f} s; {self.why}")
@@ -229,11 +235,11 @@ class Session:
             self.sock.settimeout(None)
         self.sent += sum(len(p) for p in parts)
 
-    def _post(self, parts: list | None, size: int = 0, part: bool = False) -> None:
+    def _post(self, parts: list | None, grant: tuple[int, int] = (0, 0), part: bool = False) -> None:
         """Send a frame after those before it: a small one at once, from this thread, when nothing is queued
         (a hand-over costs more than it saves); else through the sending thread, so the next part is gathered
-        while this one goes out. A ``part`` of an answer holds ``size`` bytes of budget, given back once it
-        is sent. None ends the sending thread once the queue is sent."""
+        while this one goes out. A ``part`` of an answer holds its ``grant`` of the budget (``_take``), given
+        back once it is sent. None ends the sending thread once the queue is sent."""
         small = parts is not None and (isinstance(self.sock, ssl.SSLSocket)  # (TLS: one thread uses the socket)
                                        or sum(len(p) for p in parts) <= INLINE)
         with self.holding:
@@ -246,18 +252,18 @@ class Session:
                 self._broke(exc)
                 raise Closed(self.broken) from None
             finally:
-                self._sent(size, part)
+                self._sent(grant, part)
                 with self.holding:
                     self.queued -= 1
             return
         while True:
             if self.broken is not None and parts is not None:
-                self._sent(size, part)
+                self._sent(grant, part)
                 with self.holding:
                     self.queued -= 1
                 raise Closed(self.broken)
             try:
-                self.outbox.put((parts, size, part), timeout=0.2)
+                self.outbox.put((parts, grant, part), timeout=0.2)
                 return
             except queue.Full:
                 continue
@@ -267,33 +273,62 @@ class Session:
                                       else f"connection lost ({type(exc).__name__})")
         self.abort()  # a reading thread waiting on the socket wakes, and ends
 
-    def _hold(self, size: int) -> None:
-        """Wait until this connection may gather another part: two at most unsent (one goes out while the next
-        is gathered), and a second only within a quarter of the budget, so a client that stops reading holds
-        little of what the others need."""
+    def _take(self, want: int, row: int) -> tuple[int, int]:
+        """Budget for the next part, of up to ``want`` bytes and at least one ``row`` (when ``want`` has one):
+        (bytes of this connection's reserve, bytes of the shared budget), whole rows together. The reserve
+        goes first, and the shared budget is taken as far as it is free, so that a part is cut to fit rather
+        than waiting for clients that read nothing; with a part of its own unsent, a connection waits for it
+        rather than for the shared budget. At most two parts are unsent, and a second only within a quarter
+        of the budget: a client that stops reading holds little."""
+        least = min(want, row)
         with self.holding:
-            while self.held[0] >= 2 or self.held[0] and self.held[1] + size > self.server.budget // 4:
+            while True:
                 if self.broken is not None:
                     raise Closed(self.broken)
-                self.holding.wait(0.2)
+                if self.held[0] < 2 and not (self.held[0] and self.held[1] + least > self.server.budget // 4):
+                    most = min(want, self.server.budget // 4 - self.held[1]) if self.held[0] else want
+                    mine, alone, pooled = min(most, self.reserve - self.own), not self.held[0], 0
+                    if alone:
+                        break
+                    pooled = self.server.take(most - mine, max(0, least - mine), wait=False)
+                    if pooled is not None:
+                        break
+                self.holding.wait(0.2)  # a part of this connection's goes out and gives its bytes back
+            self.own += mine
             self.held[0] += 1
-            self.held[1] += size
+            self.held[1] += mine
+        if alone:  # nothing of this connection's unsent: the shared budget is waited for, if need be
+            try:
+                pooled = self.server.take(most - mine, max(0, least - mine), lambda: self.broken)
+            except BaseException:
+                self._unhold((mine, 0))
+                raise
+        spare = (mine + pooled) % row if row and mine + pooled >= row else 0  # (less than a row: of no use)
+        back = min(spare, pooled)
+        if back:
+            self.server.give(back)
+        with self.holding:
+            self.own -= spare - back
+            self.held[1] += pooled - spare
+        return mine - (spare - back), pooled - back
 
-    def _sent(self, size: int, part: bool) -> None:
+    def _sent(self, grant: tuple[int, int], part: bool) -> None:
         """A part's budget back, once it is sent (or never will be)."""
         if part:
-            self.server.give(size)
-            self._unhold(size)
+            if grant[1]:
+                self.server.give(grant[1])
+            self._unhold(grant)
 
-    def _unhold(self, size: int) -> None:
+    def _unhold(self, grant: tuple[int, int]) -> None:
         with self.holding:
             self.held[0] -= 1
-            self.held[1] -= size
+            self.held[1] -= grant[0] + grant[1]
+            self.own -= grant[0]
             self.holding.notify_all()
 
     def _sending(self) -> None:
         while True:
-            parts, size, part = self.outbox.get()
+            parts, grant, part = self.outbox.get()
             if parts is None:
                 return
             try:
@@ -302,7 +337,7 @@ class Session:
             except (Closed, OSError) as exc:
                 self._broke(exc)
             finally:
-                self._sent(size, part)
+                self._sent(grant, part)
                 with self.holding:
                     self.queued -= 1
 
@@ -340,8 +375,8 @@ class Session:
             self._send(frame_parts({"type": "challenge", "nonce": nonce.hex()}))
             answer = self._frame(HELLO_FRAME, max(0.0, deadline - time.monotonic()), login=True)
             given = answer.get("proof") if answer["type"] == "auth" else None
-            if not isinstance(given, str) or not hmac.compare_digest(given.encode(), proof(self.server.secret,
-                                                                                          nonce).encode()):
+            expected = proof(self.server.secret, nonce).encode()  # (JSON may carry a lone surrogate: "\ud800")
+            if not isinstance(given, str) or not hmac.compare_digest(given.encode("utf-8", "surrogatepass"), expected):
                 self._reject("not_authorised", "the proof does not match this server's secret and challenge; "
                                                "give the client the server's secret")
                 raise Closed("a wrong secret")
@@ -359,22 +394,22 @@ class Session:
             if request is None or request < 0:
                 raise RequestError("malformed", f'a get needs an "id", an int >= 0, got {header.get("id")!r}')
             indices, pass_id = served.indices(header), served.pass_of(header)
+            row = served.row_bytes
             for first, count in served.parts(len(indices)):
-                size = min(count * served.row_bytes, self.server.budget)
-                self._hold(size)
-                try:
-                    self.server.take(size, lambda: self.broken)
-                except BaseException:
-                    self._unhold(size)
-                    raise
-                try:
-                    meta, buffers = served.part(indices[first:first + count], pass_id)
-                except BaseException:
-                    self._sent(size, True)
-                    raise
-                self._post(frame_parts({"type": "entries", "id": request, "first": first, "count": count,
-                                        "columns": meta}, buffers), size, part=True)
-                self.server.count("bytes", sum(len(b) for b in buffers))
+                while True:  # the part, in as many frames as the budget this connection gets now needs
+                    grant = self._take(count * row, row)
+                    rows = min(count, max(1, sum(grant) // row)) if row else count  # (a row over the budget: alone)
+                    try:
+                        meta, buffers = served.part(indices[first:first + rows], pass_id)
+                    except BaseException:
+                        self._sent(grant, True)
+                        raise
+                    self._post(frame_parts({"type": "entries", "id": request, "first": first, "count": rows,
+                                            "columns": meta}, buffers), grant, part=True)
+                    self.server.count("bytes", sum(len(b) for b in buffers))
+                    first, count = first + rows, count - rows
+                    if not count:
+                        break
         except RequestError as exc:
             self._reject(exc.kind, exc.message, request)
         except (Closed, OSError):

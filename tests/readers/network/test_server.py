@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures
+import contextlib
 import gc
 import json
 import shutil
@@ -308,6 +309,14 @@ def test_server_refuses_a_reachable_host_without_a_secret(host):
     assert [t.name for t in threading.enumerate() if t.name.startswith("readerkit-")] == []
 
 
+def test_server_names_a_host_that_is_not_this_machines():
+    """Regression (issue 27, item 9c): --host 10.255.255.1 gave a raw "[Errno 99] Cannot assign requested address"."""
+    with pytest.raises(readers.BadValue, match=r"^cannot listen on 192\.0\.2\.1:20001: no network interface of this "
+                                               r"machine has the address 192\.0\.2\.1; give one it has"):
+        readers.serve(small_reader(), host="192.0.2.1", port=20001, secret="s3cret")  # (TEST-NET-1: no one's)
+    assert [t.name for t in threading.enumerate() if t.name.startswith("readerkit-")] == []
+
+
 def test_server_serves_a_reachable_host_with_a_secret():
     with serving(host="0.0.0.0", secret="s3cret") as server:
         assert server.address == f"0.0.0.0:{server.port}"
@@ -359,3 +368,46 @@ def test_server_refuses_limits_that_cannot_work(limit, value, words):
     with pytest.raises(ValueError, match=f"{limit} must be {words}, got {value!r}"):
         readers.serve(small_reader(), **{limit: value})
     assert [t.name for t in threading.enumerate() if t.name.startswith("readerkit-")] == []
+
+
+@pytest.mark.parametrize("max_clients", [8, 1024], ids=["even-share", "one-entry-share"])
+def test_server_clients_that_read_nothing_hold_only_their_share_of_the_budget(max_clients):
+    """Regression (issue 27, item 15): each client that took nothing of its answers held its parts of the budget,
+    so a few of them held all of it and every other client waited ``frame_timeout`` for room (a pass took
+    59.6 s instead of 2.7 s). Now the stalled clients wait for their own sends, and the others read on. With
+    1024 clients an even share (4 KiB) is less than an entry: each connection's own share is one entry."""
+    rows = np.random.default_rng(27).integers(0, 256, size=(150, 1 << 16), dtype=np.uint8)  # 64 KiB each
+    labels = np.arange(len(rows), dtype=np.int64)
+    with serving(readers.from_arrays(rows, labels), budget=8 << 20, max_clients=max_clients,
+                 frame_timeout=WAIT) as server, contextlib.ExitStack() as stack:
+        stalled = [stack.enter_context(Client(server.address, receive_buffer=1 << 12)) for _ in range(4)]
+        for client in stalled:  # each asks for the whole reader twice over, and reads none of it
+            client.login()
+            client.send({"type": "get", "id": 1, "interval": [0, len(rows) - 1]})
+            client.send({"type": "get", "id": 2, "interval": [0, len(rows) - 1]})
+        wait_until(lambda: server.server._free < rows[0].nbytes, WAIT,
+                   lambda: f"the stalled clients to hold the shared budget ({server.server._free:,} bytes free)")
+        remote = readers.remote(server.address, deadline=0, timeout=WAIT)
+        columns = remote.gather_columns(np.arange(len(rows)))  # a whole pass while they hold it
+        np.testing.assert_array_equal(columns[0], rows)
+        np.testing.assert_array_equal(columns[1], labels)
+        peers = {client.peer for client in stalled}
+        assert not [line for line in server.lines if line.split(": ")[0] in peers or "no room" in line], \
+            f"a client waited for the budget, or a stalled one was dropped before the pass ended: {server.lines}"
+        stack.close()  # the stalled clients leave: every byte they held comes back
+        wait_until(lambda: server.server._free == server.server.shared
+                   and all(s.held == [0, 0] and s.own == 0 for s in list(server.server.sessions)), WAIT,
+                   lambda: f"the budget back ({server.server._free:,} of {server.server.shared:,} bytes free)")
+
+
+def test_server_lends_a_reserve_of_one_entry_to_as_many_connections_as_half_the_budget_holds():
+    server = readers.network.server.Server(readers.from_arrays(np.zeros((4, 1000), np.uint8)), budget=8000,
+                                           max_clients=100, log=[].append)
+    try:  # an even share (40 bytes) holds no entry of 1000: four connections have one entry each to themselves
+        assert (server.reserve, server.shared) == (1000, 4000)
+        assert [server.lend_reserve() for _ in range(5)] == [1000, 1000, 1000, 1000, 0]
+        server.return_reserve(0)  # (a connection that had none gives none back)
+        server.return_reserve(1000)
+        assert [server.lend_reserve(), server.lend_reserve()] == [1000, 0]
+    finally:
+        server.stop()

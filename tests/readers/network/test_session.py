@@ -88,7 +88,11 @@ def test_server_with_a_secret_challenges_and_welcomes_the_right_proof():
     lambda nonce: {"type": "auth", "proof": None},
     lambda nonce: {"type": "get", "id": 0, "interval": [0, 0], "proof": proof(b"s3cret", nonce)},
     lambda nonce: {"type": "hello", "version": VERSION},
-], ids=["other-secret", "cut", "upper-case", "other-nonce", "missing", "int", "null", "not-auth", "hello-again"])
+    # regression (issue 27, item 18b): a lone surrogate could not be encoded, and reset the connection unanswered
+    lambda nonce: {"type": "auth", "proof": "\ud800"},
+    lambda nonce: {"type": "auth", "proof": proof(b"s3cret", nonce)[:-1] + "\udfff"},
+], ids=["other-secret", "cut", "upper-case", "other-nonce", "missing", "int", "null", "not-auth", "hello-again",
+        "lone-surrogate", "surrogate-tail"])
 def test_server_refuses_a_wrong_proof_and_closes(answer):
     with serving(secret="s3cret") as server, Client(server.address) as client:
         client.send({"type": "hello", "version": VERSION})
