@@ -1,4 +1,5 @@
-"""The remote reader's bookkeeping of one pass: gathers (``Job``) and the requests that carry them (``Request``).
+"""The remote reader's bookkeeping of one read: gathers (``Job``), the requests that carry them (``Request``), and
+the read as a whole (``Read``): what it has asked for and the consumer has not yet taken.
 
 A job is one gather's indices and its columns as they arrive. A request asks
 the server for rows of one or more jobs, end to end: consecutive small
@@ -18,11 +19,13 @@ on a new connection.
 from __future__ import annotations
 
 import itertools
+from collections import deque
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 
-__all__ = ["Job", "Request"]
+__all__ = ["Job", "Read", "Request"]
 
 
 class Job:
@@ -121,3 +124,43 @@ class Request:
         if pass_id is not None:
             header["pass"] = int(pass_id)
         return header
+
+
+class Read:
+    """One read under way (a ``gather_ahead``, a streamed ``gather``): the chunks still to come, the jobs not yet
+    handed over, the requests not yet sent (``waiting``) and those sent and not yet answered (``sent``, by id),
+    and its connection.
+
+    ``pending`` counts the rows asked of the server (each request counted once, when first sent) that the
+    consumer has not taken yet; ``handed`` the jobs handed over. What travels ahead of the consumer is bounded
+    by ``ahead``, in rows of the served entries' size. The consumer takes each job ``whole`` (a gather), or its
+    entries one at a time (a pass's entries).
+
+    >>> read = Read(iter([np.arange(3)]), conn=None, whole=True)
+    >>> job = Job(np.arange(3)); read.jobs.append(job); read.pending = 3
+    >>> job.place(0, np.zeros(2)); read.ahead(waiting=False), read.ahead(waiting=True)
+    (3, 1)
+    >>> read.whole = False; read.ahead(waiting=True)  # it waits for one entry: the other is ahead
+    2
+    """
+
+    __slots__ = ("chunks", "conn", "whole", "jobs", "waiting", "sent", "building", "ident", "failed_at", "more",
+                 "pending", "handed")
+
+    def __init__(self, chunks: Iterator[np.ndarray], conn: Any, whole: bool):
+        self.chunks, self.conn, self.whole = chunks, conn, whole
+        self.jobs: deque[Job] = deque()
+        self.waiting: deque[Request] = deque()
+        self.sent: dict[int, Request] = {}
+        self.building: Request | None = None  # the newest request, while later chunks may still join it
+        self.ident, self.failed_at, self.more, self.pending, self.handed = 0, None, True, 0, 0
+
+    def ahead(self, waiting: bool) -> int:
+        """The rows asked for and not taken; while the consumer is ``waiting`` on the first job, less those of the
+        rows it waits for that arrived: they are what it asked for, not read ahead (so a job larger than the bound
+        still arrives)."""
+        if waiting and self.jobs:
+            first = self.jobs[0]
+            arrived = len(first.indices) - first.missing
+            return self.pending - (arrived if self.whole else min(arrived, 1))
+        return self.pending

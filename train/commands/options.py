@@ -56,6 +56,8 @@ class TrainSettings:
     steps: int | None
     log_every: int
     vocab_size: int | None
+    connect_timeout: float
+    ca_file: str | None
 
 
 @dataclass(frozen=True)

@@ -55,9 +55,11 @@ def infer_vocabulary(reader: Any) -> tuple[int, str]:
     return max(top + 1, 256), f"largest token id {top} {where}"
 
 
-def _token_data(run: Any, config: str) -> tuple[Any, int | None, Any]:
+def _token_data(run: Any, settings: TrainSettings) -> tuple[Any, int | None, Any]:
     """(windows, shuffle seed, a function giving the vocabulary and its source) of a run file's data location:
-    token files in a local folder, or the token windows a data-provider server holds."""
+    token files in a local folder, or the token windows a data-provider server holds (reached with the settings'
+    ``connect_timeout`` and ``ca_file``)."""
+    config = settings.config
     if isinstance(run.data, LocalData):
         if not os.path.isfile(os.path.join(run.data.path, "data.toml")) and run.data.shuffle_seed is None:
             click.echo(f"warning: {run.data.path} has no data.toml, so its tokens are read as {run.data.token_size}-"
@@ -66,8 +68,8 @@ def _token_data(run: Any, config: str) -> tuple[Any, int | None, Any]:
         tokens = readers.tokens(run.data.path, seq_len=run.seq_len, token_size=run.data.token_size)
         return tokens, run.data.shuffle_seed, lambda: infer_vocabulary(tokens)
     try:
-        remote = readers.remote(run.data.address)
-    except (readers.RemoteError, readers.RemoteUnavailable) as exc:
+        remote = readers.remote(run.data.address, connect_timeout=settings.connect_timeout, ca_file=settings.ca_file)
+    except (readers.RemoteError, readers.RemoteUnavailable, readers.TLSMismatch) as exc:
         raise click.ClickException(f"{config}: data_location Server: {exc}") from None
     info = remote.info
     if "seq_len" not in info:
@@ -103,7 +105,7 @@ def config_run(info: Any, found: Any, settings: TrainSettings) -> None:
     """
     _refuse_image_options()
     run = load_run(settings.config)
-    tokens, shuffle_seed, found_vocab = _token_data(run, settings.config)
+    tokens, shuffle_seed, found_vocab = _token_data(run, settings)
     data = tokens if shuffle_seed is None else readers.shuffle(tokens, seed=shuffle_seed)
     vocab, whence = (settings.vocab_size, "--vocab-size") if settings.vocab_size else found_vocab()
     schedule = BatchSchedule.of_run(run)
