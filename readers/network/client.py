@@ -193,12 +193,10 @@ class Remote(IndexedReader):
             pass
         return columns
 
-    def _rows(self, indices: np.ndarray) -> int:
-        """The rows one request of ``indices`` asks for: about ``REQUEST_BYTES`` of entries, and a list of
-        indices no longer than ``INDEX_ROWS`` (an interval is two numbers however long)."""
-        if len(indices) > INDEX_ROWS and not bool(np.all(np.diff(indices) == 1)):
-            return min(self.request_rows, INDEX_ROWS)
-        return self.request_rows
+    def _limits(self) -> dict[str, int]:
+        """How a read puts its gathers into requests: ``Read``'s limits."""
+        return {"in_flight": self.in_flight, "request_rows": self.request_rows, "index_rows": INDEX_ROWS,
+                "whole_rows": min(self.frame_rows, INDEX_ROWS, self.window_rows)}
 
     def gather_ahead(self, chunks: Iterable[np.ndarray]) -> Iterator[tuple[np.ndarray, Any]]:
         """(indices, columns) for each chunk in order, with the next chunks asked for while the consumer works on
@@ -212,7 +210,7 @@ class Remote(IndexedReader):
         ...     [(i.tolist(), c.tolist()) for i, c in r.gather_ahead([np.arange(2), np.array([9, 0]), np.arange(5, 8)])]
         [([0, 1], [0, 2]), ([9, 0], [18, 0]), ([5, 6, 7], [10, 12, 14])]
         """
-        read = Read(iter(chunks), self._checkout(), whole=True)
+        read = Read(iter(chunks), self._checkout(), whole=True, **self._limits())
         try:
             while (job := self._next(read)) is not None:
                 read.pending -= len(job.indices)  # taken whole: what the consumer holds is no longer ahead
@@ -225,7 +223,8 @@ class Remote(IndexedReader):
         taken when it is handed over, and the rest of the window asked for once the consumer comes back for a
         second entry (one entry read costs one request)."""
         step = self.request_rows
-        read = Read((indices[lo:lo + step] for lo in range(0, len(indices), step)), self._checkout(), whole=False)
+        read = Read((indices[lo:lo + step] for lo in range(0, len(indices), step)), self._checkout(), whole=False,
+                    **self._limits())
         pumped = False
         try:
             while (job := self._next(read)) is not None:
@@ -244,7 +243,7 @@ class Remote(IndexedReader):
         job has all its rows and hand that over (None once every job was). A broken connection is opened again,
         and every request not yet answered is asked for again from its first row not received."""
         while True:
-            self._take_chunks(read)
+            read.take_chunks()
             if not read.jobs:
                 return None  # the chunks ran out, and every job was handed over
             try:
@@ -267,20 +266,6 @@ class Remote(IndexedReader):
                 continue
             read.handed += 1
             return read.jobs.popleft()  # one at a time: the next chunk's requests go out before the next hand-over
-
-    def _take_chunks(self, read: Read) -> None:
-        """Take chunks into jobs and requests while fewer than ``in_flight`` requests wait or are under way."""
-        while read.more and len(read.waiting) + len(read.sent) < self.in_flight:
-            idx = next(read.chunks, None)
-            if idx is None:
-                read.more = False
-                break
-            job = Job(np.asarray(idx, np.int64))
-            read.jobs.append(job)
-            read.building = self._split(job, read.building, read.waiting)
-        if read.building is not None and (not read.more or not (read.waiting or read.sent)):
-            read.waiting.append(read.building.seal())  # nothing else is under way, or nothing more will join it
-            read.building = None
 
     def _send(self, read: Read, waiting: bool) -> None:
         """Send the waiting requests the bounds allow: at most ``in_flight`` under way, at most ``window_rows`` of
@@ -312,41 +297,6 @@ class Remote(IndexedReader):
                 read.conn.close()
             else:
                 self._checkin(read.conn)
-
-    def _split(self, job: Job, building: Request | None, waiting: deque) -> Request | None:
-        """Put ``job``'s rows into requests: first the one being built, then new ones of at most ``_rows``;
-        full ones go to ``waiting``. Returns the request still being built."""
-        if not len(job.indices):  # asked alone, so the answer says the columns' types
-            if building is not None:
-                waiting.append(building.seal())  # (first: requests wait in the order of their jobs)
-            waiting.append(Request())
-            waiting[-1].add(job, 0, job.indices)
-            waiting[-1].seal()
-            return None
-        rows, lo = self._rows(job.indices), 0
-        # one frame can answer it, and it fits the window: never split (its columns arrive as views, not copied)
-        whole = len(job.indices) <= min(self.frame_rows, INDEX_ROWS, self.window_rows)
-        if building is not None and (rows > INDEX_ROWS or whole and building.rows + len(job.indices) > rows):
-            waiting.append(building.seal())  # (so that its columns arrive whole, as views, not copied together)
-            building = None
-        if whole:
-            building = building or Request()
-            building.add(job, 0, job.indices)
-            if building.rows >= rows:
-                waiting.append(building.seal())
-                building = None
-            return building
-        while lo < len(job.indices):
-            if building is None:
-                building = Request()
-            take = min(len(job.indices) - lo, rows - building.rows)
-            if take > 0:
-                building.add(job, lo, job.indices[lo:lo + take])
-                lo += take
-            if building.rows >= rows or take <= 0:
-                waiting.append(building.seal())
-                building = None
-        return building
 
     def _receive(self, conn: Connection, sent: dict[int, Request]) -> None:
         """Read one frame and put its rows in place."""
