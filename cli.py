@@ -103,6 +103,12 @@ def main(progress_every: float) -> None:
 @click.option("--vocab-size", type=click.IntRange(min=2), default=None,
               help="With --config: token ids 0..N-1.  [default: one more than the largest id in 1,000 windows "
                    "spread over the data, at least 256]")
+@click.option("--connect-timeout", default=5.0, show_default=True, type=click.FloatRange(min=0, min_open=True),
+              help="With --config whose data_location is a Server: seconds to wait for it at the start (a server "
+                   "lost later is waited for 120 s).")
+@click.option("--ca-file", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="With --config whose data_location is a Server: speak TLS to it, checking its certificate "
+                   "against this file (PEM).")
 @blas_threads_option
 @fail_cleanly
 @as_settings(TrainSettings)

@@ -56,6 +56,7 @@ from readers.interop.torch_dataset import torch_dataset
 from readers.interop.torch_loader import torch_loader
 from readers.launch import WorkerInfo, worker_context, worker_info
 from readers.network.client import RemoteUnavailable, remote
+from readers.network.connection import TLSMismatch
 from readers.network.server import serve
 from readers.network.wire import NotAuthorised, RemoteError, UnsupportedVersion
 from readers.ops.combine import ComposeNotAligned, chain, compose
@@ -117,6 +118,7 @@ __all__ = [
     "RunFileError",
     "ServerData",
     "Stage",
+    "TLSMismatch",
     "TimedOut",
     "UnsupportedVersion",
     "WorkerDiedError",

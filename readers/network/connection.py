@@ -3,7 +3,9 @@
 Plain blocking sockets: the remote reader keeps one per thread and process,
 pipelines its requests over it, and opens a new one when it breaks
 (``readers.remote``). Any ``OSError`` here means the connection is gone and
-may be tried again; a typed ``RemoteError`` is the server's answer and is not.
+may be tried again; a typed ``RemoteError`` is the server's answer and is not,
+and neither is a ``TLSMismatch``: one end speaks TLS and the other does not
+(a failed login is checked against the other way of speaking, once).
 """
 from __future__ import annotations
 
@@ -13,12 +15,14 @@ from typing import Any
 
 import numpy as np
 
+from readers.errors import ReaderkitError
 from readers.network.wire import (
     MAX_FRAME,
     VERSION,
     NotAuthorised,
     ProtocolError,
     decode,
+    encode,
     frame_length,
     frame_parts,
     proof,
@@ -26,7 +30,16 @@ from readers.network.wire import (
     show_address,
 )
 
-__all__ = ["Connection", "client_tls"]
+__all__ = ["PROBE_TIMEOUT", "Connection", "TLSMismatch", "client_tls", "speaks_plain", "speaks_tls"]
+
+
+#: The most seconds a failed login waits to learn whether the server speaks the other way (TLS or plain).
+PROBE_TIMEOUT = 3.0
+
+
+class TLSMismatch(ReaderkitError, ConnectionError):
+    """The server speaks TLS and the client does not, or the other way round: not tried again, since trying cannot
+    help; the message says which end to change and how."""
 
 
 def client_tls(ca_file: str | None) -> ssl.SSLContext:
@@ -38,6 +51,48 @@ def client_tls(ca_file: str | None) -> ssl.SSLContext:
     context = ssl.create_default_context(cafile=ca_file)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
     return context
+
+
+def speaks_tls(host: str, port: int, timeout: float) -> bool:
+    """Whether the server at ``host:port`` completes a TLS handshake (its certificate unchecked: this only asks
+    whether it speaks TLS, to say so when a plain login failed).
+
+    >>> import numpy as np, readers
+    >>> with readers.serve(readers.np_array(np.arange(3)), log=lambda line: None) as server:
+    ...     host, port = server.address.rsplit(":", 1)
+    ...     speaks_tls(host, int(port), 5.0), speaks_plain(host, int(port), 5.0)
+    (False, True)
+    """
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+    try:
+        with socket.create_connection((host, port), timeout=timeout) as sock:
+            with context.wrap_socket(sock, server_hostname=host):
+                return True
+    except OSError:  # (ssl.SSLError included)
+        return False
+
+
+def speaks_plain(host: str, port: int, timeout: float) -> bool:
+    """Whether the server at ``host:port`` answers a plain hello with a frame of readerkit's protocol (a welcome,
+    a challenge or a rejection), to say so when a TLS handshake failed."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout) as sock:
+            sock.sendall(encode({"type": "hello", "version": VERSION}))
+            size = frame_length(_received(sock, 4), MAX_FRAME)
+            return decode(_received(sock, size))[0].get("type") in ("welcome", "challenge", "error")
+    except (OSError, ProtocolError):
+        return False
+
+
+def _received(sock: socket.socket, size: int) -> bytes:
+    data = b""
+    while len(data) < size:
+        chunk = sock.recv(size - len(data))
+        if not chunk:
+            raise ConnectionResetError("closed")
+        data += chunk
+    return data
 
 
 class Connection:
@@ -66,16 +121,37 @@ class Connection:
         sock = socket.create_connection((host, port), timeout=login)
         try:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            self.sock = tls.wrap_socket(sock, server_hostname=host) if tls is not None else sock
+            try:
+                self.sock = tls.wrap_socket(sock, server_hostname=host) if tls is not None else sock
+            except ssl.SSLCertVerificationError:
+                raise  # (it speaks TLS: its certificate is what failed)
+            except (ssl.SSLError, ConnectionError) as exc:
+                self._mismatch(host, port, login, tls, exc)
+                raise
             try:
                 self.welcome = self._login(secret)  # (the login within the connect's time too)
             except ProtocolError as exc:
                 raise ProtocolError(f"{self.address} does not speak readerkit's protocol ({exc}): is it a "
                                     "data-provider server (python cli.py serve)?") from None
+            except ConnectionError as exc:  # (a TLS server closes on a plain hello)
+                self._mismatch(host, port, login, tls, exc)
+                raise
             self.sock.settimeout(timeout)
         except BaseException:
             getattr(self, "sock", sock).close()  # (wrapping in TLS detaches the plain socket: close the wrapper)
             raise
+
+    def _mismatch(self, host: str, port: int, timeout: float, tls: ssl.SSLContext | None, exc: BaseException) -> None:
+        """Raise ``TLSMismatch`` when the login failed because the server speaks the other way (TLS or plain)."""
+        why, timeout = f"{type(exc).__name__}: {exc}", min(timeout, PROBE_TIMEOUT)
+        if tls is None and speaks_tls(host, port, timeout):
+            raise TLSMismatch(f"{self.address} speaks TLS, and this client does not: give readers.remote ca_file= "
+                              "(the server's certificate; --ca-file on the command line), or tls=True when a CA of "
+                              f"this system signed it (the login failed: {why})") from None
+        if tls is not None and speaks_plain(host, port, timeout):
+            raise TLSMismatch(f"{self.address} does not speak TLS, and this client does (ca_file= or tls=True): "
+                              "leave them out, or start the server with TLS (python cli.py serve --tls-cert CERT "
+                              f"--tls-key KEY) (the TLS handshake failed: {why})") from None
 
     def _login(self, secret: bytes | None) -> dict[str, Any]:
         self.send({"type": "hello", "version": VERSION})

@@ -1,4 +1,5 @@
-"""The remote reader's bookkeeping of one pass: gathers (``Job``) and the requests that carry them (``Request``).
+"""The remote reader's bookkeeping of one read: gathers (``Job``), the requests that carry them (``Request``), and
+the read as a whole (``Read``): what it has asked for and the consumer has not yet taken.
 
 A job is one gather's indices and its columns as they arrive. A request asks
 the server for rows of one or more jobs, end to end: consecutive small
@@ -18,11 +19,13 @@ on a new connection.
 from __future__ import annotations
 
 import itertools
+from collections import deque
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 
-__all__ = ["Job", "Request"]
+__all__ = ["Job", "Read", "Request"]
 
 
 class Job:
@@ -121,3 +124,107 @@ class Request:
         if pass_id is not None:
             header["pass"] = int(pass_id)
         return header
+
+
+class Read:
+    """One read under way (a ``gather_ahead``, a streamed ``gather``): the chunks still to come, the jobs not yet
+    handed over, the requests not yet sent (``waiting``) and those sent and not yet answered (``sent``, by id),
+    and its connection.
+
+    ``take_chunks`` puts chunks into jobs and requests: up to ``in_flight`` requests waiting or under way, each of
+    about ``request_rows`` rows (``index_rows`` at most when they are listed), a job of up to ``whole_rows`` never
+    split. ``pending`` counts the rows asked of the server (each request counted once, when first sent) that the
+    consumer has not taken yet; ``handed`` the jobs handed over. What travels ahead of the consumer is bounded
+    by ``ahead``, in rows of the served entries' size. The consumer takes each job ``whole`` (a gather), or its
+    entries one at a time (a pass's entries).
+
+    >>> read = Read(iter([np.arange(3), np.arange(5, 9)]), None, whole=True, in_flight=2, request_rows=8,
+    ...             index_rows=100, whole_rows=8)
+    >>> read.take_chunks(); [r.header(0) for r in read.waiting]
+    [{'type': 'get', 'id': 0, 'indices': [0, 1, 2, 5, 6, 7, 8]}]
+    >>> read.pending = 7; read.jobs[0].place(0, np.zeros(2)); read.ahead(waiting=False), read.ahead(waiting=True)
+    (7, 5)
+    >>> read.whole = False; read.ahead(waiting=True)  # it waits for one entry: the other is ahead
+    6
+    """
+
+    __slots__ = ("chunks", "conn", "whole", "in_flight", "request_rows", "index_rows", "whole_rows", "jobs",
+                 "waiting", "sent", "building", "ident", "failed_at", "more", "pending", "handed")
+
+    def __init__(self, chunks: Iterator[np.ndarray], conn: Any, *, whole: bool, in_flight: int, request_rows: int,
+                 index_rows: int, whole_rows: int):
+        self.chunks, self.conn, self.whole = chunks, conn, whole
+        self.in_flight, self.request_rows, self.index_rows, self.whole_rows = (in_flight, request_rows, index_rows,
+                                                                               whole_rows)
+        self.jobs: deque[Job] = deque()
+        self.waiting: deque[Request] = deque()
+        self.sent: dict[int, Request] = {}
+        self.building: Request | None = None  # the newest request, while later chunks may still join it
+        self.ident, self.failed_at, self.more, self.pending, self.handed = 0, None, True, 0, 0
+
+    def ahead(self, waiting: bool) -> int:
+        """The rows asked for and not taken; while the consumer is ``waiting`` on the first job, less those of the
+        rows it waits for that arrived: they are what it asked for, not read ahead (so a job larger than the bound
+        still arrives)."""
+        if waiting and self.jobs:
+            first = self.jobs[0]
+            arrived = len(first.indices) - first.missing
+            return self.pending - (arrived if self.whole else min(arrived, 1))
+        return self.pending
+
+    def take_chunks(self) -> None:
+        """Take chunks into jobs and requests while fewer than ``in_flight`` requests wait or are under way."""
+        while self.more and len(self.waiting) + len(self.sent) < self.in_flight:
+            idx = next(self.chunks, None)
+            if idx is None:
+                self.more = False
+                break
+            job = Job(np.asarray(idx, np.int64))
+            self.jobs.append(job)
+            self._split(job)
+        if self.building is not None and (not self.more or not (self.waiting or self.sent)):
+            self.waiting.append(self.building.seal())  # nothing else is under way, or nothing more will join it
+            self.building = None
+
+    def _rows(self, indices: np.ndarray) -> int:
+        """The rows one request of ``indices`` asks for: ``request_rows``, and a list of indices no longer than
+        ``index_rows`` (an interval is two numbers however long)."""
+        if len(indices) > self.index_rows and not bool(np.all(np.diff(indices) == 1)):
+            return min(self.request_rows, self.index_rows)
+        return self.request_rows
+
+    def _split(self, job: Job) -> None:
+        """Put ``job``'s rows into requests: first the one being built, then new ones of at most ``_rows``;
+        full ones go to ``waiting``, in the order of their jobs."""
+        if not len(job.indices):  # asked alone, so the answer says the columns' types
+            if self.building is not None:
+                self.waiting.append(self.building.seal())
+                self.building = None
+            self.waiting.append(Request())
+            self.waiting[-1].add(job, 0, job.indices)
+            self.waiting[-1].seal()
+            return
+        rows, lo, building = self._rows(job.indices), 0, self.building
+        whole = len(job.indices) <= self.whole_rows  # one frame answers it, within the bound: its columns are views
+        if building is not None and (rows > self.index_rows or whole and building.rows + len(job.indices) > rows):
+            self.waiting.append(building.seal())  # (so that its columns arrive whole, as views, not copied together)
+            building = None
+        if whole:
+            building = building or Request()
+            building.add(job, 0, job.indices)
+            if building.rows >= rows:
+                self.waiting.append(building.seal())
+                building = None
+            self.building = building
+            return
+        while lo < len(job.indices):
+            if building is None:
+                building = Request()
+            take = min(len(job.indices) - lo, rows - building.rows)
+            if take > 0:
+                building.add(job, lo, job.indices[lo:lo + take])
+                lo += take
+            if building.rows >= rows or take <= 0:
+                self.waiting.append(building.seal())
+                building = None
+        self.building = building

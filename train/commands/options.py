@@ -58,6 +58,8 @@ class TrainSettings:
     log_every: int
     vocab_size: int | None
     blas_threads: int
+    connect_timeout: float
+    ca_file: str | None
 
 
 @dataclass(frozen=True)

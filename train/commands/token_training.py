@@ -57,10 +57,12 @@ def infer_vocabulary(reader: Any) -> tuple[int, str]:
     return max(top + 1, 256), f"largest token id {top} {where}"
 
 
-def _token_data(run: Any, config: str) -> tuple[Any, int | None, Any]:
+def _token_data(run: Any, settings: TrainSettings) -> tuple[Any, int | None, Any]:
     """(windows, shuffle seed, a function giving the vocabulary, the words saying how it was found and where
     from) of a run file's data location: token files in a local folder, or the token windows a data-provider
-    server holds. A vocabulary size the folder's data.toml records is taken as it is; else the files are read."""
+    server holds (reached with the settings' ``connect_timeout`` and ``ca_file``). A vocabulary size the folder's
+    data.toml records is taken as it is; else the files are read."""
+    config = settings.config
     if isinstance(run.data, LocalData):
         if not os.path.isfile(os.path.join(run.data.path, "data.toml")) and run.data.shuffle_seed is None:
             click.echo(f"warning: {run.data.path} has no data.toml, so its tokens are read as {run.data.token_size}-"
@@ -79,8 +81,8 @@ def _token_data(run: Any, config: str) -> tuple[Any, int | None, Any]:
 
         return tokens, run.data.shuffle_seed, scanned
     try:
-        remote = readers.remote(run.data.address)
-    except (readers.RemoteError, readers.RemoteUnavailable) as exc:
+        remote = readers.remote(run.data.address, connect_timeout=settings.connect_timeout, ca_file=settings.ca_file)
+    except (readers.RemoteError, readers.RemoteUnavailable, readers.TLSMismatch) as exc:
         raise click.ClickException(f"{config}: data_location Server: {exc}") from None
     info = remote.info
     if "seq_len" not in info:
@@ -136,7 +138,7 @@ def config_run(info: Any, found: Any, settings: TrainSettings) -> None:
     """
     _refuse_image_options()
     run = load_run(settings.config, caller="train --config")
-    tokens, shuffle_seed, found_vocab = _token_data(run, settings.config)
+    tokens, shuffle_seed, found_vocab = _token_data(run, settings)
     data = tokens if shuffle_seed is None else readers.shuffle(tokens, seed=shuffle_seed)
     vocab, whence = _vocabulary(settings, run, found_vocab)
     model = NextTokenMLP(vocab, lr=settings.lr, seed=settings.seed)

@@ -143,7 +143,8 @@ def train_command(settings: TrainSettings) -> None:
             for flag, given in (("resume", settings.resume), ("overwrite", settings.overwrite)):
                 if given and directory is None:
                     raise click.UsageError(f"--{flag} needs --checkpoint-dir, the folder to {flag}")
-            alone = [] if settings.config else given_flags("steps", "log_every", "vocab_size")
+            alone = [] if settings.config else given_flags("steps", "log_every", "vocab_size", "connect_timeout",
+                                                                "ca_file")
             if alone:
                 raise click.UsageError(f"{alone[0]} applies only with --config (a run file's next-token model); "
                                        "image runs count passes (--passes)")

@@ -16,6 +16,8 @@ import pytest
 import batching
 import readers
 from readers.network import client as client_module
+from readers.network import connection as connection_module
+from readers.network.wire import decode
 from readers.testing import assert_resumes_at_every_step, assert_same
 from tests.conftest import HANG, wait_until
 
@@ -87,7 +89,7 @@ def test_remote_has_the_local_length_entries_and_gathers(pair):
     for i in (0, 1, 17, len(local) - 1, -1, -len(local)):
         assert_same(remote[i], local[i], f"[{i}]")
     idx = np.concatenate([np.random.default_rng(1).permutation(len(local))[:60], [5, 5, 0, 5]]).astype(np.int64)
-    assert_same(remote.gather(idx), list(local.gather(idx)))
+    assert_same(list(remote.gather(idx)), list(local.gather(idx)))
     assert_same(remote.gather_columns(idx), local.gather_columns(idx))
     assert_same(remote.gather_columns(np.arange(3, 40)), local.gather_columns(np.arange(3, 40)))  # an interval
 
@@ -168,13 +170,17 @@ def test_remote_in_flight_gives_the_same_entries(tmp_path, serving, in_flight):
 @pytest.mark.parametrize("in_flight", [1, 3])
 def test_remote_has_its_next_requests_under_way_while_a_batch_is_used(tmp_path, serving, in_flight):
     """in_flight requests travel while the consumer works on a batch (with 1, the next batch's). Regression: the
-    requests of the chunk taken after a job was done went out only once the consumer came back for the next."""
+    requests of the chunk taken after a job was done went out only once the consumer came back for the next.
+    The first batch is asked for alone (issue 27: a read of one entry costs one request); the window opens when
+    the consumer comes back for the second."""
     local = make_source("arrays", tmp_path)
     server = serving(local)
     it = collated(readers.remote(server.address, in_flight=in_flight), 16)()
-    assert_same(next(it), next(collated(local, 16)()))
-    wait_until(lambda: server.stats["requests"] == 1 + in_flight, HANG,
-               lambda: f"{in_flight} requests under way beyond the batch taken (the server has had "
+    want = collated(local, 16)()
+    assert_same(next(it), next(want))
+    assert_same(next(it), next(want))
+    wait_until(lambda: server.stats["requests"] == 2 + in_flight, HANG,
+               lambda: f"{in_flight} requests under way beyond the two batches taken (the server has had "
                        f"{server.stats['requests']})")
     it.close()
 
@@ -189,7 +195,7 @@ def test_remote_splits_large_requests_and_reassembles_them(tmp_path, serving, mo
     assert_same(remote.gather_columns(np.arange(95)), local.gather_columns(np.arange(95)))
     assert server.stats["requests"] - before == 10
     idx = np.random.default_rng(2).permutation(N)[:30]
-    assert_same(remote.gather(idx), list(local.gather(idx)))
+    assert_same(list(remote.gather(idx)), list(local.gather(idx)))
     assert server.stats["requests"] - before == 10 + 8
     assert_same(list(collated(remote, 25)()), list(collated(local, 25)()))
 
@@ -277,8 +283,12 @@ def test_remote_reuses_its_connection_across_reads(tmp_path, serving):
         remote.gather(np.array([i, i + 1]))
     assert server.stats["connections"] == 1
     pipeline = collated(remote, 128)
-    next(iter(pipeline()))  # a pass stopped after its first batch, the next ones under way: that connection closes
-    assert_same(list(pipeline()), list(collated(local, 128).run(1)))
+    next(iter(pipeline()))  # a pass stopped after its first batch: only that batch was asked for, nothing in flight
+    assert server.stats["connections"] == 1
+    it = iter(pipeline())
+    next(it), next(it)  # stopped after its second batch, the next ones under way: that connection closes
+    it.close()
+    assert_same(list(pipeline()), list(collated(local, 128).run(2)))
     assert server.stats["connections"] == 2
     next(iter(remote.gather_ahead([np.arange(4)])))  # stopped after its last answer: nothing in flight
     assert_same(remote[0], local[0])
@@ -326,7 +336,7 @@ def test_remote_reads_from_several_threads_at_once(pair):
         for _ in range(2):
             assert_same(list(pipeline(remote)()), want, f"thread of seed {seed}")
             idx = np.random.default_rng(seed).integers(0, len(local), 50)
-            assert_same(remote.gather(idx), list(local.gather(idx)))
+            assert_same(list(remote.gather(idx)), list(local.gather(idx)))
 
     with ThreadPoolExecutor(4) as pool:
         for done in [pool.submit(read, seed) for seed in range(4)]:
@@ -411,3 +421,88 @@ def test_remote_of_a_reader_that_draws_per_pass_gives_each_pass_its_own_draws_as
     with readers.serve(plain, log=quiet) as server:
         r = readers.remote(server.address)
         assert not r.draws_per_pass and r.for_pass(2) is r  # nothing drawn: no copy, no pass on the wire
+
+
+# -- issue 27: what is asked for ahead of the consumer is bounded in bytes ---------------------------------------
+ENTRY = 16 << 10  # bytes an entry: the issue's 256 KiB entries and 2 MiB requests, shrunk alike (4 a request)
+BIG = 200
+
+
+class Asked:
+    """The rows each ``get`` the client sends asks for, and the entries the consumer has taken or is asking for
+    at that moment: what was asked for ahead of it, at every send."""
+
+    def __init__(self, monkeypatch):
+        self.reset()
+        send = connection_module.Connection.send_frame
+
+        def counted(conn, frame):
+            header = decode(memoryview(frame)[4:])[0]
+            if header.get("type") == "get":
+                self.requests += 1
+                self.rows += (header["interval"][1] - header["interval"][0] + 1 if "interval" in header
+                              else len(header["indices"]))
+                self.most_ahead = max(self.most_ahead, self.rows - self.taken - self.demand)
+            return send(conn, frame)
+
+        monkeypatch.setattr(connection_module.Connection, "send_frame", counted)
+
+    def reset(self) -> None:
+        self.rows = self.taken = self.demand = self.most_ahead = self.requests = 0
+
+    def consume(self, iterator, size: int = 1) -> None:
+        """Take every entry (or batch of ``size``) of ``iterator``, saying each time what is asked for next."""
+        while True:
+            self.demand = size
+            try:
+                item = next(iterator)
+            except StopIteration:
+                return
+            self.taken += len(item) if size > 1 else 1  # (a batch of one column: an array of size rows)
+            self.demand = 0
+
+
+ISSUE_27_PIPELINES = {
+    "plain": (lambda r: r, 1),
+    "global shuffle": (lambda r: readers.shuffle(r, seed=0), 1),
+    "buffer shuffle": (lambda r: readers.shuffle(r, 64, seed=0), 1),
+    "batches under the window": (lambda r: batching.collated(batching.batch(readers.shuffle(r, seed=0), 8)), 8),
+    "batches over the window": (lambda r: batching.collated(batching.batch(r, 40)), 40),
+}
+
+
+@pytest.mark.parametrize("name", ISSUE_27_PIPELINES)
+def test_remote_reads_one_entry_with_one_request_and_bounds_what_it_asks_ahead_in_bytes(serving, monkeypatch, name):
+    """Regression (issue 27): a pass asked for a whole plan chunk (4,096 entries, or the whole pass behind a
+    global shuffle) before handing over its first entry: 3,000 entries of 256 KiB cost 786 MB for one entry, MNIST
+    behind a shuffle 90 requests. Now one entry costs one request of at most request_bytes, and what is asked for
+    and not yet taken stays within in_flight x request_bytes over a whole pass, whatever the order or batch."""
+    data = np.random.default_rng(27).integers(0, 256, (BIG, ENTRY), dtype=np.uint8)
+    server = serving(readers.np_array(data))
+    build, size = ISSUE_27_PIPELINES[name]
+    in_flight, request_bytes = 3, 4 * ENTRY
+    remote = readers.remote(server.address, in_flight=in_flight, request_bytes=request_bytes)
+    asked = Asked(monkeypatch)
+    it = build(remote)()
+    first = next(it)
+    window = in_flight * request_bytes // ENTRY
+    requests = 1 if size <= window else -(-size * ENTRY // request_bytes)  # a batch over the window: in pieces
+    assert server.stats["requests"] == asked.requests == requests, name
+    assert asked.rows * ENTRY <= max(request_bytes, size * ENTRY), name
+    it.close()
+    local = build(readers.np_array(data))
+    asked.reset()
+    asked.consume(build(remote)(), size)
+    assert asked.taken == BIG and asked.rows >= BIG
+    assert asked.most_ahead * ENTRY <= in_flight * request_bytes, f"{name}: {asked.most_ahead} entries ahead"
+    assert_same(first, next(local()), name)
+
+
+def test_remote_bounds_what_it_asks_ahead_when_one_entry_is_over_request_bytes(serving, monkeypatch):
+    """An entry larger than request_bytes goes one a request, in_flight of them ahead at most."""
+    data = np.arange(BIG * 64, dtype=np.int64).reshape(BIG, 64)  # 512 bytes an entry
+    server = serving(readers.np_array(data))
+    remote = readers.remote(server.address, in_flight=2, request_bytes=100)
+    asked = Asked(monkeypatch)
+    asked.consume(readers.shuffle(remote, seed=1)())
+    assert asked.taken == BIG and asked.requests == BIG and asked.most_ahead <= 2

@@ -84,7 +84,9 @@ class Clock:
         self.now += seconds
 
 
-def test_remote_without_a_server_gives_up_after_its_deadline(monkeypatch):
+def test_remote_without_a_server_gives_up_after_its_connect_timeout(monkeypatch):
+    """Regression (issue 27): a first connection refused was tried again for the whole deadline (120 s), the wait
+    meant for a server that was reached and then lost. Now the first connection waits connect_timeout (5 s)."""
     address, clock, attempts = f"127.0.0.1:{closed_port()}", Clock(), []
     connect = client_module.Connection
 
@@ -97,13 +99,44 @@ def test_remote_without_a_server_gives_up_after_its_deadline(monkeypatch):
     monkeypatch.setattr(client_module, "Connection", attempt)
     with pytest.warns(RuntimeWarning, match=f"cannot reach {address}"):
         with pytest.raises(readers.RemoteUnavailable) as caught:
-            finishes(lambda: readers.remote(address, deadline=1.0), "connecting to no server")
-    # it tried again and again until the deadline, then gave up (and did not sleep far past it)
-    assert len(attempts) > 2 and attempts[-2] <= 1.0 < clock.now == attempts[-1] < 1.05, attempts
+            finishes(lambda: readers.remote(address, deadline=120.0), "connecting to no server")
+    # it tried again and again until connect_timeout, then gave up (and did not sleep far past it)
+    assert len(attempts) > 2 and attempts[-2] <= 5.0 < clock.now == attempts[-1] < 5.05, attempts
     message = str(caught.value)
-    assert message.startswith(f"{address}: no data-provider server answered for 1 s, over {len(attempts)} "
+    assert message.startswith(f"{address}: no data-provider server answered within 5 s, over {len(attempts)} "
                               "attempts to connect (the last: ConnectionRefusedError")
-    assert "check that `python cli.py serve` runs there" in message and "longer deadline (now 1 s)" in message
+    assert "check that `python cli.py serve` runs there" in message
+    assert "a longer connect_timeout (now 5 s; deadline, now 120 s, is the wait for a server lost" in message
+
+
+def test_remote_refused_at_the_start_fails_within_its_connect_timeout_naming_the_address():
+    address = f"127.0.0.1:{closed_port()}"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # "cannot reach ...; trying again for up to 0.5 s"
+        with pytest.raises(readers.RemoteUnavailable, match=f"^{address}: no data-provider server answered within "
+                                                            r"0\.5 s, over \d+ attempts to connect"):
+            finishes(lambda: readers.remote(address, deadline=120.0, connect_timeout=0.5), "a refused first connection")
+
+
+@pytest.mark.parametrize("value", [0, -1.0, True, "5", None])
+def test_remote_checks_its_connect_timeout(value):
+    with pytest.raises(ValueError, match=rf"connect_timeout must be a number of seconds > 0 .*got {value!r}"):
+        readers.remote(f"127.0.0.1:{closed_port()}", connect_timeout=value)
+
+
+def test_remote_lost_after_its_start_is_waited_for_until_its_deadline_not_its_connect_timeout(monkeypatch, serving):
+    """connect_timeout is the first connection's wait only: a reader made while the server ran waits the deadline
+    for it in a pass, and in a worker that opens its own connection."""
+    server = serving(source())
+    remote = readers.remote(server.address, deadline=1.0, connect_timeout=0.05)
+    server.stop()
+    clock = Clock()
+    monkeypatch.setattr(client_module, "time", clock)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        with pytest.raises(readers.RemoteUnavailable, match="longer deadline \\(now 1 s\\)"):
+            finishes(lambda: remote[0], "a read with no server")
+    assert clock.now > 1.0
 
 
 def test_remote_pass_gives_up_when_the_server_is_gone_for_good(serving):

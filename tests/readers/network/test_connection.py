@@ -216,6 +216,41 @@ def test_remote_refuses_a_certificate_it_cannot_check_at_once(served, certificat
     refused(lambda: readers.remote(server.address, tls=True, deadline=LONG), ssl.SSLCertVerificationError)
 
 
+def test_remote_without_tls_to_a_tls_server_says_so_at_once(served, certificate):
+    """Regression (issue 27): a plain client against a TLS server was tried again for the whole deadline (120 s),
+    and the error named only ConnectionResetError."""
+    cert, key = certificate
+    server = served(tls=readers.network.server.tls_context(cert, key))
+    error = refused(lambda: readers.remote(server.address, deadline=LONG, connect_timeout=LONG), readers.TLSMismatch)
+    assert str(error).startswith(f"{server.address} speaks TLS, and this client does not: give readers.remote "
+                                 "ca_file= (the server's certificate; --ca-file on the command line), or tls=True")
+    assert isinstance(error, readers.ReaderkitError)
+
+
+@pytest.mark.parametrize("option", ["ca_file", "tls"])
+def test_remote_with_tls_to_a_plain_server_says_so_at_once(served, certificate, option):
+    """Regression (issue 27): a TLS client against a plain server was tried again for the whole deadline, and the
+    error named only WRONG_VERSION_NUMBER."""
+    server = served()
+    given = {"ca_file": certificate[0]} if option == "ca_file" else {"tls": True}
+    error = refused(lambda: readers.remote(server.address, deadline=LONG, connect_timeout=LONG, **given),
+                    readers.TLSMismatch)
+    assert str(error).startswith(f"{server.address} does not speak TLS, and this client does (ca_file= or tls=True): "
+                                 "leave them out, or start the server with TLS (python cli.py serve --tls-cert CERT "
+                                 "--tls-key KEY) (the TLS handshake failed: SSLError")
+
+
+def test_remote_told_of_a_tls_mismatch_after_a_restart_stops_at_once(served, certificate):
+    """A server started again with TLS where it had none: the pass stops at once, not after the deadline."""
+    cert, key = certificate
+    plain = served()
+    remote = readers.remote(plain.address, deadline=LONG)
+    port = int(plain.address.rsplit(":", 1)[1])
+    plain.stop()
+    served(tls=readers.network.server.tls_context(cert, key), port=port)
+    refused(lambda: remote[0], readers.TLSMismatch)
+
+
 def test_a_full_server_is_tried_again_until_a_place_frees(monkeypatch):
     """Regression: "the server has N clients already; try again later" was raised at once, not tried again."""
     with readers.serve(readers.np_array(np.arange(5)), max_clients=1, log=lambda line: None) as server:

@@ -1,7 +1,7 @@
 """readers.network.in_flight: gathers split over requests and requests shared by gathers, answered in parts."""
 import numpy as np
 
-from readers.network.in_flight import Job, Request
+from readers.network.in_flight import Job, Read, Request
 
 
 def request_of(*pieces):
@@ -66,3 +66,23 @@ def test_parts_of_other_string_widths_are_joined_without_cutting_any():
     request_of((job, 0, 2)).place(0, 2, np.array(["a", "b"]))
     request_of((job, 2, 3)).place(0, 1, np.array(["abcdefghij"]))
     assert job.result().tolist() == ["a", "b", "abcdefghij"]
+
+
+def read_of(*chunks, **limits):
+    options = {"whole": True, "in_flight": 8, "request_rows": 100, "index_rows": 100, "whole_rows": 100, **limits}
+    return Read(iter([np.asarray(c, np.int64) for c in chunks]), None, **options)
+
+
+def test_read_keeps_requests_in_the_order_of_their_jobs_around_an_empty_gather():
+    """An empty gather's request went to the queue before the request still being built for the gather before it;
+    with only the first job's requests sent before the first hand-over (issue 27), that read would wait forever."""
+    read = read_of([0, 1], [], [4, 5], in_flight=1)
+    read.take_chunks()
+    assert [request.segments[0][0] for request in read.waiting] == list(read.jobs)[:2]
+
+
+def test_read_splits_a_job_larger_than_its_whole_rows_into_requests_of_request_rows():
+    read = read_of(np.arange(10), [20, 21], request_rows=4, whole_rows=6)
+    read.take_chunks()
+    assert [request.header(0).get("interval") or request.header(0)["indices"] for request in read.waiting] == \
+        [[0, 3], [4, 7], [8, 9, 20, 21]]

@@ -75,14 +75,14 @@ def test_options_of_image_runs_are_refused_clearly(tmp_path):
     assert alone.exit_code == 2 and "--steps applies only with --config" in alone.output
 
 
-def _served_tokens(tmp_path):
+def _served_tokens(tmp_path, **options):
     from readers.tokenized.runfiles import load_data
 
     data = load_data(tmp_path / "tokens" / "data.toml")
     tokens = readers.tokens(data.dir, seq_len=data.seq_len, token_size=data.token_size)
     return readers.serve(tokens, info={"seq_len": data.seq_len, "token_size": data.token_size,
                                        "shuffle_seed": data.shuffle_seed, "max_token": tokens.max_token(),
-                                       "tokens": sum(tokens.sizes)})
+                                       "tokens": sum(tokens.sizes)}, **options)
 
 
 def test_a_server_location_trains_with_the_same_losses_as_the_local_folder(tmp_path):
@@ -102,6 +102,28 @@ def test_a_server_location_trains_with_the_same_losses_as_the_local_folder(tmp_p
     assert got.stdout.splitlines()[0] == ("model nexttoken: vocabulary 256 (largest token id 115 in the 1,120 tokens "
                                           "the server holds); 69 windows of 16 tokens; 12 steps, global batch 4 to 8 "
                                           "windows over 400 tokens")
+
+
+def test_a_server_location_over_tls_needs_ca_file_and_says_so(tmp_path):
+    """Issue 27: a plain client against a TLS server was tried again for 120 s, naming only ConnectionResetError;
+    the command line had no way to speak TLS to a server."""
+    from readers.network.server import tls_context
+    from tests.helpers.certificates import make_certificate
+
+    _run_files(tmp_path)
+    cert, key = make_certificate(tmp_path)
+    with _served_tokens(tmp_path, tls=tls_context(cert, key)) as server:
+        state = tmp_path / "tls.toml"
+        state.write_text(STATE.format(location=f'Server = "{server.address}"'))
+        plain = run("train", "--config", str(state), "--steps", "2")
+        assert plain.exit_code == 1 and "Traceback" not in plain.output
+        assert plain.output.splitlines()[-1].startswith(
+            f"Error: {state}: data_location Server: {server.address} speaks TLS, and this client does not: give "
+            "readers.remote ca_file= (the server's certificate; --ca-file on the command line)")
+        got = run("train", "--config", str(state), "--steps", "2", "--ca-file", cert)
+        assert got.exit_code == 0, got.output
+    alone = run("train", "--ca-file", cert)
+    assert alone.exit_code == 2 and "--ca-file applies only with --config" in alone.output
 
 
 def test_a_server_location_with_other_windows_or_other_data_is_refused(tmp_path):
@@ -153,7 +175,8 @@ def test_a_server_lost_for_good_ends_the_run_with_the_resume_command(tmp_path, m
     state = tmp_path / "remote.toml"
     state.write_text(STATE.format(location=f'Server = "{handle.address}"'))
     built = readers.remote
-    monkeypatch.setattr(readers, "remote", lambda address: built(address, deadline=0.5))  # given up on soon
+    given_up_soon = lambda address, **options: built(address, **options, deadline=0.5)  # noqa: E731
+    monkeypatch.setattr(readers, "remote", given_up_soon)
     real = steps_module._windows_ahead
 
     def windows(reader, schedule, first, steps, seed, info):  # the server goes away for good after step 4
