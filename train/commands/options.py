@@ -57,9 +57,9 @@ class TrainSettings:
     steps: int | None
     log_every: int
     vocab_size: int | None
-    blas_threads: int
     connect_timeout: float
     ca_file: str | None
+    blas_threads: int
 
 
 @dataclass(frozen=True)
