@@ -28,7 +28,7 @@ from readers.inspection import Inspection, inspect_pipeline
 from readers.ops.sharding import check_equalize
 from readers.plugins.registry import find_model
 from readers.position import start_of
-from train.blas import DEFAULT_BLAS_THREADS, check_threads, limit_blas
+from train.blas import AUTO, check_threads, limit_blas, threads_for
 from train.checkpoints.files import (
     CheckpointError,
     rank_folder,
@@ -165,7 +165,7 @@ def train(
     pad_value: Any = 0,
     shard: bool = True,
     equalize: str | None = "pad",
-    blas_threads: int | None = DEFAULT_BLAS_THREADS,
+    blas_threads: int | str | None = AUTO,
 ) -> list[dict[str, Any]]:
     """Train ``model`` for ``passes`` passes over ``provider``; return one record per pass.
 
@@ -198,11 +198,14 @@ def train(
     glibc malloc for the process so that per-batch arrays reuse heap pages
     (``READERKIT_MALLOC=system`` opts out).
 
-    The run's numpy BLAS uses ``blas_threads`` threads (``train.blas``): one by
-    default, the fastest and steadiest for small numpy models (a thread per
-    core made a run 2 to 3 times slower on a busy machine); more may pay for
-    wide layers; ``None`` keeps the library's own setting. The process's
-    setting is put back when train() returns.
+    The run's numpy BLAS uses ``blas_threads`` threads (``train.blas``). The
+    default, ``"auto"``, gives readerkit's built-in models (SoftmaxRegression,
+    MLP, NextTokenMLP) one thread, the fastest and steadiest for their small
+    matrix products (a thread per core made a run 2 to 3 times slower on a
+    busy machine), and leaves any other model with the library's own setting
+    (a thread per core unless ``OPENBLAS_NUM_THREADS`` says otherwise), as
+    ``None`` does for every model. A number sets that many for any model. The
+    process's setting is put back when train() returns.
 
     Checkpoints hold the reader's state (``{"pass", "cursor", "seed"}``, see
     ``readers.position``), so a run resumes on another number of processes and
@@ -241,6 +244,7 @@ def train(
     passes = whole(passes, "passes", "train", floats=False)
     checkpoints = checkpoints_of(checkpoints, "train")
     model = _resolve_model(model, seed, columns, checkpoints is not None, provider)
+    blas_threads = threads_for(blas_threads, model)
     test = None
     if test_provider is not None:  # the test data is not sharded: no pad weights in its mapping
         test = functools.partial(evaluate, model, test_provider, dict(columns), test_batch_size, pad_value=pad_value)

@@ -29,7 +29,7 @@ from readers.identity import differences
 from readers.inspection import inspect_pipeline
 from readers.tokenized.rounds import assign_batches, round_share
 from readers.tokenized.schedule import BatchSchedule
-from train.blas import DEFAULT_BLAS_THREADS, check_threads, limit_blas
+from train.blas import AUTO, check_threads, limit_blas, threads_for
 from train.checkpoints.files import (
     CheckpointError,
     rank_folder,
@@ -105,7 +105,7 @@ def _check(folder: str, meta: dict[str, Any], run: dict[str, Any], steps: int) -
 def train_steps(reader: Any, *, model: Any, schedule: BatchSchedule, steps: int, seed: int = 0,
                 on_log: Callable[[dict[str, Any]], None] | None = None, log_every: int = 10,
                 checkpoints: Checkpoints | str | os.PathLike | None = None,
-                blas_threads: int | None = DEFAULT_BLAS_THREADS) -> list[dict[str, Any]]:
+                blas_threads: int | str | None = AUTO) -> list[dict[str, Any]]:
     """Train ``model`` for ``steps`` steps of ``schedule`` over ``reader``; return the log records.
 
     ``reader`` is an indexed reader of windows (``readers.tokens``, usually
@@ -121,8 +121,10 @@ def train_steps(reader: Any, *, model: Any, schedule: BatchSchedule, steps: int,
     ``resume`` and ``overwrite``); a resume refuses another schedule, seed,
     model, ``config`` or data.
 
-    numpy's BLAS runs ``blas_threads`` threads meanwhile, as in ``train.train``
-    (one by default; None keeps the library's setting).
+    numpy's BLAS runs ``blas_threads`` threads meanwhile, as in ``train.train``:
+    by default (``"auto"``) one for the built-in NextTokenMLP, the library's
+    own setting for a model of your own; a number for any model; None keeps
+    the library's setting.
 
     >>> from readers.tokenized.schedule import BatchSchedule
     >>> from train.models.language import NextTokenMLP
@@ -137,6 +139,7 @@ def train_steps(reader: Any, *, model: Any, schedule: BatchSchedule, steps: int,
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise BadValue(f"train_steps: {name} must be an int >= 1, got {value!r}")
     check_threads(blas_threads, "train_steps")
+    blas_threads = threads_for(blas_threads, model)
     checkpoints = checkpoints_of(checkpoints, "train_steps")
     info = readers.worker_info()
     settings = getattr(model, "settings", None)

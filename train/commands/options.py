@@ -25,8 +25,8 @@ from typing import Any
 import click
 from click.core import ParameterSource
 
-__all__ = ["PipelineRunSettings", "TrainSettings", "as_settings", "batch_size_option", "blas_threads_option",
-           "classes_option", "given_flags", "log_json_option", "lr_option", "model_option", "passes_option",
+__all__ = ["BlasThreads", "PipelineRunSettings", "TrainSettings", "as_settings", "batch_size_option",
+           "blas_threads_option", "classes_option", "given_flags", "log_json_option", "lr_option", "model_option", "passes_option",
            "reader_options", "seed_option"]
 
 READER_HELP = ("A registered reader (see `readers`); your own module (mydata, a mydata.py with train and optional test "
@@ -59,7 +59,7 @@ class TrainSettings:
     vocab_size: int | None
     connect_timeout: float
     ca_file: str | None
-    blas_threads: int
+    blas_threads: int | str | None
 
 
 @dataclass(frozen=True)
@@ -136,11 +136,37 @@ def seed_option(help_text: str) -> Callable:
     return click.option("--seed", default=0, show_default=True, type=click.IntRange(min=0), help=help_text)
 
 
+class BlasThreads(click.ParamType):
+    """``--blas-threads``' values: ``auto``, ``library`` (None: the BLAS library's own setting) or a count from 1.
+
+    >>> [BlasThreads().convert(text, None, None) for text in ("auto", "library", "2")]
+    ['auto', None, 2]
+    >>> BlasThreads().convert("0", None, None)
+    Traceback (most recent call last):
+    ...
+    click.exceptions.BadParameter: '0': give auto (one thread for the built-in models, the library's own for others), library (the BLAS library's own setting) or a number of threads from 1
+    """
+
+    name = "auto|library|N"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int | str | None:
+        if value is None or isinstance(value, int) and not isinstance(value, bool) and value >= 1:
+            return value
+        text = str(value).strip().lower()
+        if text in ("auto", "library"):
+            return "auto" if text == "auto" else None
+        if text.isdigit() and int(text) >= 1:
+            return int(text)
+        self.fail(f"{value!r}: give auto (one thread for the built-in models, the library's own for others), "
+                  "library (the BLAS library's own setting) or a number of threads from 1", param, ctx)
+
+
 blas_threads_option = click.option(
-    "--blas-threads", default=1, show_default=True, type=click.IntRange(min=0),
-    help="Threads of numpy's BLAS while training; 0 leaves the library's own (a thread per core unless "
-         "OPENBLAS_NUM_THREADS says otherwise). One is the fastest and steadiest for the small built-in models; "
-         "setting it needs threadpoolctl (pip install threadpoolctl).")
+    "--blas-threads", default="auto", show_default=True, type=BlasThreads(),
+    help="Threads of numpy's BLAS while training: auto gives the built-in models (mlp, softmax, the next-token "
+         "model) one, the fastest and steadiest for their small products, and leaves a model of your own with the "
+         "library's setting; library leaves the library's own (a thread per core unless OPENBLAS_NUM_THREADS says "
+         "otherwise) for any model; N sets N threads for any model. Setting a count needs threadpoolctl.")
 
 
 def log_json_option(help_text: str) -> Callable:

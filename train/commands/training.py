@@ -233,7 +233,7 @@ def _train(factory: Callable, info: Any, found: Any, settings: TrainSettings) ->
                     "lr_decay": lr_decay})
         train(provider, ["image", "label"], settings.batch_size, settings.passes, model=model,
               event_handler=on_event, test_provider=test_reader, seed=settings.seed, checkpoints=checkpoints,
-              blas_threads=settings.blas_threads or None)
+              blas_threads=settings.blas_threads)
     except ResumeRefused as exc:
         raise click.ClickException(in_flag_words(exc)) from None
     except LabelRangeError as exc:
