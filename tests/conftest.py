@@ -29,6 +29,8 @@ import pytest
 
 HANG = 10.0  # seconds: generous bound for "stops, raises or cleans up without hanging"
 TEST_LIMIT = 60  # seconds a test may run unless its limit mark says otherwise; then it fails rather than stall the suite
+#: The limits of the watchdogs armed now, outermost first: what a test of the watchdog reads, not the timer's seconds.
+ARMED: list[float] = []
 
 
 def wait_for(predicate: Callable[[], bool], timeout: float) -> bool:
@@ -109,11 +111,13 @@ def watchdog(limit: float) -> Iterator[None]:
 
     previous = signal.signal(signal.SIGALRM, overran)
     outer, _ = signal.setitimer(signal.ITIMER_REAL, limit)  # not inherited by forked workers
+    ARMED.append(limit)
     try:
         yield
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
+        ARMED.pop()
         if outer:  # the enclosing watchdog's time, less what this block took
             signal.setitimer(signal.ITIMER_REAL, max(outer - (time.monotonic() - started), 0.001))
 

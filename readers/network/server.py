@@ -130,11 +130,20 @@ class Server:
     def start(self, host: str = "127.0.0.1", port: int = 0) -> tuple[str, int]:
         """Listen on ``host:port`` (0: a free port), with SO_REUSEADDR, in a thread; returns the address bound.
 
+        An address no interface of this machine has is refused as a ``BadValue``
+        naming it ("cannot listen on ...: no network interface of this machine has
+        the address ..."), and so is a reachable host without a secret:
+
         >>> import numpy as np, readers
-        >>> Server(readers.np_array(np.arange(3)), secret=b"s3cret").start("192.0.2.1", 20001)  # not this machine's
+        >>> server = Server(readers.np_array(np.arange(3)), log=lambda line: None)
+        >>> host, port = server.start("localhost", 0)
+        >>> host, 0 < port < 65536
+        ('127.0.0.1', True)
+        >>> server.stop()
+        >>> Server(readers.np_array(np.arange(3))).start("0.0.0.0", 20001)
         Traceback (most recent call last):
         ...
-        readers.errors.BadValue: cannot listen on 192.0.2.1:20001: no network interface of this machine has the address 192.0.2.1; give one it has (`ip addr` lists them), 0.0.0.0 for all of them, or 127.0.0.1
+        readers.errors.BadValue: refusing to serve on 0.0.0.0, which other machines can reach, without a secret: anyone there could read the data; give --secret-file or READERKIT_SECRET (or serve on 127.0.0.1)
         """
         if not is_loopback(host) and not self.secret:
             raise BadValue(f"refusing to serve on {host}, which other machines can reach, without a secret: "

@@ -32,6 +32,7 @@ from readers.network.wire import (
     unpack_columns,
 )
 from tests.conftest import wait_until
+from tests.helpers.addresses import not_this_machines
 from tests.helpers.processes import open_descriptors
 from tests.helpers.serve_helpers import (
     WAIT,
@@ -309,8 +310,10 @@ def test_server_refuses_a_reachable_host_without_a_secret(host):
     assert [t.name for t in threading.enumerate() if t.name.startswith("readerkit-")] == []
 
 
-def test_server_names_a_host_that_is_not_this_machines():
-    """Regression (issue 27, item 9c): --host 10.255.255.1 gave a raw "[Errno 99] Cannot assign requested address"."""
+def test_server_names_a_host_that_is_not_this_machines(monkeypatch):
+    """Regression (issue 27, item 9c): --host 10.255.255.1 gave a raw "[Errno 99] Cannot assign requested address".
+    The bind is made to fail: with net.ipv4.ip_nonlocal_bind=1 a machine binds 192.0.2.1 (review, finding 8)."""
+    not_this_machines(monkeypatch, "192.0.2.1")
     with pytest.raises(readers.BadValue, match=r"^cannot listen on 192\.0\.2\.1:20001: no network interface of this "
                                                r"machine has the address 192\.0\.2\.1; give one it has"):
         readers.serve(small_reader(), host="192.0.2.1", port=20001, secret="s3cret")  # (TEST-NET-1: no one's)
