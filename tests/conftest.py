@@ -27,6 +27,8 @@ from typing import Any
 
 import pytest
 
+from tests.helpers.certificates import make_certificate
+
 HANG = 10.0  # seconds: generous bound for "stops, raises or cleans up without hanging"
 TEST_LIMIT = 60  # seconds a test may run unless its limit mark says otherwise; then it fails rather than stall the suite
 #: The limits of the watchdogs armed now, outermost first: what a test of the watchdog reads, not the timer's seconds.
@@ -82,6 +84,13 @@ def finishes(work: Callable[[], Any], what: str, timeout: float = HANG) -> Any:
 def worker_threads() -> list[str]:
     """Names of the live readerkit worker threads."""
     return [t.name for t in threading.enumerate() if t.name.startswith("readerkit-")]
+
+
+@pytest.fixture(scope="session")
+def certificate(tmp_path_factory) -> tuple[str, str]:
+    """(certificate, key): PEM files of one self-signed certificate for 127.0.0.1 and localhost, made once a session
+    (a worker process) for the tests of TLS; skips them where there is no openssl command."""
+    return make_certificate(tmp_path_factory.mktemp("tls"))
 
 
 @pytest.fixture

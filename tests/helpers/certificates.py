@@ -1,4 +1,5 @@
-"""A self-signed TLS certificate for 127.0.0.1, made with the openssl command, for tests of TLS serving."""
+"""A self-signed TLS certificate for 127.0.0.1, made with the openssl command, for tests of TLS serving: the one
+maker of test certificates (the session fixture ``certificate`` in tests/conftest.py is built on it)."""
 import shutil
 import subprocess
 

@@ -7,7 +7,6 @@ checks that the server saw one connection and that no retry warning was raised.
 import socket
 import ssl
 import struct
-import subprocess
 import threading
 import warnings
 
@@ -186,20 +185,6 @@ def test_remote_to_something_else_says_it_is_no_data_server():
     with FakeServer(encode({"type": "greeting"})) as fake:
         error = refused(lambda: readers.remote(fake.address, deadline=LONG), ProtocolError)
         assert "not a welcome: is it a readerkit data-provider server" in str(error)
-
-
-@pytest.fixture(scope="module")
-def certificate(tmp_path_factory):
-    """A self-signed certificate for 127.0.0.1 and its key (PEM), made with the openssl command."""
-    folder = tmp_path_factory.mktemp("tls")
-    cert, key = folder / "cert.pem", folder / "key.pem"
-    try:
-        subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj",
-                        "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out",
-                        str(cert)], check=True, capture_output=True, timeout=HANG)
-    except (OSError, subprocess.CalledProcessError, subprocess.TimeoutExpired) as exc:
-        pytest.skip(f"no openssl command to make a test certificate ({exc})")
-    return str(cert), str(key)
 
 
 def test_remote_reads_over_tls_checking_the_certificate(served, certificate):

@@ -10,9 +10,7 @@ import concurrent.futures
 import contextlib
 import gc
 import json
-import shutil
 import socket
-import subprocess
 import threading
 from typing import Any
 
@@ -327,19 +325,6 @@ def test_server_serves_a_reachable_host_with_a_secret():
             client.login(b"s3cret")
             client.send({"type": "get", "id": 0, "indices": [2]})
             expect_rows(client.rows(0, 1), [2])
-
-
-@pytest.fixture(scope="module")
-def certificate(tmp_path_factory) -> tuple[str, str]:
-    """A self-signed certificate for 127.0.0.1 and localhost, and its key."""
-    if shutil.which("openssl") is None:
-        pytest.skip("openssl is not on PATH, so there is no certificate to test TLS with")
-    folder = tmp_path_factory.mktemp("tls")
-    cert, key = str(folder / "cert.pem"), str(folder / "key.pem")
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=localhost", "-addext",
-                    "subjectAltName=IP:127.0.0.1,DNS:localhost", "-days", "1", "-keyout", key, "-out", cert],
-                   check=True, capture_output=True, timeout=60)
-    return cert, key
 
 
 def test_server_speaks_tls_to_a_client_that_trusts_its_certificate(certificate):
