@@ -30,11 +30,14 @@ from readers.network.wire import (
     show_address,
 )
 
-__all__ = ["PROBE_TIMEOUT", "Connection", "TLSMismatch", "client_tls", "speaks_plain", "speaks_tls"]
+__all__ = ["PROBE_FRAME", "PROBE_TIMEOUT", "Connection", "TLSMismatch", "client_tls", "received", "speaks_plain",
+           "speaks_tls"]
 
 
 #: The most seconds a failed login waits to learn whether the server speaks the other way (TLS or plain).
 PROBE_TIMEOUT = 3.0
+#: The largest answer to a hello that ``speaks_plain`` reads: a welcome is a few hundred bytes, a challenge less.
+PROBE_FRAME = 64 << 10
 
 
 class TLSMismatch(ReaderkitError, ConnectionError):
@@ -75,24 +78,51 @@ def speaks_tls(host: str, port: int, timeout: float) -> bool:
 
 def speaks_plain(host: str, port: int, timeout: float) -> bool:
     """Whether the server at ``host:port`` answers a plain hello with a frame of readerkit's protocol (a welcome,
-    a challenge or a rejection), to say so when a TLS handshake failed."""
+    a challenge or a rejection), to say so when a TLS handshake failed. It reads ``PROBE_FRAME`` bytes at most:
+    whatever else listens there may announce a larger frame, and is then no readerkit server.
+
+    >>> import numpy as np, readers
+    >>> with readers.serve(readers.np_array(np.arange(3)), secret="s3cret", log=lambda line: None) as server:
+    ...     host, port = server.address.rsplit(":", 1)
+    ...     speaks_plain(host, int(port), 5.0)  # its challenge is enough
+    True
+    >>> import socket
+    >>> with socket.create_server(("127.0.0.1", 0)) as silent:  # listens, and says nothing
+    ...     speaks_plain("127.0.0.1", silent.getsockname()[1], 0.2)
+    False
+    """
     try:
         with socket.create_connection((host, port), timeout=timeout) as sock:
             sock.sendall(encode({"type": "hello", "version": VERSION}))
-            size = frame_length(_received(sock, 4), MAX_FRAME)
-            return decode(_received(sock, size))[0].get("type") in ("welcome", "challenge", "error")
+            address = show_address(host, port)
+            size = frame_length(received(sock, 4, address), PROBE_FRAME)
+            return decode(received(sock, size, address))[0].get("type") in ("welcome", "challenge", "error")
     except (OSError, ProtocolError):
         return False
 
 
-def _received(sock: socket.socket, size: int) -> bytes:
-    data = b""
-    while len(data) < size:
-        chunk = sock.recv(size - len(data))
-        if not chunk:
-            raise ConnectionResetError("closed")
-        data += chunk
-    return data
+def received(sock: socket.socket, size: int, address: str) -> memoryview:
+    """Exactly ``size`` bytes from ``sock``, read into one buffer; ``ConnectionResetError`` naming ``address`` when
+    the other end closes first.
+
+    >>> a, b = socket.socketpair()
+    >>> a.sendall(b"abc")
+    >>> bytes(received(b, 2, "peer")), bytes(received(b, 1, "peer"))
+    (b'ab', b'c')
+    >>> a.close(); received(b, 1, "peer")
+    Traceback (most recent call last):
+    ...
+    ConnectionResetError: peer closed the connection
+    >>> b.close()
+    """
+    # (numpy's empty, not a bytearray: the bytes are written once, by the kernel, not zeroed first)
+    view, got = memoryview(np.empty(size, np.uint8)), 0
+    while got < size:
+        n = sock.recv_into(view[got:])
+        if n == 0:
+            raise ConnectionResetError(f"{address} closed the connection")
+        got += n
+    return view
 
 
 class Connection:
@@ -184,18 +214,9 @@ class Connection:
 
     def receive(self) -> tuple[dict[str, Any], memoryview]:
         """The next frame's header and body (a writable buffer of its own)."""
-        size = frame_length(self._exactly(4), MAX_FRAME)
-        return decode(self._exactly(size))
+        size = frame_length(received(self.sock, 4, self.address), MAX_FRAME)
+        return decode(received(self.sock, size, self.address))
 
-    def _exactly(self, size: int) -> memoryview:
-        # (numpy's empty, not a bytearray: the bytes are written once, by the kernel, not zeroed first)
-        view, got = memoryview(np.empty(size, np.uint8)), 0
-        while got < size:
-            n = self.sock.recv_into(view[got:])
-            if n == 0:
-                raise ConnectionResetError(f"{self.address} closed the connection")
-            got += n
-        return view
 
     def close(self) -> None:
         sock = self.__dict__.get("sock")

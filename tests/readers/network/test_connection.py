@@ -15,7 +15,13 @@ import pytest
 
 import readers
 from readers.network import client as client_module
-from readers.network.connection import Connection, client_tls
+from readers.network.connection import (
+    PROBE_FRAME,
+    Connection,
+    client_tls,
+    received,
+    speaks_plain,
+)
 from readers.network.wire import (
     MAX_FRAME,
     VERSION,
@@ -51,7 +57,7 @@ def served():
 
 class FakeServer:
     """A server on 127.0.0.1:0, in a thread: it reads each connection's hello (kept in ``hellos``), sends the
-    frames ``answer`` gives, and closes the connection."""
+    frames ``answer`` gives (as far as the client reads them), and closes the connection."""
 
     def __init__(self, answer: bytes):
         self.answer, self.hellos = answer, []
@@ -70,9 +76,12 @@ class FakeServer:
                 continue
             with conn:
                 conn.settimeout(HANG)
-                (size,) = struct.unpack(">I", _exactly(conn, 4))
-                self.hellos.append(decode(_exactly(conn, size))[0])
-                conn.sendall(self.answer)
+                (size,) = struct.unpack(">I", received(conn, 4, "the client"))
+                self.hellos.append(decode(received(conn, size, "the client"))[0])
+                try:
+                    conn.sendall(self.answer)
+                except ConnectionError:  # a client that has read enough may close before the answer's end
+                    pass
 
     def __enter__(self) -> "FakeServer":
         return self
@@ -81,16 +90,6 @@ class FakeServer:
         self.stopping.set()
         self.thread.join(HANG)
         self.listener.close()
-
-
-def _exactly(conn: socket.socket, size: int) -> bytes:
-    data = b""
-    while len(data) < size:
-        chunk = conn.recv(size - len(data))
-        if not chunk:
-            raise ConnectionError("the client left")
-        data += chunk
-    return data
 
 
 def refused(make, error):
@@ -179,6 +178,17 @@ def test_remote_to_a_server_of_another_version_raises_at_once():
         error = refused(lambda: readers.remote(fake.address, deadline=LONG), readers.UnsupportedVersion)
         assert error.kind == "unsupported_version" and error.address == fake.address
         assert fake.hellos == [{"type": "hello", "version": VERSION}]
+
+
+@pytest.mark.parametrize("padding, speaks", [(100, True), (PROBE_FRAME, False), (MAX_FRAME - 1024, False)])
+def test_speaks_plain_reads_no_more_than_a_probe_frame_of_an_answer(padding, speaks):
+    """Regression (review of issue 27, finding 9): the probe read up to MAX_FRAME (16 MiB) from whatever listens at
+    the address, growing a bytes object chunk by chunk; an answer over PROBE_FRAME (64 KiB) is no readerkit
+    server's welcome and is not read."""
+    with FakeServer(encode({"type": "welcome", "padding": "x" * padding})) as fake:
+        host, port = fake.address.rsplit(":", 1)
+        assert speaks_plain(host, int(port), HANG) is speaks
+        assert len(fake.hellos) == 1
 
 
 def test_remote_to_something_else_says_it_is_no_data_server():
