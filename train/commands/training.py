@@ -29,6 +29,7 @@ from train.checkpoints.resume import ResumeRefused, claim
 from train.checkpoints.settings import Checkpoints
 from train.commands.console import Progress, in_flag_words
 from train.commands.options import TrainSettings, given_flags
+from train.commands.progress import Meter
 from train.driver import train
 from train.feeds import infer_sizes
 from train.models.classifiers import LabelRangeError
@@ -42,24 +43,27 @@ class Terminated(KeyboardInterrupt):
 
 
 def _download_bar(file: Any, url: str) -> Callable[[int, int | None], None]:
+    """A download's progress through the CLI's ``Meter``: a bar on a terminal, log lines elsewhere (every
+    --progress-every seconds, and one when the file is whole)."""
     click.echo(f"downloading {file.name} from {url}", err=True)
-    state: dict[str, Any] = {}
+    meters: list[Meter] = []
 
     def progress(done: int, total: int | None) -> None:
-        if "bar" not in state:
-            state["bar"] = click.progressbar(length=total or 0, label=file.name, file=sys.stderr)
-            state["bar"].__enter__()
-            state["seen"] = 0
-        state["bar"].update(done - state["seen"])
-        state["seen"] = done
+        if not meters:
+            meters.append(Meter(file.name, total, unit="bytes"))
+        meter = meters[0]
+        meter.update(done - meter.done)
         if total is not None and done >= total:
-            state["bar"].__exit__(None, None, None)
+            if not meter.tty:  # (a log shows that the file came whole, however short the download)
+                meter.logger.info(meter.line())
+            meter.close()
 
     return progress
 
 
 def splits(reader_name: str, data_dir: str | None, download: bool) -> tuple[Any, Any]:
-    """The (train, test or None) readers of a registered or module:attribute reader, downloads shown as bars.
+    """The (train, test or None) readers of a registered or module:attribute reader, downloads shown by a
+    ``Meter`` (a bar on a terminal, log lines elsewhere).
 
     >>> from readers.plugins.registry import register_reader, unregister
     >>> def letters():
