@@ -46,18 +46,36 @@ def change(directory: Any, sql: str, *args: Any) -> None:
         db.execute(sql, args)
 
 
-def overwrite_page(directory: Any, table: str = "entries") -> int:
+def overwrite_page(directory: Any, table: str = "entries", last_leaf: bool = False) -> int:
     """Write garbage over the root page of ``table`` in the database file (checkpointed first: no store may have
     it open), as the fault hunt of issue 27 wrote over a page; return the page's number (from 1, as sqlite counts).
-    Every lookup in the table meets it."""
+    Every lookup in the table meets it. ``last_leaf``: over the table's last leaf instead (the table must span
+    more than one page), which only what reads the table's end meets, or ``PRAGMA quick_check``."""
     path = os.path.join(directory, FILE)
     with contextlib.closing(sqlite3.connect(path, timeout=WAIT)) as db:
         db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         size = db.execute("PRAGMA page_size").fetchone()[0]
         page = db.execute("SELECT rootpage FROM sqlite_master WHERE name = ?", (table,)).fetchone()[0]
     with open(path, "r+b") as file:
+        if last_leaf:
+            page = _last_leaf(file, size, page, table)
         file.seek((page - 1) * size)
         file.write(bytes([0xA5]) * size)
+    return page
+
+
+def _last_leaf(file: Any, size: int, page: int, table: str) -> int:
+    """The last leaf of the b-tree whose root is ``page``: down its interior pages' right-most children (an
+    interior page's header: its kind, 2 or 5, in byte 0, the right-most child in bytes 8 to 11)."""
+    root = page
+    while True:
+        file.seek((page - 1) * size)
+        header = file.read(12)
+        if header[0] not in (2, 5):
+            break
+        page = int.from_bytes(header[8:12], "big")
+    if page == root:
+        raise AssertionError(f"the table {table} is one page: it has no leaf other than its root")
     return page
 
 
