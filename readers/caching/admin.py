@@ -35,7 +35,13 @@ import sqlite3
 import time
 from typing import Any
 
-from readers.caching.database import FILE, NotACache, aside_files, open_database
+from readers.caching.database import (
+    FILE,
+    NotACache,
+    aside_files,
+    folder_lock,
+    open_database,
+)
 from readers.caching.dense import dense_files
 from readers.errors import BadType, BadValue, TimedOut
 from readers.storage.sqlite import DamagedFile, check_pages, is_damage, transaction
@@ -292,10 +298,12 @@ def clear_cache(directory: str | os.PathLike, ns: int | None = None, *, timeout:
 
 def _clear_damaged(path: str, ns: int | None, damage: str, before: int) -> dict[str, Any]:
     """``clear_cache`` on a damaged database: its files and the dense files deleted (its namespaces with them,
-    all of them even with ``ns``: what they hold cannot be read), a new one made when the cache is next used."""
-    for file in [os.path.join(path, FILE + suffix) for suffix in _SUFFIXES] + dense_files(path):
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(file)
+    all of them even with ``ns``: what they hold cannot be read), a new one made when the cache is next used. No
+    process opens the folder meanwhile (``folder_lock``): it would find the log left of a database deleted."""
+    with folder_lock(path, exclusive=True):
+        for file in [os.path.join(path, FILE + suffix) for suffix in _SUFFIXES] + dense_files(path):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(file)
     return {"directory": path, "ns": ns, "namespaces": 0, "entries": 0, "bytes": 0, "file_bytes_before": before,
             "file_bytes_after": _file_bytes(path), "reclaimed": True,
             "note": f"the database was damaged ({damage}), so its files were deleted, with every namespace; a new "

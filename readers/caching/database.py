@@ -31,12 +31,14 @@ found when opened (its tables) or at its first error (``damage_of``: what
 every opening); ``set_aside`` then renames it, with its ``-wal``, ``-shm``
 and dense files, out of the way, and the next opening starts a new one.
 
-Those renames take a lock on the folder (``flock``, exclusive) that every
-opening takes too (shared, while sqlite opens the files): a process opening
-the folder meanwhile would open the damaged database under its live name and
-make it a ``-wal`` there, which the next new database would take for its own.
-An opening finds the database whole under its name, or gone; a connection
-already open follows its files wherever they are renamed.
+Those renames (and ``cache clear``'s deletion of a damaged database) take a
+lock on the folder (``folder_lock``, exclusive) that every opening takes too
+(shared, while sqlite opens the files and the file's inode is read): a
+process opening the folder meanwhile would open the damaged database under
+its live name and make it a ``-wal`` there, which the next new database
+would take for its own. An opening finds the database whole under its name,
+or gone; a connection already open follows its files wherever they are
+renamed.
 """
 from __future__ import annotations
 
@@ -65,7 +67,8 @@ from readers.storage.sqlite import (
 
 __all__ = [
     "FILE", "ID_BITS", "ID_MASK", "MAX_SPACES", "SELECT", "STEP", "UPSERT", "WAL_BYTES", "NotACache", "aside_files",
-    "damage_of", "damaged_cache", "database_bytes", "evict", "open_database", "release", "row_keys", "set_aside_cache",
+    "damage_of", "damaged_cache", "database_bytes", "evict", "folder_lock", "open_database", "opened_database", "release",
+    "row_keys", "set_aside_cache",
 ]
 
 FILE = "cache.sqlite3"
@@ -164,6 +167,22 @@ def open_database(directory: str | os.PathLike, create: bool = True) -> sqlite3.
     >>> mode
     'wal'
     """
+    return opened_database(directory, create)[0]
+
+
+def opened_database(directory: str | os.PathLike, create: bool = True) -> tuple[sqlite3.Connection, int | None]:
+    """``open_database``'s connection, and the inode of the database file it opened, read under the same lock on
+    the folder: no set-aside comes between them (a store tells the file it opened from one made in its place by
+    its inode). A ``DamagedFile`` it raises has the damaged file's inode in ``inode``.
+
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     db, inode = opened_database(d)
+    ...     db.close()
+    ...     same = inode == os.stat(os.path.join(d, FILE)).st_ino
+    >>> same
+    True
+    """
     path = os.path.join(os.fspath(directory), FILE)
     if create:
         make_folder(directory, "the cache folder")
@@ -172,17 +191,37 @@ def open_database(directory: str | os.PathLike, create: bool = True) -> sqlite3.
         raise MissingFile(f"{os.fspath(directory)} {why}: check the folder's path")
     elif not os.path.exists(path):
         raise MissingFile(f"{os.fspath(directory)} holds no readerkit cache (no {FILE}): check the folder")
-    with _folder_lock(directory, fcntl.LOCK_SH):  # never between the renames of a set-aside (see the module)
-        return connect(path, _CacheFile(), create)
+    with folder_lock(directory):  # never between the renames of a set-aside (see the module)
+        try:
+            db = connect(path, _CacheFile(), create)
+        except DamagedFile as exc:
+            exc.inode = _inode(path)
+            raise
+        return db, _inode(path)
+
+
+def _inode(path: str) -> int | None:
+    try:
+        return os.stat(path).st_ino
+    except FileNotFoundError:
+        return None
 
 
 @contextlib.contextmanager
-def _folder_lock(directory: str | os.PathLike, kind: int) -> Iterator[None]:
-    """Hold ``flock`` lock ``kind`` on the folder ``directory`` in the block: shared to open its database,
-    exclusive to set it aside."""
+def folder_lock(directory: str | os.PathLike, exclusive: bool = False) -> Iterator[None]:
+    """Hold a lock on the cache folder ``directory`` (``flock``) in the block: shared to open its database, exclusive
+    to set it aside or delete it (see the module).
+
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     with folder_lock(d), folder_lock(d):  # shared: any number at once
+    ...         pass
+    ...     with folder_lock(d, exclusive=True):
+    ...         pass
+    """
     fd = os.open(directory, os.O_RDONLY)
     try:
-        fcntl.flock(fd, kind)  # released with the descriptor
+        fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)  # released with the descriptor
         yield
     finally:
         os.close(fd)
@@ -218,7 +257,7 @@ def damage_of(directory: str | os.PathLike) -> str | None:
     path = os.path.join(os.fspath(directory), FILE)
     with contextlib.ExitStack() as held:
         try:
-            held.enter_context(_folder_lock(directory, fcntl.LOCK_SH))  # as open_database (see the module)
+            held.enter_context(folder_lock(directory))  # as open_database (see the module)
             db = sqlite3.connect(f"file:{path}?mode=rw", uri=True, timeout=BUSY_S, isolation_level=None)
         except (sqlite3.OperationalError, FileNotFoundError, NotADirectoryError):  # not there (any more)
             return None
@@ -264,7 +303,7 @@ def set_aside_cache(directory: str | os.PathLike, inode: int | None) -> str | No
     """
     directory = os.fspath(directory)
     path = os.path.join(directory, FILE)
-    with _folder_lock(directory, fcntl.LOCK_EX):  # no opening meanwhile (see the module)
+    with folder_lock(directory, exclusive=True):  # no opening meanwhile (see the module)
         try:
             now = os.stat(path).st_ino
         except FileNotFoundError:

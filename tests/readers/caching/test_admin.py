@@ -3,6 +3,7 @@ and files that are not caches left alone."""
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import re
 import sqlite3
@@ -366,3 +367,32 @@ def test_clear_cache_without_a_check_of_every_page_still_empties_a_damaged_folde
     assert page_checks == []
     assert done["note"].startswith("the database was damaged (") and os.listdir(tmp_path) == []
     assert _calls(tmp_path, shout, readers.from_sequence(["a", "b"])) == 2 and cache_info(tmp_path)["entries"] == 2
+
+
+def _opening_would_wait(directory) -> bool:
+    """Whether a process opening the cache in ``directory`` would wait now: the folder's lock is held exclusively."""
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        return False
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+
+
+def test_clear_cache_deletes_a_damaged_database_while_no_process_can_open_the_folder(tmp_path, monkeypatch):
+    # (review of issue 27, finding 6: a process opening the folder between the deletion of the database and of its
+    # -wal would make a new database beside the old log, and replay it)
+    _fill(tmp_path)
+    overwrite_page(tmp_path)
+    held, real = {}, os.unlink
+
+    def unlink(path, *args, **options):
+        if os.path.basename(path) in {FILE + suffix for suffix in ("", "-wal", "-shm")}:
+            held[os.path.basename(path)] = _opening_would_wait(tmp_path)
+        return real(path, *args, **options)
+
+    monkeypatch.setattr(os, "unlink", unlink)
+    assert clear_cache(tmp_path)["note"].startswith("the database was damaged (")
+    assert held == {FILE: True, FILE + "-wal": True, FILE + "-shm": True}

@@ -6,18 +6,21 @@ import contextlib
 import multiprocessing
 import os
 import sqlite3
+import threading
 import warnings
 
 import numpy as np
 import pytest
 
 import readers
+from readers.caching import database, disk
 from readers.caching.database import (
     FILE,
     aside_files,
     damage_of,
     database_bytes,
     open_database,
+    set_aside_cache,
 )
 from tests.conftest import HANG
 from tests.helpers import cache_jobs
@@ -377,3 +380,30 @@ def test_a_process_opening_the_folder_while_another_sets_its_database_aside_leav
     assert quiet_pass(later) == want  # no damage met again, nothing set aside again
     later.close()
     assert len([f for f in aside_files(tmp_path) if f.endswith(tuple("0123456789"))]) == 1
+
+
+def test_a_store_keeps_the_inode_of_the_file_it_opened_when_a_set_aside_follows_at_once(tmp_path, monkeypatch):
+    # Regression (review of issue 27, finding 6): a store looked its database's inode up after the opening; a
+    # set-aside landing in between gave it the new file's (or none), so damage it met later in the file it had
+    # open was taken for none ("whole after all"), or the new, whole database was set aside in its place
+    r = readers.cached(readers.from_arrays(np.arange(10)), word, directory=tmp_path)
+    list(r())
+    r.close()
+    found = {}
+    other = threading.Thread(target=lambda: found.update(aside=set_aside_cache(str(tmp_path), None)), daemon=True)
+    real_connect, real_inode = database.connect, disk._inode
+
+    def connect(*args, **options):
+        db = real_connect(*args, **options)
+        other.start()  # a set-aside at once: it waits for the folder's lock, held while the file is opened
+        return db
+
+    monkeypatch.setattr(database, "connect", connect)
+    monkeypatch.setattr(disk, "_inode", lambda d: (other.join(HANG), real_inode(d))[1])  # (it lands first)
+    store = disk.DiskStore(str(tmp_path))
+    try:
+        store.connection()
+        other.join(HANG)
+        assert found["aside"] is not None and store._ino == os.stat(found["aside"]).st_ino
+    finally:
+        store.close()
