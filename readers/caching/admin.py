@@ -14,12 +14,17 @@ a process still running with that namespace open goes on writing under its
 number, counted where it should be, and a namespace made later never takes
 that number and reads another function's entries as its own.
 
-Both first check the database's pages (``PRAGMA quick_check``, which reads
-every page: about a second a GiB). ``cache_info`` reports a damaged one as
-such, holding nothing; ``clear_cache`` deletes it, with its ``-wal``,
-``-shm`` and dense files, and a new one is made when the cache is next used.
-Either way, the copies of damaged databases that processes set aside
-(``*.damaged-*``) are counted, and ``clear_cache`` deletes them.
+Both first look for damage cheaply: the cache's tables there, and the first
+row of each readable. ``cache_info(..., check_pages=True)`` (``cache info
+--check-pages``) reads every page besides (``PRAGMA quick_check``: about a
+second a GiB, minutes for a large cache, so not by default).
+``clear_cache`` needs no such check: deleting the entries, then compacting
+the file (VACUUM), read the pages, and damage met there decides it. ``cache_info``
+reports a damaged database as such, holding nothing; ``clear_cache`` deletes
+it, with its ``-wal``, ``-shm`` and dense files, and a new one is made when
+the cache is next used. Either way, the copies of damaged databases that
+processes set aside (``*.damaged-*``) are counted, and ``clear_cache``
+deletes them.
 """
 from __future__ import annotations
 
@@ -30,7 +35,13 @@ import sqlite3
 import time
 from typing import Any
 
-from readers.caching.database import FILE, NotACache, aside_files, open_database
+from readers.caching.database import (
+    FILE,
+    NotACache,
+    aside_files,
+    folder_lock,
+    open_database,
+)
 from readers.caching.dense import dense_files
 from readers.errors import BadType, BadValue, TimedOut
 from readers.storage.sqlite import DamagedFile, check_pages, is_damage, transaction
@@ -53,9 +64,14 @@ def _file_bytes(directory: str) -> int:
     return total
 
 
-def _open(directory: str, refusal: str) -> tuple[sqlite3.Connection | None, str | None]:
+#: The first row of each of the cache's tables: a look at each table's first pages, whatever the cache's size.
+_FIRST_ROWS = [f"SELECT * FROM {table} LIMIT 1" for table in ("spaces", "entries", "dense", "meta")]
+
+
+def _open(directory: str, refusal: str, every_page: bool = False) -> tuple[sqlite3.Connection | None, str | None]:
     """(the existing cache in ``directory``, never made here, or None when it is damaged; what is damaged in it, or
-    None). A file that is not a cache is refused, untouched."""
+    None). A file that is not a cache is refused, untouched. Its tables are looked at, and with ``every_page``
+    each of its pages (``check_pages``)."""
     try:
         db = open_database(directory, create=False)
     except NotACache as exc:
@@ -64,7 +80,15 @@ def _open(directory: str, refusal: str) -> tuple[sqlite3.Connection | None, str 
         raise NotACache(exc.path, exc.reason, f"{exc.path} is not a readerkit cache ({exc.reason}): {refusal}") from None
     except DamagedFile as exc:
         return None, exc.reason
-    damage = check_pages(db)
+    try:
+        for sql in _FIRST_ROWS:
+            db.execute(sql).fetchall()
+        damage = check_pages(db) if every_page else None
+    except sqlite3.DatabaseError as exc:
+        if not is_damage(exc):
+            db.close()
+            raise
+        damage = str(exc)
     if damage is not None:
         db.close()
         return None, damage
@@ -84,14 +108,17 @@ def _space(row: tuple) -> dict[str, Any]:
             "mean_compute_s": compute_s / computed if computed else None, "created": created}
 
 
-def cache_info(directory: str | os.PathLike) -> dict[str, Any]:
+def cache_info(directory: str | os.PathLike, *, check_pages: bool = False) -> dict[str, Any]:
     """What the cache in ``directory`` holds: its size, its limit, and each namespace (a function over a dataset).
+
+    Damage is looked for in its tables' first pages; ``check_pages`` reads
+    every page besides (``PRAGMA quick_check``: about a second a GiB).
 
     Keys: ``directory`` (absolute), ``file_bytes`` (on disk: the database
     with its ``-wal`` and ``-shm`` files, the dense files and any set aside), ``damaged`` (what is damaged in
-    the database, or None), ``set_aside`` (the files of damaged databases set aside), ``limit`` (the last
-    ``disk_bytes`` given, or None), ``entries`` and ``bytes`` (of entries, over every namespace; 0 in a damaged
-    database, which serves none), and
+    the database, or None), ``pages_checked`` (whether every page was read), ``set_aside`` (the files of
+    damaged databases set aside), ``limit`` (the last ``disk_bytes`` given, or None), ``entries`` and ``bytes``
+    (of entries, over every namespace; 0 in a damaged database, which serves none), and
     ``namespaces``: per namespace its number ``ns``, ``function`` (name and
     digest), ``version``, ``key`` (the key function, or None for sample IDs),
     ``data`` (the pipeline's stages), ``length``, ``content`` (the data's
@@ -117,30 +144,38 @@ def cache_info(directory: str | os.PathLike) -> dict[str, Any]:
     """
     path = os.path.abspath(directory)
     size = _file_bytes(path)
-    db, damage = _open(path, "check the folder, or delete that file if nothing else uses it")
+    db, damage = _open(path, "check the folder, or delete that file if nothing else uses it", check_pages)
     aside = aside_files(path)
-    if db is None:
-        return {"directory": path, "file_bytes": size, "damaged": damage, "set_aside": aside, "limit": None,
-                "entries": 0, "bytes": 0, "namespaces": []}
-    try:
-        with transaction(db, write=False):  # one snapshot: the limit and every namespace as of one commit
-            limit = db.execute("SELECT value FROM meta WHERE key = 'disk_bytes'").fetchone()
-            rows = db.execute("SELECT ns, about, created, entries, bytes, computed, compute_s "
-                              "FROM spaces ORDER BY ns").fetchall()
-    finally:
-        db.close()
+    if db is not None:
+        try:
+            with transaction(db, write=False):  # one snapshot: the limit and every namespace as of one commit
+                limit = db.execute("SELECT value FROM meta WHERE key = 'disk_bytes'").fetchone()
+                rows = db.execute("SELECT ns, about, created, entries, bytes, computed, compute_s "
+                                  "FROM spaces ORDER BY ns").fetchall()
+        except sqlite3.DatabaseError as exc:
+            if not is_damage(exc):
+                raise
+            damage = str(exc)
+        finally:
+            db.close()
+    if damage is not None:
+        return {"directory": path, "file_bytes": size, "damaged": damage, "pages_checked": check_pages,
+                "set_aside": aside, "limit": None, "entries": 0, "bytes": 0, "namespaces": []}
     spaces = [_space(row) for row in rows]
-    return {"directory": path, "file_bytes": size, "damaged": None, "set_aside": aside,
+    return {"directory": path, "file_bytes": size, "damaged": None, "pages_checked": check_pages, "set_aside": aside,
             "limit": None if limit is None else int(limit[0]), "entries": sum(s["entries"] for s in spaces),
             "bytes": sum(s["bytes"] for s in spaces), "namespaces": spaces}
 
 
 def _reclaim(db: sqlite3.Connection) -> str | None:
-    """Rewrite the database compactly and fold its log back in; what stopped that (None when nothing did)."""
+    """Rewrite the database compactly and fold its log back in; what stopped that (None when nothing did). Damage
+    VACUUM meets, reading every page, is raised: it is the caller's to handle."""
     try:
         db.execute("VACUUM")
         busy = db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
     except sqlite3.OperationalError as exc:  # another process holds the write lock; a full disk (VACUUM copies)
+        if is_damage(exc):
+            raise
         why = "another process is writing to it" if "locked" in str(exc) else "see the error"
         return f"the database was not compacted ({exc}): {why}; run clear again later"
     if busy:
@@ -231,7 +266,7 @@ def clear_cache(directory: str | os.PathLike, ns: int | None = None, *, timeout:
                 if ns is None:  # the whole cache: its bound goes too (a process that gives one sets it again)
                     db.execute("DELETE FROM meta WHERE key = 'disk_bytes'")
         except sqlite3.DatabaseError as exc:  # (the write lock is held from BEGIN IMMEDIATE to the commit)
-            if is_damage(exc):  # damaged where quick_check did not look (a page it does not read)
+            if is_damage(exc):  # damaged in a page _open did not look at: the deletion reads them all
                 db.close()
                 db = None
                 return _clear_damaged(path, ns, str(exc), before)
@@ -244,7 +279,14 @@ def clear_cache(directory: str | os.PathLike, ns: int | None = None, *, timeout:
         for file in dense_files(path) if ns is None else [f for name in names for f in dense_files(path, name)]:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(file)
-        note = _reclaim(db)
+        try:
+            note = _reclaim(db)
+        except sqlite3.DatabaseError as exc:  # damaged where the deletion did not read (VACUUM reads every page)
+            if not is_damage(exc):
+                raise
+            db.close()
+            db = None
+            return _clear_damaged(path, ns, str(exc), before)
     finally:
         if db is not None:
             db.close()
@@ -256,10 +298,12 @@ def clear_cache(directory: str | os.PathLike, ns: int | None = None, *, timeout:
 
 def _clear_damaged(path: str, ns: int | None, damage: str, before: int) -> dict[str, Any]:
     """``clear_cache`` on a damaged database: its files and the dense files deleted (its namespaces with them,
-    all of them even with ``ns``: what they hold cannot be read), a new one made when the cache is next used."""
-    for file in [os.path.join(path, FILE + suffix) for suffix in _SUFFIXES] + dense_files(path):
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(file)
+    all of them even with ``ns``: what they hold cannot be read), a new one made when the cache is next used. No
+    process opens the folder meanwhile (``folder_lock``): it would find the log left of a database deleted."""
+    with folder_lock(path, exclusive=True):
+        for file in [os.path.join(path, FILE + suffix) for suffix in _SUFFIXES] + dense_files(path):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(file)
     return {"directory": path, "ns": ns, "namespaces": 0, "entries": 0, "bytes": 0, "file_bytes_before": before,
             "file_bytes_after": _file_bytes(path), "reclaimed": True,
             "note": f"the database was damaged ({damage}), so its files were deleted, with every namespace; a new "
@@ -271,7 +315,8 @@ def _mib(n: int) -> str:
 
 
 def info_lines(info: dict[str, Any]) -> list[str]:
-    """``cache_info``'s figures as a table: a line per namespace, then the totals and the limit.
+    """``cache_info``'s figures as a table: a line per namespace, then the totals and the limit (and, where every
+    page was read, that none is damaged).
 
     >>> info = {"directory": "/c", "file_bytes": 3 << 20, "limit": None, "entries": 2, "bytes": 1 << 20,
     ...         "namespaces": [{"ns": 1, "function": "f 0123", "version": None, "data": ["from_arrays(2 rows)"],
@@ -308,6 +353,7 @@ def info_lines(info: dict[str, Any]) -> list[str]:
             f"{_mib(info['file_bytes'])} MiB on disk",
             line(head), *map(line, rows), total,
             "limit: none (no disk_bytes given)" if limit is None else f"limit: {_mib(limit)} MiB (disk_bytes={limit:,})",
+            *(["pages: every page read, none damaged"] if info.get("pages_checked") else []),
             *([f"set aside: {len(aside)} file{'' if len(aside) == 1 else 's'} of damaged databases (`python cli.py "
                f"cache clear {info['directory']}` deletes them)"] if aside else [])]
 

@@ -30,6 +30,15 @@ found when opened (its tables) or at its first error (``damage_of``: what
 ``PRAGMA quick_check`` finds, which reads every page, so it is not run at
 every opening); ``set_aside`` then renames it, with its ``-wal``, ``-shm``
 and dense files, out of the way, and the next opening starts a new one.
+
+Those renames (and ``cache clear``'s deletion of a damaged database) take a
+lock on the folder (``folder_lock``, exclusive) that every opening takes too
+(shared, while sqlite opens the files and the file's inode is read): a
+process opening the folder meanwhile would open the damaged database under
+its live name and make it a ``-wal`` there, which the next new database
+would take for its own. An opening finds the database whole under its name,
+or gone; a connection already open follows its files wherever they are
+renamed.
 """
 from __future__ import annotations
 
@@ -38,6 +47,7 @@ import fcntl
 import hashlib
 import os
 import sqlite3
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -57,7 +67,8 @@ from readers.storage.sqlite import (
 
 __all__ = [
     "FILE", "ID_BITS", "ID_MASK", "MAX_SPACES", "SELECT", "STEP", "UPSERT", "WAL_BYTES", "NotACache", "aside_files",
-    "damage_of", "damaged_cache", "database_bytes", "evict", "open_database", "release", "row_keys", "set_aside_cache",
+    "damage_of", "damaged_cache", "database_bytes", "evict", "folder_lock", "open_database", "opened_database", "release",
+    "row_keys", "set_aside_cache",
 ]
 
 FILE = "cache.sqlite3"
@@ -156,6 +167,22 @@ def open_database(directory: str | os.PathLike, create: bool = True) -> sqlite3.
     >>> mode
     'wal'
     """
+    return opened_database(directory, create)[0]
+
+
+def opened_database(directory: str | os.PathLike, create: bool = True) -> tuple[sqlite3.Connection, int | None]:
+    """``open_database``'s connection, and the inode of the database file it opened, read under the same lock on
+    the folder: no set-aside comes between them (a store tells the file it opened from one made in its place by
+    its inode). A ``DamagedFile`` it raises has the damaged file's inode in ``inode``.
+
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     db, inode = opened_database(d)
+    ...     db.close()
+    ...     same = inode == os.stat(os.path.join(d, FILE)).st_ino
+    >>> same
+    True
+    """
     path = os.path.join(os.fspath(directory), FILE)
     if create:
         make_folder(directory, "the cache folder")
@@ -164,7 +191,40 @@ def open_database(directory: str | os.PathLike, create: bool = True) -> sqlite3.
         raise MissingFile(f"{os.fspath(directory)} {why}: check the folder's path")
     elif not os.path.exists(path):
         raise MissingFile(f"{os.fspath(directory)} holds no readerkit cache (no {FILE}): check the folder")
-    return connect(path, _CacheFile(), create)
+    with folder_lock(directory):  # never between the renames of a set-aside (see the module)
+        try:
+            db = connect(path, _CacheFile(), create)
+        except DamagedFile as exc:
+            exc.inode = _inode(path)
+            raise
+        return db, _inode(path)
+
+
+def _inode(path: str) -> int | None:
+    try:
+        return os.stat(path).st_ino
+    except FileNotFoundError:
+        return None
+
+
+@contextlib.contextmanager
+def folder_lock(directory: str | os.PathLike, exclusive: bool = False) -> Iterator[None]:
+    """Hold a lock on the cache folder ``directory`` (``flock``) in the block: shared to open its database, exclusive
+    to set it aside or delete it (see the module).
+
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     with folder_lock(d), folder_lock(d):  # shared: any number at once
+    ...         pass
+    ...     with folder_lock(d, exclusive=True):
+    ...         pass
+    """
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)  # released with the descriptor
+        yield
+    finally:
+        os.close(fd)
 
 
 def damaged_cache(path: str, reason: str) -> DamagedFile:
@@ -195,19 +255,23 @@ def damage_of(directory: str | os.PathLike) -> str | None:
     None / its table entries is missing
     """
     path = os.path.join(os.fspath(directory), FILE)
-    try:
-        db = sqlite3.connect(f"file:{path}?mode=rw", uri=True, timeout=BUSY_S, isolation_level=None)
-    except sqlite3.OperationalError:  # not there (any more)
-        return None
-    try:
-        tables = {name for name, in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-        return _missing(tables) if _NEEDED - tables else check_pages(db)
-    except sqlite3.DatabaseError as exc:
-        if is_damage(exc):
-            return str(exc)
-        raise
-    finally:
-        db.close()
+    with contextlib.ExitStack() as held:
+        try:
+            held.enter_context(folder_lock(directory))  # as open_database (see the module)
+            db = sqlite3.connect(f"file:{path}?mode=rw", uri=True, timeout=BUSY_S, isolation_level=None)
+        except (sqlite3.OperationalError, FileNotFoundError, NotADirectoryError):  # not there (any more)
+            return None
+        try:
+            # the first read opens the -wal: under the lock; the check itself needs it no more
+            tables = {name for name, in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            held.close()
+            return _missing(tables) if _NEEDED - tables else check_pages(db)
+        except sqlite3.DatabaseError as exc:
+            if is_damage(exc):
+                return str(exc)
+            raise
+        finally:
+            db.close()
 
 
 def aside_files(directory: str | os.PathLike) -> list[str]:
@@ -228,7 +292,7 @@ def set_aside_cache(directory: str | os.PathLike, inode: int | None) -> str | No
     ``inode``: the damaged file's, as it was found: when the file there is
     another by now (a process set it aside and made a new one meanwhile), it
     is left alone and None returned. Processes doing this at once take turns
-    (a lock on the folder).
+    (a lock on the folder, which every opening takes too: see the module).
 
     >>> import tempfile
     >>> with tempfile.TemporaryDirectory() as d:
@@ -239,9 +303,7 @@ def set_aside_cache(directory: str | os.PathLike, inode: int | None) -> str | No
     """
     directory = os.fspath(directory)
     path = os.path.join(directory, FILE)
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)  # released with the descriptor
+    with folder_lock(directory, exclusive=True):  # no opening meanwhile (see the module)
         try:
             now = os.stat(path).st_ino
         except FileNotFoundError:
@@ -249,8 +311,6 @@ def set_aside_cache(directory: str | os.PathLike, inode: int | None) -> str | No
         if inode is not None and now != inode:
             return None
         return set_aside(path, *dense_files(directory))
-    finally:
-        os.close(fd)
 
 
 def _named(ns: int, key: Any) -> tuple[int, str]:

@@ -20,7 +20,8 @@ are stored as blobs, as any entry would be.
 A file's blocks are reserved on disk before it is mapped (``reserve``): a
 row written into a mapped page the disk has no room for kills the process
 with SIGBUS, where a reservation on a full disk is an ``OSError`` the disk
-tier can stop at.
+tier can stop at. A file is reserved when it is made, and again when opened
+only if it has holes (one an older readerkit made).
 """
 from __future__ import annotations
 
@@ -82,6 +83,18 @@ def reserve(path: str, zeros: int = 0) -> None:
                 os.write(fd, bytes(min(1 << 20, size - at)))
     finally:
         os.close(fd)
+
+
+def _has_holes(path: str) -> bool:
+    """Whether the file at ``path`` has fewer blocks on disk than its size needs (or its blocks are not known).
+
+    Reserving room for a file that has it all already is not free: where the
+    file system has no fallocate, glibc emulates it by writing a byte in every
+    block, minutes for a file of many GiB, racing the rows other processes write
+    through their maps."""
+    stat = os.stat(path)
+    blocks = getattr(stat, "st_blocks", None)
+    return blocks is None or blocks * 512 < stat.st_size
 
 
 def layout_of(value: Any) -> list | None:
@@ -176,8 +189,8 @@ class DenseFile:
                     os.unlink(path)
                 continue
             try:
-                # made here, it has its room already, and this costs a look at its extents; made by an older
-                reserve(path)  # readerkit, it may have holes
+                if _has_holes(path):  # made by an older readerkit; made here, it has its room already
+                    reserve(path)
                 column = np.load(path, mmap_mode="r+")
                 break
             except FileNotFoundError:

@@ -44,6 +44,7 @@ from readers.caching.database import (
     damage_of,
     evict,
     open_database,
+    opened_database,
     release,
     row_keys,
     set_aside_cache,
@@ -147,11 +148,12 @@ class DiskStore:
         self._forked()
         if self._db is None:
             try:
-                db = open_database(self.directory)
+                db, ino = opened_database(self.directory)
             except DamagedFile as exc:  # damaged where the opening looks (its tables): set aside, made anew
-                self._recover(self.generation, exc.reason, _inode(self.directory))
-                db = open_database(self.directory)
-            self._db, self._ino = db, _inode(self.directory)
+                self._recover(self.generation, exc.reason, exc.inode)
+                db, ino = opened_database(self.directory)
+            # (the file's inode as it was opened: one looked up after, a set-aside may have replaced)
+            self._db, self._ino = db, ino
             if self.limit is not None:
                 with transaction(self._db):
                     self._db.execute("INSERT OR REPLACE INTO meta VALUES ('disk_bytes', ?)", (str(self.limit),))
@@ -490,11 +492,10 @@ class DiskStore:
                 return
             if self._writer_db is None:
                 try:
-                    self._writer_db = open_database(self.directory)
+                    self._writer_db, self._writer_ino = opened_database(self.directory)
                 except DamagedFile as exc:
-                    self._recover(gen, exc.reason, _inode(self.directory))
+                    self._recover(gen, exc.reason, exc.inode)
                     return
-                self._writer_ino = _inode(self.directory)
             elif _inode(self.directory) != self._writer_ino:  # set aside by another process, a new one in place
                 self._recover(gen, "another process found it so", self._writer_ino)  # (not set aside again)
                 return

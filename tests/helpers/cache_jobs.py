@@ -16,17 +16,20 @@ from typing import Any
 
 import numpy as np
 
+from readers.caching.database import open_database, set_aside_cache
 from readers.caching.disk import DiskStore, row_keys
+from readers.storage.sqlite import transaction
 from readers.testing import assert_same
 from tests.helpers.child_processes import exit_codes
 
-__all__ = ["ABOUT", "FILE", "ID_MASK", "SPACE", "WAIT", "ask", "assert_counters_true", "change", "overwrite_page",
-           "put_keys", "read_back", "read_once", "run_all", "share", "stored", "use_inherited", "value",
-           "write_until_killed"]
+__all__ = ["ABOUT", "FILE", "ID_MASK", "PAUSE", "SPACE", "WAIT", "ask", "assert_counters_true", "change",
+           "open_in_the_window", "overwrite_page", "put_keys", "read_back", "read_once", "run_all", "set_aside_slowly",
+           "share", "stored", "use_inherited", "value", "write_until_killed"]
 
 SPACE = "tests.helpers.cache_jobs"
 ABOUT = {"func": "tests.helpers.cache_jobs.value"}
 WAIT = 10.0  # seconds: a bound for another process to show up or finish, never a measure of speed
+PAUSE = 1.0  # seconds a set-aside waits, between its renames, for another process to open the folder
 FILE = "cache.sqlite3"  # the one name a cache folder's database has
 ID_MASK = (1 << 40) - 1  # a row key's sample ID
 
@@ -43,18 +46,36 @@ def change(directory: Any, sql: str, *args: Any) -> None:
         db.execute(sql, args)
 
 
-def overwrite_page(directory: Any, table: str = "entries") -> int:
+def overwrite_page(directory: Any, table: str = "entries", last_leaf: bool = False) -> int:
     """Write garbage over the root page of ``table`` in the database file (checkpointed first: no store may have
     it open), as the fault hunt of issue 27 wrote over a page; return the page's number (from 1, as sqlite counts).
-    Every lookup in the table meets it."""
+    Every lookup in the table meets it. ``last_leaf``: over the table's last leaf instead (the table must span
+    more than one page), which only what reads the table's end meets, or ``PRAGMA quick_check``."""
     path = os.path.join(directory, FILE)
     with contextlib.closing(sqlite3.connect(path, timeout=WAIT)) as db:
         db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         size = db.execute("PRAGMA page_size").fetchone()[0]
         page = db.execute("SELECT rootpage FROM sqlite_master WHERE name = ?", (table,)).fetchone()[0]
     with open(path, "r+b") as file:
+        if last_leaf:
+            page = _last_leaf(file, size, page, table)
         file.seek((page - 1) * size)
         file.write(bytes([0xA5]) * size)
+    return page
+
+
+def _last_leaf(file: Any, size: int, page: int, table: str) -> int:
+    """The last leaf of the b-tree whose root is ``page``: down its interior pages' right-most children (an
+    interior page's header: its kind, 2 or 5, in byte 0, the right-most child in bytes 8 to 11)."""
+    root = page
+    while True:
+        file.seek((page - 1) * size)
+        header = file.read(12)
+        if header[0] not in (2, 5):
+            break
+        page = int.from_bytes(header[8:12], "big")
+    if page == root:
+        raise AssertionError(f"the table {table} is one page: it has no leaf other than its root")
     return page
 
 
@@ -175,3 +196,40 @@ def use_inherited(store: DiskStore, ns: int, inherited: range, mine: range) -> N
 def read_once(store: DiskStore, ks: list[int], names: list[str | None]) -> None:
     """In a forked child: one read through the parent's store object."""
     store.get_many(ks, names)
+
+
+def set_aside_slowly(directory: str, inode: int, window: Any, opened: Any) -> None:
+    """Set the damaged database (the file ``inode``) aside with ``set_aside_cache``, pausing after its first rename
+    (the log's): ``window`` is set then, and the renames go on once ``opened`` is set or ``PAUSE`` seconds have
+    passed. Widens, for issue 27's review (finding 6), the moment in which another process opening the folder
+    met a database half set aside."""
+    real = os.replace
+
+    def replace(source: str, target: str) -> None:
+        try:
+            real(source, target)
+        finally:
+            if not window.is_set():
+                window.set()
+                opened.wait(PAUSE)  # (a process that must wait for the set-aside to end does not come)
+
+    os.replace = replace
+    try:
+        if set_aside_cache(directory, inode) is None:
+            raise AssertionError(f"the database in {directory} was not set aside: its inode is not {inode}")
+    finally:
+        os.replace = real
+
+
+def open_in_the_window(directory: str, window: Any, opened: Any) -> None:
+    """Once ``window`` is set, open the cache in ``directory``, set ``opened``, and write a row through the
+    connection (into whatever file it opened), as a store would."""
+    if not window.wait(WAIT):
+        raise TimeoutError(f"the set-aside did not start within {WAIT} s")
+    db = open_database(directory)
+    try:
+        opened.set()
+        with transaction(db):
+            db.execute("INSERT OR REPLACE INTO meta VALUES ('opened by', ?)", (str(os.getpid()),))
+    finally:
+        db.close()

@@ -26,15 +26,18 @@ def cache_group() -> None:
 @cache_group.command("info")
 @click.argument("directory", type=click.Path(file_okay=False))
 @click.option("--json", "as_json", is_flag=True, help="Print the figures as one JSON object.")
+@click.option("--check-pages", is_flag=True,
+              help="Read every page of the database to find damage (sqlite's quick_check: about a second a GiB). "
+                   "Without it, only the tables' first pages are looked at.")
 @fail_cleanly
-def cache_info_command(directory: str, as_json: bool) -> None:
+def cache_info_command(directory: str, as_json: bool, check_pages: bool) -> None:
     """Show what the cache in DIRECTORY holds, per namespace and in all.
 
     A namespace is a function over a dataset: a line each with its entries, their size and the function's mean
     time per entry; then the totals and the limit (disk_bytes)."""
     from readers.caching.admin import cache_info, info_lines
 
-    info = cache_info(directory)
+    info = cache_info(directory, check_pages=check_pages)
     click.echo(json.dumps(info, indent=2) if as_json else "\n".join(info_lines(info)))
 
 

@@ -3,6 +3,7 @@ and files that are not caches left alone."""
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import re
 import sqlite3
@@ -12,6 +13,7 @@ import numpy as np
 import pytest
 
 import readers
+from readers.caching import admin
 from readers.caching.admin import cache_info, clear_cache, cleared_line, info_lines
 from readers.caching.database import FILE
 from readers.caching.disk import DiskStore, row_keys
@@ -315,3 +317,82 @@ def test_cache_info_counts_and_clear_deletes_what_was_set_aside(tmp_path):
                         rf"clear {re.escape(str(tmp_path))}` deletes them\)", info_lines(info)[-1])
     clear_cache(tmp_path)
     assert cache_info(tmp_path)["set_aside"] == [] and not [f for f in os.listdir(tmp_path) if ".damaged-" in f]
+
+
+# -- how far info looks for damage (review of issue 27, finding 11) ------------------------------------------------
+
+
+@pytest.fixture
+def page_checks(monkeypatch):
+    """The connections ``check_pages`` (PRAGMA quick_check: every page read) was run on, through admin."""
+    seen = []
+    real = admin.check_pages
+    monkeypatch.setattr(admin, "check_pages", lambda db: (seen.append(db), real(db))[1])
+    return seen
+
+
+def _fill_pages(directory) -> None:
+    """A cache whose entries table spans many pages: 2,000 blobs."""
+    r = readers.cached(readers.from_sequence([f"word {i}" for i in range(2000)]), shout, directory=directory)
+    list(r())
+    r.store.close()
+
+
+def test_cache_info_reads_every_page_only_when_asked(tmp_path, page_checks):
+    # Regression (review of issue 27, 11): cache info ran PRAGMA quick_check, every page read (about a second a
+    # GiB, minutes for a large cache, with nothing shown meanwhile)
+    _fill(tmp_path)
+    info = cache_info(tmp_path)
+    assert page_checks == [] and info["pages_checked"] is False and info["entries"] == 13
+    assert not [line for line in info_lines(info) if line.startswith("pages:")]
+    checked = cache_info(tmp_path, check_pages=True)
+    assert len(page_checks) == 1 and checked["pages_checked"] is True and checked["damaged"] is None
+    assert {**checked, "pages_checked": False} == info
+    assert info_lines(checked)[-1] == "pages: every page read, none damaged"
+
+
+def test_cache_info_check_pages_finds_the_damage_the_first_pages_do_not_show(tmp_path, page_checks):
+    _fill_pages(tmp_path)
+    overwrite_page(tmp_path, "entries", last_leaf=True)
+    assert cache_info(tmp_path)["damaged"] is None and page_checks == []  # what the cheap look cannot see
+    info = cache_info(tmp_path, check_pages=True)
+    assert info["damaged"] and info["entries"] == 0 and info["namespaces"] == [] and len(page_checks) == 1
+    assert info_lines(info)[0].startswith(f"cache in {tmp_path}: damaged (")
+
+
+def test_clear_cache_without_a_check_of_every_page_still_empties_a_damaged_folder(tmp_path, page_checks):
+    _fill_pages(tmp_path)
+    overwrite_page(tmp_path, "entries", last_leaf=True)
+    done = clear_cache(tmp_path)  # the deletion meets the damaged page
+    assert page_checks == []
+    assert done["note"].startswith("the database was damaged (") and os.listdir(tmp_path) == []
+    assert _calls(tmp_path, shout, readers.from_sequence(["a", "b"])) == 2 and cache_info(tmp_path)["entries"] == 2
+
+
+def _opening_would_wait(directory) -> bool:
+    """Whether a process opening the cache in ``directory`` would wait now: the folder's lock is held exclusively."""
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        return False
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+
+
+def test_clear_cache_deletes_a_damaged_database_while_no_process_can_open_the_folder(tmp_path, monkeypatch):
+    # (review of issue 27, finding 6: a process opening the folder between the deletion of the database and of its
+    # -wal would make a new database beside the old log, and replay it)
+    _fill(tmp_path)
+    overwrite_page(tmp_path)
+    held, real = {}, os.unlink
+
+    def unlink(path, *args, **options):
+        if os.path.basename(path) in {FILE + suffix for suffix in ("", "-wal", "-shm")}:
+            held[os.path.basename(path)] = _opening_would_wait(tmp_path)
+        return real(path, *args, **options)
+
+    monkeypatch.setattr(os, "unlink", unlink)
+    assert clear_cache(tmp_path)["note"].startswith("the database was damaged (")
+    assert held == {FILE: True, FILE + "-wal": True, FILE + "-shm": True}

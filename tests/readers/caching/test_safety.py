@@ -6,20 +6,24 @@ import contextlib
 import multiprocessing
 import os
 import sqlite3
+import threading
 import warnings
 
 import numpy as np
 import pytest
 
 import readers
+from readers.caching import database, disk
 from readers.caching.database import (
     FILE,
     aside_files,
     damage_of,
     database_bytes,
     open_database,
+    set_aside_cache,
 )
 from tests.conftest import HANG
+from tests.helpers import cache_jobs
 from tests.helpers.cache_jobs import change, overwrite_page
 
 
@@ -347,3 +351,59 @@ def test_two_stores_that_meet_one_damage_set_it_aside_once_and_share_the_new_dat
     assert damage_of(tmp_path) is None and second.stats()["disk_hits"] >= 300
     first.close()
     second.close()
+
+
+def test_a_process_opening_the_folder_while_another_sets_its_database_aside_leaves_no_log_under_the_live_name(
+        tmp_path, no_leaks):
+    # Regression (issue 27's review, finding 6): set_aside renames the -wal, the -shm, then the database, and
+    # only other set-asides waited for it; a process opening the folder between those renames made a new
+    # cache.sqlite3-wal for the damaged file, left under the live name, whose frames the next new database
+    # replayed (damaged again, set aside again). Two real processes: two stores of one process share sqlite's
+    # state of a file and do not show it.
+    data = readers.from_arrays(np.arange(300))
+    want = [word((i,)) for i in range(300)]
+    first = readers.cached(data, word, directory=tmp_path, memory_bytes=0)
+    list(first())
+    first.close()
+    overwrite_page(tmp_path)
+    spawn = multiprocessing.get_context("spawn")
+    window, opened = spawn.Event(), spawn.Event()
+    cache_jobs.run_all([spawn.Process(target=cache_jobs.set_aside_slowly,
+                                      args=(str(tmp_path), os.stat(tmp_path / FILE).st_ino, window, opened)),
+                        spawn.Process(target=cache_jobs.open_in_the_window, args=(str(tmp_path), window, opened))],
+                       timeout=cache_jobs.WAIT + cache_jobs.PAUSE)
+    left = sorted(f for f in os.listdir(tmp_path) if f.startswith(FILE) and ".damaged-" not in f)
+    assert left == [FILE], f"files under the live name: {left}; no -wal or -shm may outlive its connections"
+    assert len([f for f in aside_files(tmp_path) if f.endswith(tuple("0123456789"))]) == 1
+    assert damage_of(tmp_path) is None
+    later = readers.cached(data, word, directory=tmp_path, memory_bytes=0)
+    assert quiet_pass(later) == want  # no damage met again, nothing set aside again
+    later.close()
+    assert len([f for f in aside_files(tmp_path) if f.endswith(tuple("0123456789"))]) == 1
+
+
+def test_a_store_keeps_the_inode_of_the_file_it_opened_when_a_set_aside_follows_at_once(tmp_path, monkeypatch):
+    # Regression (review of issue 27, finding 6): a store looked its database's inode up after the opening; a
+    # set-aside landing in between gave it the new file's (or none), so damage it met later in the file it had
+    # open was taken for none ("whole after all"), or the new, whole database was set aside in its place
+    r = readers.cached(readers.from_arrays(np.arange(10)), word, directory=tmp_path)
+    list(r())
+    r.close()
+    found = {}
+    other = threading.Thread(target=lambda: found.update(aside=set_aside_cache(str(tmp_path), None)), daemon=True)
+    real_connect, real_inode = database.connect, disk._inode
+
+    def connect(*args, **options):
+        db = real_connect(*args, **options)
+        other.start()  # a set-aside at once: it waits for the folder's lock, held while the file is opened
+        return db
+
+    monkeypatch.setattr(database, "connect", connect)
+    monkeypatch.setattr(disk, "_inode", lambda d: (other.join(HANG), real_inode(d))[1])  # (it lands first)
+    store = disk.DiskStore(str(tmp_path))
+    try:
+        store.connection()
+        other.join(HANG)
+        assert found["aside"] is not None and store._ino == os.stat(found["aside"]).st_ino
+    finally:
+        store.close()

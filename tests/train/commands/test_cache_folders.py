@@ -13,6 +13,7 @@ from click.testing import CliRunner
 
 import readers
 from cli import main
+from readers.caching import admin
 from readers.caching.admin import cache_info
 from tests.helpers import paths as _paths
 from tests.helpers.cache_jobs import overwrite_page
@@ -151,3 +152,34 @@ def test_cli_cache_info_and_clear_on_a_damaged_database(cache_dir):
                         r"deleted, with every namespace; a new one is made when the cache is next used\n",
                         cleared.output)
     assert list(cache_dir.iterdir()) == []
+
+
+def test_cli_cache_info_reads_every_page_only_with_check_pages(tmp_path, monkeypatch):
+    # Regression (review of issue 27, 11): `cache info` ran PRAGMA quick_check over every page (about a second a
+    # GiB), with no way to skip it; damage past the tables' first pages is now found with --check-pages, and
+    # `cache clear` still empties such a folder
+    folder = tmp_path / "cache"
+    r = readers.cached(readers.from_sequence([f"word {i}" for i in range(2000)]), tag, directory=folder)
+    list(r())
+    r.store.close()
+    overwrite_page(folder, "entries", last_leaf=True)
+    checks = []
+    real = admin.check_pages
+    monkeypatch.setattr(admin, "check_pages", lambda db: (checks.append(db), real(db))[1])
+    plain = run("info", folder)
+    assert plain.exit_code == 0 and checks == [], plain.output
+    assert plain.stdout.startswith(f"cache in {folder}: 1 namespace, ")
+    checked = run("info", "--check-pages", folder)
+    assert checked.exit_code == 0 and len(checks) == 1, checked.output
+    assert re.fullmatch(rf"cache in {re.escape(str(folder))}: damaged \(.+\), \d+\.\d\d MiB on disk\n"
+                        r"it serves no entry: .*\n", checked.output)
+    cleared = run("clear", "--yes", folder)
+    assert cleared.exit_code == 0 and len(checks) == 1, cleared.output
+    assert "; the database was damaged (" in cleared.stdout and list(folder.iterdir()) == []
+
+
+def test_cli_cache_info_check_pages_on_a_whole_cache_says_so(cache_dir):
+    result = run("info", "--check-pages", cache_dir)
+    assert result.exit_code == 0, result.output
+    assert result.stdout.splitlines()[-2:] == ["limit: 50.00 MiB (disk_bytes=52,428,800)",
+                                               "pages: every page read, none damaged"]
