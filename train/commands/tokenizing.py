@@ -22,6 +22,7 @@ import re
 import click
 
 from readers.errors import BadValue, FileError
+from readers.tokenized.runfile_fields import TOKEN_SIZE_NAMES
 from readers.tokenized.runfiles import (
     DataConfig,
     RunFileError,
@@ -38,7 +39,6 @@ __all__ = ["BYTE_VOCABULARY", "DEFAULT_SEQ_LEN", "recorded_text", "tokenize_comm
 BYTE_VOCABULARY = 256
 #: A new data.toml's seq_len unless --seq-len says otherwise (the reference's configs use 2048).
 DEFAULT_SEQ_LEN = 2048
-_SIZE_NAMES = {2: "TwoBytes", 4: "FourBytes"}
 _RECORDED = re.compile(r"^[ \t]*(token_size|vocab_size|seq_len)[ \t]*=.*\n?", re.MULTILINE)
 
 
@@ -78,19 +78,19 @@ def _existing(data_file: str, out: str, token_size: int, overwrite: bool) -> Dat
         raise BadValue(f"{data_file} describes the tokens in {data.dir}, not those tokenize writes to {out}: "
                        f"move it, {afresh}")
     if data.token_size != token_size and not overwrite:
-        raise BadValue(f'{data_file} says token_size = "{_SIZE_NAMES[data.token_size]}", and --token-size is '
+        raise BadValue(f'{data_file} says token_size = "{TOKEN_SIZE_NAMES[data.token_size]}", and --token-size is '
                        f"{token_size}: give --token-size {data.token_size}, {afresh}")
     return data
 
 
 def _record(out: str, data_file: str, existing: DataConfig | None, token_size: int, seq_len: int | None) -> str:
     """Write or update ``out``'s data.toml for byte-level tokens of ``token_size`` bytes; the line that says so."""
-    said = f'token_size = "{_SIZE_NAMES[token_size]}", vocab_size = {BYTE_VOCABULARY}'
+    said = f'token_size = "{TOKEN_SIZE_NAMES[token_size]}", vocab_size = {BYTE_VOCABULARY}'
     if existing is None:
         seq_len = seq_len or DEFAULT_SEQ_LEN
         write_data(out, data_text(token_size=token_size, vocab_size=BYTE_VOCABULARY, seq_len=seq_len))
         return f"wrote {data_file}: {said}, seq_len = {seq_len}, no shuffle_seed (the files' order)"
-    values = {"token_size": f'"{_SIZE_NAMES[token_size]}"', "vocab_size": str(BYTE_VOCABULARY)}
+    values = {"token_size": f'"{TOKEN_SIZE_NAMES[token_size]}"', "vocab_size": str(BYTE_VOCABULARY)}
     if seq_len is not None and seq_len != existing.seq_len:
         values["seq_len"] = str(seq_len)
     elif (existing.token_size, existing.vocab_size) == (token_size, BYTE_VOCABULARY):

@@ -240,7 +240,7 @@ def test_two_byte_tokens_read_as_four_bytes_are_refused_before_the_model_is_buil
 
 def test_a_vocabulary_that_does_not_fit_in_memory_is_refused_before_the_model_is_built(tmp_path, monkeypatch):
     state = _run_files(tmp_path)
-    monkeypatch.setattr("train.commands.token_vocabulary.available_memory", lambda: 1 << 20)
+    monkeypatch.setattr("readers.tokenized.run_limits.available_memory", lambda: 1 << 20)
     monkeypatch.setattr("train.commands.token_training.NextTokenMLP", _never_built)
     result = run("train", "--config", state, "--vocab-size", "300", "--steps", "1")
     assert result.exit_code == 1, result.output
