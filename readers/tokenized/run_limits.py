@@ -19,6 +19,7 @@ import os
 from typing import Any
 
 from readers.errors import BadValue
+from readers.launch import worker_info
 from readers.tokenized.runfile_fields import RunFileError
 
 __all__ = ["available_memory", "check_run"]
@@ -103,7 +104,6 @@ def _cgroup_room(root: str = CGROUP_ROOT, proc_cgroup: str = PROC_CGROUP) -> int
 
 def _local_processes() -> int:
     """The processes of this job on this machine (a launcher's local world size), which share its memory."""
-    from readers.launch import worker_info
     try:
         return max(worker_info().local_world_size, 1)
     except BadValue:  # a malformed launcher environment is refused where the job reads it, not here

@@ -41,7 +41,7 @@ def likely_cause(where: str, token_size: int | None, token_size_from: str | None
     'its token ids are not numbered from 0 by a tokenizer: renumber them 0..n-1 (np.unique(tokens, return_inverse=True))'
     """
     if where.endswith(".bin") and token_size == 4:
-        return f'the file probably holds 2-byte tokens: write token_size = "TwoBytes" in {token_size_from}'
+        return f'the file probably holds 2-byte tokens: write token_size = "{TOKEN_SIZE_NAMES[2]}" in {token_size_from}'
     if where.endswith(".npy"):
         return ("its token ids are not numbered from 0 by a tokenizer: renumber them 0..n-1 "
                 "(np.unique(tokens, return_inverse=True))")
