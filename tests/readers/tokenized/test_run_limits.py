@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 
 from readers.tokenized import run_limits
-from readers.tokenized.run_limits import check_run
+from readers.tokenized.run_limits import available_memory, check_run
 from readers.tokenized.runfile_fields import RunFileError
 from tests.conftest import HANG
 from tests.helpers.child_processes import python_child, read_to_end
@@ -122,10 +122,10 @@ def test_available_memory_is_the_cgroup_room_shared_by_the_local_processes(monke
     monkeypatch.setattr(run_limits, "_cgroup_room", lambda: 8 * GIB)
     for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK"):
         monkeypatch.delenv(name, raising=False)
-    if run_limits.available_memory() != 8 * GIB:
+    if available_memory() != 8 * GIB:
         pytest.skip("this process has an address-space limit (ulimit -v) below 8 GiB")
     monkeypatch.setenv("RANK", "1")
     monkeypatch.setenv("WORLD_SIZE", "8")
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")
     monkeypatch.setenv("LOCAL_RANK", "1")
-    assert run_limits.available_memory() == 2 * GIB
+    assert available_memory() == 2 * GIB
