@@ -314,8 +314,12 @@ def _served(reader_name: str, data_dir: str | None, download: bool, config: str 
 
         data = load_data(config, caller="serve --config")
         tokens = readers.tokens(data.dir, seq_len=data.seq_len, token_size=data.token_size, vocab_size=data.vocab_size)
+        # the largest id sizes a client's vocabulary where the data.toml records none: found by reading every token,
+        # minutes for a large corpus, while clients wait seconds for a first connection; a recorded vocab_size is
+        # the vocabulary, and every read checks the ids against it
+        top = tokens.max_token() if data.vocab_size is None else None
         return tokens, {"seq_len": data.seq_len, "token_size": data.token_size, "shuffle_seed": data.shuffle_seed,
-                        "max_token": tokens.max_token(), "tokens": sum(tokens.sizes), "vocab_size": data.vocab_size}
+                        "max_token": top, "tokens": sum(tokens.sizes), "vocab_size": data.vocab_size}
     train_reader, test_reader = splits(reader_name, data_dir, download)
     if split == "test" and test_reader is None:
         raise click.UsageError(f"reader {reader_name!r} has no test split; serve --split train")

@@ -235,3 +235,23 @@ def test_cli_serve_gives_the_server_its_timeouts(token_config, monkeypatch):
         assert f"  {option} " in shown, option
     bad = CliRunner().invoke(cli.main, ["serve", "--config", token_config[0], "--frame-timeout", "0"])
     assert bad.exit_code == 2 and "Invalid value for '--frame-timeout': 0.0 is not in the range x>0." in bad.output
+
+
+@pytest.mark.parametrize("recorded", [True, False], ids=["vocab_size recorded", "no vocab_size"])
+def test_cli_serve_config_reads_the_whole_corpus_only_without_a_recorded_vocab_size(token_config, monkeypatch,
+                                                                                       recorded):
+    """Review 27 finding 10: serve --config read every token for max_token() at startup even when the data.toml
+    records vocab_size, while clients wait 5 s for a first connection: a launcher starting both failed."""
+    import cli
+    config, _ = token_config
+    if recorded:
+        with open(config, "a") as f:
+            f.write("vocab_size = 1300\n")
+    scans = []
+    real = Tokens.largest_token
+    monkeypatch.setattr(Tokens, "largest_token", lambda self: scans.append(self) or real(self))
+    with cli.serve.make_context("serve", ["--config", config]):
+        served, info = cli._served(None, None, False, config, "train")
+    assert len(scans) == (0 if recorded else 1)
+    assert (info["vocab_size"], info["max_token"]) == ((1300, None) if recorded else (None, 1200))
+    assert len(served) == 50 and served[49].tolist() == list(range(1196, 1201))

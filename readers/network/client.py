@@ -155,9 +155,12 @@ class Remote(IndexedReader):
         last = f"(the last: {type(why).__name__}: {why}); check that `python cli.py serve` runs there and this " \
                "machine can reach it"
         if first:
+            # a launcher may start the server and its clients together, and a server of a large corpus takes a while
             return (f"{self.address}: no data-provider server answered within {self.connect_timeout:g} s, {tried} "
-                    f"{last}, or give readers.remote a longer connect_timeout (now {self.connect_timeout:g} s; "
-                    f"deadline, now {self.deadline:g} s, is the wait for a server lost during a read)")
+                    f"{last}; a server started at the same time may still be starting (it listens once it prints "
+                    "'serving N entries on HOST:PORT'): start the client after that line, or give readers.remote a "
+                    f"longer connect_timeout (now {self.connect_timeout:g} s; deadline, now {self.deadline:g} s, is the "
+                    "wait for a server lost during a read; train --connect-timeout)")
         return (f"{self.address}: no data-provider server answered for {waited:.0f} s, {tried} {last}, or give "
                 f"readers.remote a longer deadline (now {self.deadline:g} s)")
 

@@ -25,6 +25,8 @@ __all__ = ["EXAMPLES", "RunFileError", "check_keys", "folder", "host_port", "int
 
 #: Psyche's TokenSize spellings; the byte counts 2 and 4 are accepted too.
 TOKEN_SIZES = {"TwoBytes": 2, "FourBytes": 4}
+#: The same names by bytes per token: ``TOKEN_SIZE_NAMES[2] == "TwoBytes"``.
+TOKEN_SIZE_NAMES = {size: name for name, size in TOKEN_SIZES.items()}
 SEED_BYTES = 32
 #: The deepest a run file's values nest (tables in tables, arrays in arrays); Psyche's files nest 5 deep at most.
 MAX_DEPTH = 32

@@ -293,10 +293,6 @@ def load_data(path: str | os.PathLike, *, caller: str = "load_data") -> DataConf
                       vocab_size=fields.vocab_size(path, doc, size))
 
 
-#: Psyche's names of the token sizes, by bytes per token.
-_SIZE_NAMES = {size: name for name, size in fields.TOKEN_SIZES.items()}
-
-
 def data_text(*, token_size: int, vocab_size: int, seq_len: int, shuffle_seed: int | None = None) -> str:
     """The text of a data.toml for the token files in its own folder (``dir = "."``).
 
@@ -309,7 +305,7 @@ def data_text(*, token_size: int, vocab_size: int, seq_len: int, shuffle_seed: i
     seq_len = 2048
     shuffle_seed = [7, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]
     """
-    lines = ['dir = "."', f'token_size = "{_SIZE_NAMES[token_size]}"', f"vocab_size = {vocab_size}",
+    lines = ['dir = "."', f'token_size = "{fields.TOKEN_SIZE_NAMES[token_size]}"', f"vocab_size = {vocab_size}",
              f"seq_len = {seq_len}"]
     if shuffle_seed is not None:
         lines.append(f"shuffle_seed = {list(shuffle_seed.to_bytes(fields.SEED_BYTES, 'little'))}")

@@ -28,10 +28,13 @@ after the last such check. A file that changed is refused with a
 ``server_error`` and serves on. Only a change in the microseconds between a
 check and the read it guards can still get past.
 
-When a file is first mapped in a process, a sample of a few KiB is checked
-(``readers.tokenized.token_checks``): a 2-byte read of a ``.bin`` file whose
-every second token is 0 is refused as probably 4-byte tokens, and an id
-beyond a given ``vocab_size`` as a wrong token size or a stale data.toml.
+The first time a file is mapped in a process, a sample of a few KiB is
+checked (``readers.tokenized.token_checks``), once: a 2-byte read of a
+``.bin`` file that looks like 4-byte tokens (every second token 0, or under
+16 while the others reach far higher) is refused, unless ``vocab_size`` is
+given, and an id beyond a given ``vocab_size`` as a wrong token size or a
+stale data.toml. A file passed stays passed in that process (its stamp is
+checked on every mapping), so a file mapped again is not sampled again.
 """
 from __future__ import annotations
 
@@ -49,7 +52,7 @@ from readers.errors import BadType, BadValue, FileError, make_folder
 from readers.stage import IndexedReader
 from readers.tokenized import token_checks
 
-__all__ = ["TokenFileChanged", "TokenFileError", "Tokens", "tokenize_bytes", "tokens"]
+__all__ = ["TokenFileChanged", "TokenFileError", "Tokens", "check_new_corpus", "tokenize_bytes", "tokens"]
 
 #: Bytes per token and the little-endian dtype of a .bin file's tokens.
 TOKEN_DTYPES = {2: np.dtype("<u2"), 4: np.dtype("<u4")}
@@ -224,6 +227,7 @@ class Tokens(IndexedReader):
         self.offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)  # window index of each file
         # file k -> [its windows' view, its map, when it was last checked unchanged (time.monotonic)]
         self._views: collections.OrderedDict[int, list] = collections.OrderedDict()
+        self._sampled_files: set[int] = set()  # files whose sample passed, in this process (_sampled)
 
     def _tokens(self, k: int) -> tuple[np.ndarray, mmap.mmap]:
         """File ``k``'s tokens as a read-only array over a memory map of the file, and the map, once the file is
@@ -292,12 +296,17 @@ class Tokens(IndexedReader):
 
     def _sampled(self, k: int) -> tuple[np.ndarray, mmap.mmap]:
         """``_tokens(k)`` (the array and its map), once a sample of it is checked against the token size and the
-        vocabulary size."""
+        vocabulary size: the first time in this process only. ``_tokens`` checks the file's stamp on every
+        mapping, so a file that passed is the same file, and its sample need not be read again (with more files
+        than ``MAPPED`` read at random, almost every read maps one again)."""
         a, mapped = self._tokens(k)
-        problem = (token_checks.four_byte_problem(self.paths[k], a, self.token_size)
+        if k in self._sampled_files:
+            return a, mapped
+        problem = (token_checks.four_byte_problem(self.paths[k], a, self.token_size, self.vocab_size)
                    or token_checks.vocabulary_problem(self.paths[k], a, self.vocab_size))
         if problem:
             raise TokenFileError(problem)
+        self._sampled_files.add(k)
         return a, mapped
 
     def check_samples(self) -> None:
@@ -358,6 +367,7 @@ class Tokens(IndexedReader):
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state["_views"] = collections.OrderedDict()  # another process maps the files itself
+        state["_sampled_files"] = set()  # and checks their samples itself
         return state
 
     def __len__(self) -> int:
@@ -383,19 +393,20 @@ class Tokens(IndexedReader):
 
     def _checked(self, windows: np.ndarray, k: int) -> np.ndarray:
         """Windows as int32; a token that int32 cannot hold (a negative or a 4-byte id >= 2**31) names its file,
-        and so does one beyond ``vocab_size``."""
-        if windows.dtype != np.uint16 and windows.size:
-            low, high = int(windows.min()), int(windows.max())
-            if low < 0 or high > _INT32_MAX:
-                raise TokenFileError(f"{self.paths[k]} holds the token id {low if low < 0 else high}, outside "
-                                     f"0..{_INT32_MAX:,}: token ids are non-negative and fit in int32 (is "
-                                     "token_size right?)")
-        self._within_vocabulary(windows, k)
+        and so does one beyond ``vocab_size``. The bounds are found once, in as few passes as the checks need:
+        none for 2-byte ids without ``vocab_size``, the max alone for unsigned ids, the min too for signed
+        ones (a .npy file's)."""
+        if not windows.size or (windows.dtype == np.uint16 and self.vocab_size is None):
+            return windows.astype(np.int32)
+        high = int(windows.max())
+        low = int(windows.min()) if windows.dtype.kind == "i" else 0
+        if low < 0 or high > _INT32_MAX:
+            raise TokenFileError(f"{self.paths[k]} holds the token id {low if low < 0 else high}, outside "
+                                 f"0..{_INT32_MAX:,}: token ids are non-negative and fit in int32 (is "
+                                 "token_size right?)")
+        if self.vocab_size is not None and high >= self.vocab_size:
+            raise TokenFileError(token_checks.too_large(self.paths[k], high, self.vocab_size))
         return windows.astype(np.int32)
-
-    def _within_vocabulary(self, windows: np.ndarray, k: int) -> None:
-        if self.vocab_size is not None and windows.size and (top := int(windows.max())) >= self.vocab_size:
-            raise TokenFileError(token_checks.too_large(self.paths[k], top, self.vocab_size))
 
     def sample_ids(self, indices: np.ndarray) -> np.ndarray:
         return indices
@@ -423,8 +434,11 @@ def tokens(path: Any, *, seq_len: int, token_size: int = 2, vocab_size: int | No
     ``token_size`` is the bytes per token, 2 (vocabularies up to 65,536) or 4.
     ``vocab_size``, where known (a data.toml's), bounds the ids: one beyond
     it raises ``TokenFileError`` naming its file. A 2-byte read of a ``.bin``
-    file whose every second token is 0 raises it too, as probably 4-byte
-    tokens (checked on a sample when a file is first read).
+    file that looks like 4-byte tokens (every second token 0, or under 16
+    while the others reach far higher) raises it too, as probably 4-byte
+    tokens (checked on a sample when a file is first read), unless
+    ``vocab_size`` is given: a known vocabulary says how the tokens were
+    written.
     Entry i is an int32 array of ``seq_len + 1`` tokens (int32 whatever the
     files hold: signed, so a pad target can be -100, and what an embedding
     lookup takes; half the memory of int64). Windows start every ``seq_len``
@@ -459,6 +473,27 @@ def tokens(path: Any, *, seq_len: int, token_size: int = 2, vocab_size: int | No
     return Tokens(_files(path), int(seq_len), int(token_size), None if vocab_size is None else int(vocab_size))
 
 
+def check_new_corpus(path: Any, *, overwrite: bool = False) -> None:
+    """Refuse, with a ``FileError`` naming it, to replace the corpus already at ``path`` unless ``overwrite``:
+    the one refusal of ``tokenize_bytes`` and ``cli.py tokenize``, made before anything is read.
+
+    >>> import tempfile
+    >>> folder = tempfile.TemporaryDirectory()
+    >>> check_new_corpus(f"{folder.name}/tokens.bin")  # nothing there
+    >>> np.arange(3, dtype="<u2").tofile(f"{folder.name}/tokens.bin")
+    >>> check_new_corpus(f"{folder.name}/tokens.bin", overwrite=True)
+    >>> check_new_corpus(f"{folder.name}/tokens.bin")
+    Traceback (most recent call last):
+    ...
+    readers.errors.FileError: .../tokens.bin already holds a corpus (6 bytes); replace it with overwrite=True (tokenize --overwrite), or write to another folder
+    """
+    path = os.fspath(path)
+    if os.path.exists(path) and not overwrite:
+        size = f"{os.path.getsize(path):,} bytes" if os.path.isfile(path) else "not a file"
+        raise FileError(f"{path} already holds a corpus ({size}); replace it with overwrite=True (tokenize "
+                        "--overwrite), or write to another folder")
+
+
 def tokenize_bytes(sources: Sequence[Any], out: Any, *, token_size: int = 2, name: str = "tokens.bin",
                    overwrite: bool = False, progress: Any = None) -> str:
     """Write the bytes of text files as one ``.bin`` token file: byte-level tokens, 0..255, one per byte.
@@ -490,10 +525,7 @@ def tokenize_bytes(sources: Sequence[Any], out: Any, *, token_size: int = 2, nam
         if not os.path.isfile(source):
             raise TokenFileError(f"{source}: no such file (a folder?); give text files to tokenize")
     path = os.path.join(os.fspath(out), name)
-    if os.path.exists(path) and not overwrite:
-        size = f"{os.path.getsize(path):,} bytes" if os.path.isfile(path) else "not a file"
-        raise FileError(f"{path} already holds a corpus ({size}); replace it with overwrite=True (tokenize "
-                        "--overwrite), or write to another folder")
+    check_new_corpus(path, overwrite=overwrite)
     make_folder(out, "the token folder")
     part, done = f"{path}.part", 0
     try:

@@ -142,7 +142,7 @@ def config_run(info: Any, found: Any, settings: TrainSettings) -> None:
     data = tokens if shuffle_seed is None else readers.shuffle(tokens, seed=shuffle_seed)
     vocab, whence = _vocabulary(settings, run, found_vocab)
     model = NextTokenMLP(vocab, lr=settings.lr, seed=settings.seed)
-    check_run(run, settings.config, windows=len(tokens), window_bytes=model.window_bytes(run.seq_len),
+    check_run(run, settings.config, window_bytes=model.window_bytes(run.seq_len),
               world_size=info.world_size)  # before the schedule: a ramp to 2**62 would take it minutes to build
     schedule = BatchSchedule.of_run(run)
     steps = settings.steps or run.total_steps

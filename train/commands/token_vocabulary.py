@@ -11,16 +11,15 @@ the likely cause (``likely_cause``).
 """
 from __future__ import annotations
 
-import os
-
 from readers.errors import BadValue
+from readers.tokenized import run_limits
+from readers.tokenized.runfile_fields import TOKEN_SIZE_NAMES
 from train.models.language import NextTokenMLP
 
-__all__ = ["PLAUSIBLE", "VocabularyError", "available_memory", "check_vocabulary", "likely_cause"]
+__all__ = ["PLAUSIBLE", "VocabularyError", "check_vocabulary", "likely_cause"]
 
 #: The most ids a next-token model plausibly has: four times the largest tokenizers' (about 256,000).
 PLAUSIBLE = 1 << 20
-_SIZE_NAMES = {2: "TwoBytes", 4: "FourBytes"}
 
 
 def _size(n: int) -> str:
@@ -29,26 +28,6 @@ def _size(n: int) -> str:
 
 class VocabularyError(BadValue):
     """A vocabulary the model cannot have: too large to be a tokenizer's, or to fit in memory."""
-
-
-def available_memory() -> int | None:
-    """Bytes of memory a new allocation can still get: Linux's MemAvailable, else the machine's total; None
-    when neither is known.
-
-    >>> available_memory() is None or available_memory() > 0
-    True
-    """
-    try:
-        with open("/proc/meminfo", encoding="ascii") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    try:
-        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, AttributeError):
-        return None
 
 
 def likely_cause(where: str, token_size: int | None, token_size_from: str | None) -> str:
@@ -62,7 +41,7 @@ def likely_cause(where: str, token_size: int | None, token_size_from: str | None
     'its token ids are not numbered from 0 by a tokenizer: renumber them 0..n-1 (np.unique(tokens, return_inverse=True))'
     """
     if where.endswith(".bin") and token_size == 4:
-        return f'the file probably holds 2-byte tokens: write token_size = "TwoBytes" in {token_size_from}'
+        return f'the file probably holds 2-byte tokens: write token_size = "{TOKEN_SIZE_NAMES[2]}" in {token_size_from}'
     if where.endswith(".npy"):
         return ("its token ids are not numbered from 0 by a tokenizer: renumber them 0..n-1 "
                 "(np.unique(tokens, return_inverse=True))")
@@ -82,8 +61,8 @@ def check_vocabulary(vocab_size: int, *, whence: str, where: str, token_size: in
                      given: bool = False, memory: int | None = None) -> None:
     """Raise ``VocabularyError`` when a ``NextTokenMLP`` over ``vocab_size`` ids has more ids than ``PLAUSIBLE``
     (unless ``given`` on purpose, by --vocab-size) or would not fit in ``memory`` bytes (by default
-    ``available_memory()``). The message names ``where`` the ids came from, ``whence`` (how the size was found),
-    the token size and the ``cause``.
+    ``run_limits.available_memory()``, the bound ``check_run`` uses too). The message names ``where`` the ids
+    came from, ``whence`` (how the size was found), the token size and the ``cause``.
 
     >>> check_vocabulary(256, whence="largest token id 115", where="t.bin", token_size=2, cause="")
     >>> check_vocabulary(7_536_738, whence="largest token id 7,536,737", where="t.bin", token_size=4,
@@ -95,14 +74,14 @@ def check_vocabulary(vocab_size: int, *, whence: str, where: str, token_size: in
     faults = []
     if vocab_size > PLAUSIBLE and not given:
         faults.append(f"more than the {PLAUSIBLE:,} a next-token model plausibly has")
-    memory = available_memory() if memory is None else memory
+    memory = run_limits.available_memory() if memory is None else memory
     needed = NextTokenMLP.memory_needed(vocab_size)
     if memory is not None and needed > memory:
         faults.append(f"the model would take {_size(needed)} (its parameters, Adam's moments and a step's "
                       f"gradients), more than the {_size(memory)} of memory available")
     if not faults:
         return
-    read = f' (token_size = "{_SIZE_NAMES[token_size]}")' if token_size in _SIZE_NAMES else ""
+    read = f' (token_size = "{TOKEN_SIZE_NAMES[token_size]}")' if token_size in TOKEN_SIZE_NAMES else ""
     read = f"read as {token_size}-byte tokens{read}, " if token_size else ""
     found = where if whence == where else f"{where}: {read}{whence}"  # --vocab-size says both
     raise VocabularyError(f"{found}: a vocabulary of {vocab_size:,} ids, {', and '.join(faults)}; {cause}")

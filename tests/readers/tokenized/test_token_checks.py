@@ -6,10 +6,12 @@ from readers.tokenized.token_checks import (
     BLOCK,
     BLOCKS,
     four_byte_problem,
+    four_byte_shape,
     looks_four_byte,
     sample,
     vocabulary_problem,
 )
+from tests.helpers.token_ids import zipf_ids
 
 TEXT = np.frombuffer(b"# rose is a rose is a rose\n" * 400, np.uint8)
 
@@ -38,3 +40,43 @@ def test_vocabulary_problem_sees_an_id_beyond_the_recorded_size():
     assert vocabulary_problem("t.bin", TEXT.astype("<u2"), None) is None
     assert vocabulary_problem("t.bin", TEXT.astype("<u2"), 256) is None
     assert vocabulary_problem("t.bin", TEXT.astype("<u2"), 100).startswith("t.bin holds the token id 115, beyond")
+
+
+@pytest.mark.parametrize("spread", [False, True], ids=["frequent ids small", "frequent ids anywhere"])
+@pytest.mark.parametrize("vocab", [100_277, 128_256, 200_019])
+def test_four_byte_tokens_of_a_vocabulary_over_65536_read_as_two_bytes_are_refused(vocab, spread):
+    """Review 27 finding 3: of Llama 3's 128,256 ids, read 2 bytes at a time, 67-71% of the odd halves were 0, not
+    all, and such a file was read as 2-byte tokens."""
+    halves = zipf_ids(vocab, spread=spread).astype("<u4").view("<u2")
+    assert halves[1::2].any() and (halves[1::2] < 16).all()
+    problem = four_byte_problem("t.bin", halves, 2)
+    assert problem.startswith('t.bin: read as 2-byte tokens (token_size = "TwoBytes"), every second token is under 16 '
+                              "while the others reach ")
+    assert "in a sample of 2,048: probably 4-byte tokens" in problem
+
+
+@pytest.mark.parametrize("spread", [False, True], ids=["frequent ids small", "frequent ids anywhere"])
+@pytest.mark.parametrize("vocab", [16, 256, 1000, 32_000, 50_257, 65_536])
+def test_genuine_two_byte_corpora_of_small_and_large_vocabularies_are_not_refused(vocab, spread):
+    """Review 27 finding 3: the check for large vocabularies must give no false alarm: 2-byte ids are alike at odd
+    and even positions (ids under 16 everywhere included)."""
+    assert four_byte_shape(zipf_ids(vocab, spread=spread).astype("<u2")) is None
+    uniform = np.random.default_rng(1).integers(0, vocab, 50_000).astype("<u2")
+    assert four_byte_shape(uniform) is None
+
+
+def test_a_file_whose_size_is_not_a_multiple_of_four_is_never_probably_four_byte():
+    """Review 27 finding 2: byte-level UTF-16LE text ([97, 0, 98, 0, ..., 10]) of 36,002 bytes was called "probably
+    4-byte tokens", and read as such was refused as "not a multiple of token_size=4"."""
+    utf16 = np.frombuffer("a rose is a rose\n".encode("utf-16-le") * 1000 + b"\n", np.uint8).astype("<u2")
+    assert len(utf16) * 2 % 4 == 2
+    assert four_byte_shape(utf16) is None and four_byte_problem("t.bin", utf16, 2) is None
+    assert four_byte_problem("t.bin", utf16[:-1], 2) is not None  # a whole number of 4-byte tokens: it may be
+
+
+def test_a_known_vocabulary_turns_the_four_byte_check_off_and_the_refusal_says_so():
+    """Review 27 finding 2: the check could not be turned off; a recorded vocab_size says how tokens were written."""
+    four = TEXT.astype("<u4").view("<u2")
+    assert four_byte_problem("t.bin", four, 2, vocab_size=256) is None
+    assert four_byte_problem("t.bin", four, 2).endswith(
+        "if they are 2-byte tokens, record their vocab_size in the data.toml (or pass vocab_size=), which says so")

@@ -240,7 +240,7 @@ def test_two_byte_tokens_read_as_four_bytes_are_refused_before_the_model_is_buil
 
 def test_a_vocabulary_that_does_not_fit_in_memory_is_refused_before_the_model_is_built(tmp_path, monkeypatch):
     state = _run_files(tmp_path)
-    monkeypatch.setattr("train.commands.token_vocabulary.available_memory", lambda: 1 << 20)
+    monkeypatch.setattr("readers.tokenized.run_limits.available_memory", lambda: 1 << 20)
     monkeypatch.setattr("train.commands.token_training.NextTokenMLP", _never_built)
     result = run("train", "--config", state, "--vocab-size", "300", "--steps", "1")
     assert result.exit_code == 1, result.output
@@ -260,7 +260,8 @@ def test_four_byte_tokens_read_as_two_bytes_are_refused(tmp_path):
     assert result.output.strip() == (
         f'Error: {path}: read as 2-byte tokens (token_size = "TwoBytes"), every second token is 0 in a sample of '
         '2,048: probably 4-byte tokens; read them with token_size = "FourBytes" (in the folder\'s data.toml, or '
-        "token_size=4)")
+        "token_size=4); if they are 2-byte tokens, record their vocab_size in the data.toml (or pass vocab_size=), "
+        "which says so")
     data = tmp_path / "tokens" / "data.toml"
     data.write_text(data.read_text().replace('"TwoBytes"', '"FourBytes"'))
     assert run("train", "--config", state, "--steps", "1").exit_code == 0

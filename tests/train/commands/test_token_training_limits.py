@@ -1,4 +1,4 @@
-"""`cli.py train --config state.toml` refuses, in one line and at once, a run its data or memory cannot hold.
+"""`cli.py train --config state.toml` refuses, in one line and at once, a run its memory cannot hold.
 
 Issue 27 item 17: hostile run files ran for 30-40 s and ended in tracebacks: a global batch of 10**9 over 1,220
 windows, a ramp to 2**62, seq_len = 150000 (a MemoryError), 500 nested inline tables (a RecursionError).
@@ -40,14 +40,33 @@ def _refused(state, *more):
 
 
 @pytest.mark.parametrize("start, end, key, size", [
-    (2000, 2000, "config.global_batch_size_end", "2,000"),
+    (10**9, 10**9, "config.global_batch_size_end", "1,000,000,000"),
     (4, 2**62, "config.global_batch_size_end", "4,611,686,018,427,387,904"),
-], ids=["a batch over more windows than the data holds", "a ramp to 2**62"])
-def test_a_run_file_asking_more_windows_a_step_than_the_data_holds_is_one_line(tmp_path, start, end, key, size):
+], ids=["a batch of 10**9", "a ramp to 2**62"])
+def test_a_run_file_asking_billions_of_windows_a_step_is_one_line_naming_the_key(tmp_path, monkeypatch, start, end,
+                                                                               key, size):
+    """Issue 27 item 17: refused at once by the memory a step would take (review 27 finding 1 removed the bound by the
+    data's windows, which refused valid runs)."""
     state = _run_files(tmp_path, start=start, end=end, warmup=10**18)
-    assert _refused(state) == (f"Error: {state}: {key}: is {size} windows a step, more than the 69 windows the data "
-                               "holds (a step reads each window once at most); make it at most 69, or give the run "
-                               "more data")
+    line = _refused(state)  # this machine's own free memory
+    assert line.startswith(f"Error: {state}: {key}: is {size} windows a step: "), line
+    assert "of memory this process may use; make it at most " in line, line
+    assert line.endswith(", or lower model.LLM.max_seq_len"), line
+    monkeypatch.setattr("readers.tokenized.run_limits.available_memory", lambda: 1 << 30)
+    assert _refused(state) == (f"Error: {state}: {key}: is {size} windows a step: {size} windows of 17 tokens take "
+                               f"about {int(size.replace(',', '')) * 120_320 / (1 << 30):,.2f} GiB in a training step, "
+                               "more than the 1.00 GiB of memory this process may use; make it at most 8,924, or "
+                               "lower model.LLM.max_seq_len")
+
+
+def test_a_run_file_whose_global_batch_is_larger_than_the_data_trains(tmp_path):
+    """Review 27 finding 1: 200 tokens, seq_len 16 (12 windows), a batch of 32 trained at the base commit (a step
+    wraps around the data) and was then refused: "is 32 windows a step, more than the 12 windows the data holds"."""
+    state = _run_files(tmp_path, start=32, end=32, tokens=200)
+    result = CliRunner().invoke(main, ["train", "--config", state, "--steps", "2"])
+    assert result.exit_code == 0, result.output
+    assert "12 windows of 16 tokens; 2 steps, global batch 32 windows" in result.output
+    assert "step 2: loss " in result.output
 
 
 def test_a_run_file_whose_steps_do_not_fit_in_memory_names_the_key_and_the_bound(tmp_path, monkeypatch):

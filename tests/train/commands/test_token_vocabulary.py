@@ -40,3 +40,12 @@ def test_a_vocabulary_that_does_not_fit_in_memory_is_refused():
 ])
 def test_likely_cause_follows_where_the_ids_came_from(where, token_size, words):
     assert likely_cause(where, token_size, "tokens/data.toml").startswith(words)
+
+
+def test_the_vocabulary_check_asks_the_one_memory_function(monkeypatch):
+    """Review 27 finding 4: this check read MemAvailable alone, with no cgroup limit, so inside a container it let a
+    model through that the container's limit killed (rc 137); it asks run_limits.available_memory, as check_run does."""
+    needed = NextTokenMLP.memory_needed(50_000)
+    monkeypatch.setattr("readers.tokenized.run_limits._cgroup_room", lambda: needed - 1)
+    with pytest.raises(VocabularyError, match=r"the model would take .* more than the .* of memory available"):
+        check_vocabulary(50_000, whence="w", where="t.bin", token_size=2, cause="c")

@@ -27,8 +27,8 @@ def test_tokenize_refuses_to_replace_a_corpus_without_overwrite(texts):
     refused = run("tokenize", str(texts / "small.txt"), "--out", str(out))
     assert refused.exit_code == 1, refused.output
     assert (out / "tokens.bin").read_bytes() == before and [p.read_text() for p in out.glob("data.toml")] == data
-    assert refused.output.strip() == (f"Error: {out / 'tokens.bin'} already holds a corpus (5,400 bytes); add "
-                                      "--overwrite to replace it, or give another --out")
+    assert refused.output.strip() == (f"Error: {out / 'tokens.bin'} already holds a corpus (5,400 bytes); replace it "
+                                      "with overwrite=True (tokenize --overwrite), or write to another folder")
     replaced = run("tokenize", str(texts / "small.txt"), "--out", str(out), "--overwrite")
     assert replaced.exit_code == 0, replaced.output
     assert np.fromfile(out / "tokens.bin", "<u2").tolist() == [104, 105, 10]
@@ -87,3 +87,45 @@ def test_recorded_text_replaces_only_its_keys():
     text = 'dir = "."\nseq_len = 8 # the run\'s\nvocab_size = 9\nshuffle_seed = [\n  1, 2,\n]'
     assert recorded_text(text, {"vocab_size": "256"}) == ('dir = "."\nseq_len = 8 # the run\'s\nshuffle_seed = [\n'
                                                           "  1, 2,\n]\nvocab_size = 256\n")
+
+
+STATE = """[config]
+global_batch_size_start = 4
+global_batch_size_end = 4
+global_batch_size_warmup_tokens = 0
+total_steps = 2
+[model.LLM]
+max_seq_len = 16
+[model.LLM.data_location]
+Local = "tok"
+"""
+
+
+@pytest.mark.parametrize("cut", [False, True], ids=["as written: not a multiple of 4 bytes",
+                                                   "cut to a multiple of 4 bytes: vocab_size says 2-byte tokens"])
+def test_utf16_text_tokenized_by_tokenize_trains_and_tokenize_warns(tmp_path, cut):
+    """Review 27 finding 2: UTF-16LE text through tokenize gives [97, 0, 98, 0, ...], which readers.tokens and train
+    --config refused as "probably 4-byte tokens" although tokenize recorded token_size = "TwoBytes" and vocab_size =
+    256; the advice then led to "not a multiple of token_size=4 (try token_size=2)". Now a file whose size is not a
+    multiple of 4 is never taken for 4-byte tokens, a recorded vocab_size says how the tokens were written, and
+    tokenize warns about the text instead."""
+    (tmp_path / "a.txt").write_bytes(("a rose is a rose is a rose\n" * 100).encode("utf-16-le"))
+    out = tmp_path / "tok"
+    result = run("tokenize", str(tmp_path / "a.txt"), "--out", str(out), "--seq-len", "16")
+    assert result.exit_code == 0, result.output
+    assert (f"warning: {out / 'tokens.bin'}: every second token is 0 in a sample of 2,048, as if 4-byte tokens were "
+            "read 2 bytes at a time: is the text UTF-16?") in result.stderr
+    assert (out / "tokens.bin").stat().st_size == 5401 * 2  # the newline tokenize adds
+    if cut:
+        (out / "tokens.bin").write_bytes((out / "tokens.bin").read_bytes()[:-2])
+    (tmp_path / "state.toml").write_text(STATE)
+    trained = run("train", "--config", str(tmp_path / "state.toml"))
+    assert trained.exit_code == 0, trained.output
+    assert trained.stdout.startswith("model nexttoken: vocabulary 256 (vocab_size in ")
+    assert "step 2: loss" in trained.stdout
+
+
+def test_tokenize_does_not_warn_about_utf8_text(texts):
+    result = run("tokenize", str(texts / "big.txt"), "--out", str(texts / "tok"))
+    assert result.exit_code == 0, result.output
+    assert "UTF-16" not in result.stderr
