@@ -166,7 +166,7 @@ def config_run(info: Any, found: Any, settings: TrainSettings) -> None:
         checkpoints = None if settings.checkpoint_dir is None else Checkpoints(
             settings.checkpoint_dir, every=every, resume=settings.resume, overwrite=settings.overwrite)
         train_steps(data, model=model, schedule=schedule, steps=steps, seed=settings.seed, on_log=on_log,
-                    log_every=settings.log_every, checkpoints=checkpoints, blas_threads=settings.blas_threads or None)
+                    log_every=settings.log_every, checkpoints=checkpoints, blas_threads=settings.blas_threads)
     except ResumeRefused as exc:
         raise click.ClickException(in_flag_words(exc)) from None
     except TokenRangeError as exc:
