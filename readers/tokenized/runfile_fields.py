@@ -103,19 +103,24 @@ def read_toml(path: str, kind: str) -> dict[str, Any]:
     except tomllib.TOMLDecodeError as exc:
         raise _syntax_error(path, text, exc) from None
     except RecursionError:  # the parser recurses once per level of an inline table or array
-        raise _too_deep(path, text) from None
-    _check_depth(path, doc)
+        raise _too_deep(path, text, kind) from None
+    _check_depth(path, doc, kind)
     return doc
 
 
-def _too_deep(path: str, text: str) -> RunFileError:
-    """The error for a document nested too deeply for the parser: the first line that opens more than
+def _flat(kind: str) -> str:
+    """The advice for a ``kind`` of file (state.toml, data.toml) nested too deeply."""
+    return f"a {kind}'s tables and arrays nest a few levels: write them flat"
+
+
+def _too_deep(path: str, text: str, kind: str = "state.toml") -> RunFileError:
+    """The error for a document of ``kind`` nested too deeply for the parser: the first line that opens more than
     ``MAX_DEPTH`` brackets (counted outside strings and comments), and its dotted key.
 
     >>> print(_too_deep("state.toml", "[config]\\nwarmup_time = " + "[" * 40 + "]" * 40))
-    state.toml: config.warmup_time: line 2: nested more than 32 deep; a run file's tables and arrays nest a few levels: write them flat
+    state.toml: config.warmup_time: line 2: nested more than 32 deep; a state.toml's tables and arrays nest a few levels: write them flat
     """
-    table, fix = "", "a run file's tables and arrays nest a few levels: write them flat"
+    table, fix = "", _flat(kind)
     for number, line in enumerate(text.splitlines(), 1):
         bare = _STRINGS.sub("", line).strip()
         if bare.startswith("[") and "=" not in bare:
@@ -126,18 +131,19 @@ def _too_deep(path: str, text: str) -> RunFileError:
     return RunFileError(path, None, f"values nested more than {MAX_DEPTH} deep", fix)
 
 
-def _check_depth(path: str, doc: dict[str, Any]) -> None:
-    """Refuse tables or arrays nested more than ``MAX_DEPTH`` deep (dotted keys nest without brackets), naming
-    the dotted key where the bound is passed: deeper, a message quoting the value would fail in turn.
+def _check_depth(path: str, doc: dict[str, Any], kind: str = "state.toml") -> None:
+    """Refuse tables or arrays nested more than ``MAX_DEPTH`` deep (dotted keys nest without brackets) in a
+    document of ``kind``, naming the dotted key where the bound is passed: deeper, a message quoting the value
+    would fail in turn.
 
     >>> _check_depth("state.toml", {"config": {"total_steps": 10}})
     >>> deep = {"x": 1}
     >>> for _ in range(40):
     ...     deep = {"a": deep}
-    >>> _check_depth("state.toml", {"model": deep})
+    >>> _check_depth("data.toml", {"model": deep}, "data.toml")
     Traceback (most recent call last):
     ...
-    readers.tokenized.runfile_fields.RunFileError: state.toml: model.a.a...: nested more than 32 deep; a run file's tables and arrays nest a few levels: write them flat
+    readers.tokenized.runfile_fields.RunFileError: data.toml: model.a.a...: nested more than 32 deep; a data.toml's tables and arrays nest a few levels: write them flat
     """
     stack: list[tuple[str, Any, int]] = [("", doc, 0)]
     while stack:
@@ -145,8 +151,7 @@ def _check_depth(path: str, doc: dict[str, Any]) -> None:
         if depth > MAX_DEPTH:
             parts = key.split(".")
             shown = ".".join(parts[:3]) + "..." if len(parts) > 3 else key
-            raise RunFileError(path, shown, f"nested more than {MAX_DEPTH} deep",
-                               "a run file's tables and arrays nest a few levels: write them flat")
+            raise RunFileError(path, shown, f"nested more than {MAX_DEPTH} deep", _flat(kind))
         if isinstance(value, dict):
             stack.extend((_dotted(key, str(k)), v, depth + 1) for k, v in value.items())
         elif isinstance(value, list):

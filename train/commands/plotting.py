@@ -30,18 +30,35 @@ class PlotUnavailable(ReaderkitError, ModuleNotFoundError):
 
 
 def read_log(path: str | os.PathLike) -> list[dict[str, Any]]:
-    """The records of a JSON-lines log, in order; a line that is not a JSON object is an error naming it.
+    """The records of a JSON-lines log, in order; a line that is not a JSON object is an error naming it, except
+    a last line without its newline that does not parse: one the run is still writing, left out
+    (``_read_records`` says so).
 
     >>> import tempfile
     >>> folder = tempfile.TemporaryDirectory()
     >>> path = os.path.join(folder.name, "log.jsonl")
-    >>> _ = open(path, "w").write('{"pass": 0, "train_loss": 0.5}\\n\\n{"pass": 1, "train_loss": 0.25}\\n')
+    >>> _ = open(path, "w").write('{"pass": 0, "train_loss": 0.5}\\n\\n{"pass": 1, "train_loss": 0.25}\\n{"pass": 2, "tr')
     >>> [r["train_loss"] for r in read_log(path)]
     [0.5, 0.25]
     """
+    return _read_records(path)[0]
+
+
+def _read_records(path: str | os.PathLike) -> tuple[list[dict[str, Any]], int | None]:
+    """(the records of the JSON-lines log at ``path``, the number of its last line when it was left out: still
+    being written, without its newline and not yet a JSON object; else None). Any other line that is not a
+    JSON object is an error naming it.
+
+    >>> import tempfile
+    >>> folder = tempfile.TemporaryDirectory()
+    >>> path = os.path.join(folder.name, "log.jsonl")
+    >>> _ = open(path, "w").write('{"step": 10, "loss": 2.5}\\n{"step": 20, "lo')
+    >>> _read_records(path)
+    ([{'step': 10, 'loss': 2.5}], 2)
+    """
     if not os.path.isfile(path):
         raise MissingFile(f"{path}: no such log file; give a file that --log-json wrote")
-    records = []
+    records, partial = [], None
     with open(path, encoding="utf-8") as f:
         for number, line in enumerate(f, 1):
             if not line.strip():
@@ -51,13 +68,16 @@ def read_log(path: str | os.PathLike) -> list[dict[str, Any]]:
             except ValueError:
                 record = None
             if not isinstance(record, dict):
+                if not line.endswith("\n") and record is None:  # the last line, half written: the run is at it
+                    partial = number
+                    break
                 raise BadValue(f"{path}: line {number} is not a JSON object ({line.strip()[:60]!r}); give a log that "
                                "train or pipeline run wrote with --log-json") from None
             records.append(record)
     if not records:
         raise BadValue(f"{path}: the log holds no records yet; plot it once the run has logged a pass, a step or "
                        "a trigger")
-    return records
+    return records, partial
 
 
 def log_kind(path: str | os.PathLike, records: list[dict[str, Any]]) -> str:
@@ -137,7 +157,7 @@ def plot_log(path: str | os.PathLike, out: str | os.PathLike | None = None) -> t
     >>> os.path.basename(written), what
     ('log.png', 'loss and accuracy of 3 passes')
     """
-    records = read_log(path)
+    records, partial = _read_records(path)
     kind = log_kind(path, records)
     figure = _figure()
     left, right = figure.subplots(1, 2)
@@ -157,4 +177,6 @@ def plot_log(path: str | os.PathLike, out: str | os.PathLike | None = None) -> t
         figure.savefig(out)
     except ValueError as exc:  # an extension matplotlib cannot write
         raise BadValue(f"--out {out}: {exc}; give a .png, .svg or .pdf file") from None
+    if partial is not None:
+        what += f" (line {partial}, still being written, left out)"
     return out, what

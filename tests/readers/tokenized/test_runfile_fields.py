@@ -175,21 +175,26 @@ def test_host_port_refuses(value, problem):
 # -- nesting (issue 27 item 17: 500 nested inline tables were a RecursionError traceback) ---------------------------
 
 
+@pytest.mark.parametrize("kind", ["state.toml", "data.toml"])
 @pytest.mark.parametrize("value", ["{a = " * 500 + "1" + "}" * 500, "[" * 500 + "1" + "]" * 500],
                          ids=["inline tables", "arrays"])
-def test_read_toml_refuses_values_nested_past_the_parser_with_the_line_and_key(tmp_path, value):
-    path = tmp_path / "state.toml"
+def test_read_toml_refuses_values_nested_past_the_parser_with_the_line_and_key(tmp_path, value, kind):
+    """Trial of issue 27, problem 9: a data.toml nested too deep was told "a run file's tables ..."; the advice
+    names the kind of file read."""
+    path = tmp_path / kind
     path.write_text(f'run_id = "x"\n[config]\n# a comment with {{[ brackets\nwarmup_time = {value}\n')
     with pytest.raises(RunFileError) as caught:
-        read_toml(str(path), "state.toml")
-    assert str(caught.value) == (f"{path}: config.warmup_time: line 4: nested more than 32 deep; a run file's tables "
+        read_toml(str(path), kind)
+    assert str(caught.value) == (f"{path}: config.warmup_time: line 4: nested more than 32 deep; a {kind}'s tables "
                                  "and arrays nest a few levels: write them flat")
 
 
 def test_read_toml_refuses_values_nested_deep_within_the_parser_naming_the_dotted_key(tmp_path):
     path = tmp_path / "state.toml"
     path.write_text("[config]\n" + "x." * 600 + "y = 1\n")  # dotted keys nest without brackets
-    with pytest.raises(RunFileError, match=r"state\.toml: config\.x\.x\.\.\.: nested more than 32 deep"):
+    with pytest.raises(RunFileError, match=r"state\.toml: config\.x\.x\.\.\.: nested more than 32 deep; a state\.toml's"):
         read_toml(str(path), "state.toml")
+    with pytest.raises(RunFileError, match=r"state\.toml: config\.x\.x\.\.\.: nested more than 32 deep; a data\.toml's"):
+        read_toml(str(path), "data.toml")  # (named as the caller reads it)
     path.write_text("[config]\nwarmup_time = " + "[" * 20 + "1" + "]" * 20 + "\n")  # 22 deep: read
     assert read_toml(str(path), "state.toml")["config"]["warmup_time"] == [[[[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]]]]

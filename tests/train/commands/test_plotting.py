@@ -91,3 +91,21 @@ def test_cli_plot_refuses_what_is_not_a_log_in_one_line(tmp_path):
     ):
         result = CliRunner().invoke(cli.main, ["plot", str(tmp_path / name)])
         assert (result.exit_code, result.output) == (1, f"Error: {tmp_path / name}: {message}\n")
+
+
+def test_cli_plot_leaves_out_a_last_line_still_being_written_and_says_so(tmp_path):
+    """Trial of issue 27, problem 9: a log whose last line the run was still writing failed ("line 5 is not a JSON
+    object"); that line, without its newline, is left out with a note. A complete line that is not a record, or a
+    broken line followed by others, is still refused."""
+    pytest.importorskip("matplotlib")
+    log = write_log(tmp_path / "log.jsonl", STEPS[:4])
+    with open(log, "a") as f:
+        f.write(json.dumps(STEPS[4])[:16])  # '{"step": 50, "lo': cut where a write was
+    result = CliRunner().invoke(cli.main, ["plot", str(log)])
+    assert (result.exit_code, result.output) == (0, f"wrote {tmp_path / 'log.png'}: loss and perplexity of 4 records, "
+                                                    "to step 40 (line 5, still being written, left out)\n")
+    (tmp_path / "cut.jsonl").write_text(log.read_text() + "\n" + json.dumps(STEPS[5]) + "\n")
+    refused = CliRunner().invoke(cli.main, ["plot", str(tmp_path / "cut.jsonl")])
+    assert (refused.exit_code, refused.output) == (1, f"Error: {tmp_path / 'cut.jsonl'}: line 5 is not a JSON object "
+                                                      "('{\"step\": 50, \"lo'); give a log that train or pipeline "
+                                                      "run wrote with --log-json\n")
