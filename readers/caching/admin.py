@@ -31,6 +31,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import sqlite3
 import time
 from typing import Any
@@ -43,8 +44,14 @@ from readers.caching.database import (
     open_database,
 )
 from readers.caching.dense import dense_files
-from readers.errors import BadType, BadValue, TimedOut
-from readers.storage.sqlite import DamagedFile, check_pages, is_damage, transaction
+from readers.errors import BadType, BadValue, FileError, TimedOut
+from readers.storage.sqlite import (
+    DamagedFile,
+    check_pages,
+    is_damage,
+    is_full,
+    transaction,
+)
 
 __all__ = ["cache_info", "clear_cache", "cleared_line", "info_lines"]
 
@@ -167,7 +174,38 @@ def cache_info(directory: str | os.PathLike, *, check_pages: bool = False) -> di
             "bytes": sum(s["bytes"] for s in spaces), "namespaces": spaces}
 
 
-def _reclaim(db: sqlite3.Connection) -> str | None:
+def _free(directory: str) -> str:
+    """The free space of the file system of ``directory``, for a message."""
+    try:
+        return f"{shutil.disk_usage(directory).free / _MIB:,.2f} MiB free"
+    except OSError:
+        return "free space unknown"
+
+
+def _not_compacted(directory: str, exc: sqlite3.Error) -> str:
+    """The note for a clear whose entries went but whose database was not compacted, as ``exc`` says why: every
+    reason in words, none left to an error the user does not see.
+
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     print(_not_compacted(d, sqlite3.OperationalError("database or disk is full")))
+    the database was not compacted (database or disk is full): the disk is full (... MiB free), and compacting writes a copy of the database; the room the entries took is reused by the cache's next entries: free some space and run clear again to give it back to the file system
+    >>> _not_compacted("/c", sqlite3.OperationalError("database is locked"))
+    'the database was not compacted (database is locked): another process is writing to it; run clear again later'
+    """
+    if is_full(exc):
+        why = (f"the disk is full ({_free(directory)}), and compacting writes a copy of the database; the room the "
+               "entries took is reused by the cache's next entries: free some space and run clear again to give it "
+               "back to the file system")
+    elif "locked" in str(exc) or "busy" in str(exc):
+        why = "another process is writing to it; run clear again later"
+    else:
+        why = ("the room the entries took is reused by the cache's next entries; run clear again later to give it "
+               "back to the file system")
+    return f"the database was not compacted ({exc}): {why}"
+
+
+def _reclaim(db: sqlite3.Connection, directory: str) -> str | None:
     """Rewrite the database compactly and fold its log back in; what stopped that (None when nothing did). Damage
     VACUUM meets, reading every page, is raised: it is the caller's to handle."""
     try:
@@ -176,8 +214,7 @@ def _reclaim(db: sqlite3.Connection) -> str | None:
     except sqlite3.OperationalError as exc:  # another process holds the write lock; a full disk (VACUUM copies)
         if is_damage(exc):
             raise
-        why = "another process is writing to it" if "locked" in str(exc) else "see the error"
-        return f"the database was not compacted ({exc}): {why}; run clear again later"
+        return _not_compacted(directory, exc)
     if busy:
         return ("the write-ahead log was not folded back: another process is reading the cache; it shrinks "
                 "when that process next writes, or run clear again later")
@@ -222,8 +259,9 @@ def clear_cache(directory: str | os.PathLike, ns: int | None = None, *, timeout:
     ``entries`` and ``bytes`` (of entries removed), ``file_bytes_before``,
     ``file_bytes_after``, ``reclaimed`` and ``note``. Raises
     FileNotFoundError where there is no cache, ValueError for a file that is
-    not one (left as it is) or an ``ns`` it does not hold, and TimeoutError
-    when another process keeps the write lock past ``timeout``.
+    not one (left as it is) or an ``ns`` it does not hold, TimeoutError
+    when another process keeps the write lock past ``timeout``, and
+    ``FileError`` (an OSError) when the disk is too full to delete them.
 
     >>> import tempfile
     >>> from readers import cached, from_sequence
@@ -270,6 +308,11 @@ def clear_cache(directory: str | os.PathLike, ns: int | None = None, *, timeout:
                 db.close()
                 db = None
                 return _clear_damaged(path, ns, str(exc), before)
+            if is_full(exc):  # the deletion writes the pages it changes to the log first: it needs room too
+                raise FileError(f"cannot clear the cache in {path}: the disk is full ({_free(path)}; {exc}), and "
+                                "deleting entries first writes the pages it changes to the database's log; nothing "
+                                "was deleted: free some space and run clear again (or, if no process uses the "
+                                "cache, delete the folder)") from None
             if "locked" not in str(exc):
                 raise
             raise TimedOut(f"another process has held the write lock of the cache in {path} for over {timeout:g} s "
@@ -280,7 +323,7 @@ def clear_cache(directory: str | os.PathLike, ns: int | None = None, *, timeout:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(file)
         try:
-            note = _reclaim(db)
+            note = _reclaim(db, path)
         except sqlite3.DatabaseError as exc:  # damaged where the deletion did not read (VACUUM reads every page)
             if not is_damage(exc):
                 raise

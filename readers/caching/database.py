@@ -46,6 +46,7 @@ import contextlib
 import fcntl
 import hashlib
 import os
+import re
 import sqlite3
 from collections.abc import Iterator
 from typing import Any
@@ -67,8 +68,8 @@ from readers.storage.sqlite import (
 
 __all__ = [
     "FILE", "ID_BITS", "ID_MASK", "MAX_SPACES", "SELECT", "STEP", "UPSERT", "WAL_BYTES", "NotACache", "aside_files",
-    "damage_of", "damaged_cache", "database_bytes", "evict", "folder_lock", "open_database", "opened_database", "release",
-    "row_keys", "set_aside_cache",
+    "damage_of", "damaged_cache", "database_bytes", "evict", "folder_lock", "made_by_readerkit", "open_database",
+    "opened_database", "release", "row_keys", "set_aside_cache",
 ]
 
 FILE = "cache.sqlite3"
@@ -118,6 +119,38 @@ class NotACache(BadValue):
         super().__init__(message or f"{path} is not a readerkit cache ({reason}): give another directory")
 
 
+_NOT_A_DATABASE = 26  # sqlite's SQLITE_NOTADB: the file's header is not a database's
+#: Marks of readerkit's cache in a folder whose database header is damaged: its dense files and set-aside copies,
+#: and, in the first MiB of the database or its log, the statement that made its table of namespaces (on page 1,
+#: past the 100-byte header) or a namespace's description (a row of that table: JSON with sorted keys).
+_OUR_FILES = re.compile(rf"dense-[0-9a-f]{{32}}-\d+\.npy$|{re.escape(FILE)}\.damaged-")
+_OUR_BYTES = re.compile(rb'CREATE TABLE spaces \(ns INTEGER PRIMARY KEY AUTOINCREMENT|"func": "[^"]*", "key": ')
+_LOOKED_AT = 1 << 20
+
+
+def made_by_readerkit(path: str) -> bool:
+    """Whether the cache database at ``path``, which sqlite cannot open (its header overwritten), was made by
+    readerkit's cache: its folder holds dense files or set-aside copies of a cache, or the first MiB of the file
+    or of its log holds the cache's own table of namespaces. A file some other program wrote shows none of them.
+
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     _ = open(os.path.join(d, FILE), "w").write("someone's notes, not a database")
+    ...     before = made_by_readerkit(os.path.join(d, FILE))
+    ...     open(os.path.join(d, "dense-" + "0" * 32 + "-0.npy"), "w").close()
+    ...     print(before, made_by_readerkit(os.path.join(d, FILE)))
+    False True
+    """
+    with contextlib.suppress(OSError):
+        if any(_OUR_FILES.match(name) for name in os.listdir(os.path.dirname(path) or ".")):
+            return True
+    for name in (path, path + "-wal"):
+        with contextlib.suppress(OSError), open(name, "rb") as f:
+            if _OUR_BYTES.search(f.read(_LOOKED_AT)):
+                return True
+    return False
+
+
 class _CacheFile(FileFormat):
     """A cache's ``cache.sqlite3``: what it holds, and how a file that is not one is refused (``NotACache``)."""
 
@@ -146,6 +179,8 @@ class _CacheFile(FileFormat):
         if is_damage(exc):
             return damaged_cache(path, str(exc))
         if not isinstance(exc, sqlite3.OperationalError):
+            if getattr(exc, "sqlite_errorcode", None) == _NOT_A_DATABASE and made_by_readerkit(path):
+                return damaged_cache(path, f"its header is damaged: {exc}")  # set aside as any damage, not refused
             return NotACache(path, str(exc))
         if "unable to open" in str(exc) or "readonly" in str(exc) or "read-only" in str(exc):
             return FileError(f"cannot open the cache in {path} ({exc}): a cache's folder must be writable by every "

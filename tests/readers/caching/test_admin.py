@@ -396,3 +396,92 @@ def test_clear_cache_deletes_a_damaged_database_while_no_process_can_open_the_fo
     monkeypatch.setattr(os, "unlink", unlink)
     assert clear_cache(tmp_path)["note"].startswith("the database was damaged (")
     assert held == {FILE: True, FILE + "-wal": True, FILE + "-shm": True}
+
+
+# -- a database whose header is overwritten (trial of issue 27, problem 7) ------------------------------------------
+
+
+def _overwrite_header(directory, size: int) -> None:
+    """Garbage over the first ``size`` bytes of the database (its log checkpointed first): the 100-byte header, or
+    the whole first page, where sqlite keeps its schema."""
+    path = os.path.join(directory, FILE)
+    with _connected(directory) as db:
+        db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    with open(path, "r+b") as file:
+        file.write(bytes([0xA5]) * size)
+
+
+@pytest.mark.parametrize("size", [100, 4096], ids=["header", "first page"])
+@pytest.mark.parametrize("dense", [True, False], ids=["dense file", "blobs only"])
+def test_a_cache_whose_header_is_overwritten_is_damaged_not_another_programs_file(tmp_path, size, dense):
+    """Trial of issue 27, problem 7: a cache whose first page was overwritten was "not a readerkit cache (file is not
+    a database)": info and clear refused it, clear left its deletion to the user, and cached refused the folder.
+    Known by its other files and by the cache's own tables in its pages, it is damage: info says so, clear deletes
+    it, a store sets it aside and starts a new one."""
+    source, func = ((readers.from_arrays(np.arange(24).reshape(8, 3)), double) if dense
+                    else (readers.from_sequence([f"word {i}" for i in range(50)]), shout))
+    _calls(tmp_path, func, source)
+    _overwrite_header(tmp_path, size)
+    info = cache_info(tmp_path)
+    assert (info["damaged"], info["entries"]) == ("its header is damaged: file is not a database", 0)
+    done = clear_cache(tmp_path)
+    assert done["note"].startswith("the database was damaged (its header is damaged: file is not a database), so "
+                                   "its files were deleted")
+    assert os.listdir(tmp_path) == []
+    _calls(tmp_path, func, source)
+    _overwrite_header(tmp_path, size)
+    with pytest.warns(RuntimeWarning, match=r"was damaged \(its header is damaged: file is not a database\): it is "
+                                            r"set aside as "):
+        assert _calls(tmp_path, func, source) == len(source)  # a new cache, computed again
+    assert cache_info(tmp_path)["set_aside"] and cache_info(tmp_path)["entries"] == len(source)
+
+
+# -- a full disk (trial of issue 27, problem 8) ---------------------------------------------------------------------
+
+
+class _FullDiskAt:
+    """A cache connection whose statements beginning with ``at`` fail as sqlite's do on a full disk."""
+
+    def __init__(self, db, at: str):
+        self.db, self.at = db, at
+
+    def execute(self, sql, *args):
+        if sql.lstrip().upper().startswith(self.at):
+            raise sqlite3.OperationalError("database or disk is full")
+        return self.db.execute(sql, *args)
+
+    def __getattr__(self, name):
+        return getattr(self.db, name)
+
+
+def _full_disk_at(monkeypatch, at: str) -> None:
+    real = admin._open
+    monkeypatch.setattr(admin, "_open", lambda *args, **kw: (lambda db, damage: (_FullDiskAt(db, at), damage))(
+        *real(*args, **kw)))
+
+
+def test_clear_cache_on_a_disk_too_full_to_compact_says_why_in_its_note(tmp_path, monkeypatch):
+    """Trial of issue 27, problem 8: "the database was not compacted (database or disk is full): see the error; run
+    clear again later", with no error to see."""
+    _fill(tmp_path, passes=1)
+    _full_disk_at(monkeypatch, "VACUUM")
+    done = clear_cache(tmp_path)
+    assert (done["entries"], done["reclaimed"]) == (13, False) and _table_counts(tmp_path) == {}
+    assert re.fullmatch(r"the database was not compacted \(database or disk is full\): the disk is full \([\d,.]+ "
+                        r"MiB free\), and compacting writes a copy of the database; the room the entries took is "
+                        r"reused by the cache's next entries: free some space and run clear again to give it back to "
+                        r"the file system", done["note"]), done["note"]
+    assert "see the error" not in cleared_line(done)
+
+
+def test_clear_cache_on_a_disk_too_full_to_delete_is_one_error_saying_nothing_went(tmp_path, monkeypatch):
+    """Trial of issue 27, problem 8: on a fuller disk the deletion's commit failed, a raw sqlite3.OperationalError
+    traceback from `cache clear`."""
+    _fill(tmp_path, passes=1)
+    _full_disk_at(monkeypatch, "COMMIT")
+    with pytest.raises(readers.FileError, match=rf"^cannot clear the cache in {re.escape(str(tmp_path))}: the disk is "
+                                                r"full \([\d,.]+ MiB free; database or disk is full\), and deleting "
+                                                r"entries first writes the pages it changes to the database's log; "
+                                                r"nothing was deleted: free some space and run clear again"):
+        clear_cache(tmp_path)
+    assert sum(n for n, _ in _table_counts(tmp_path).values()) == 13

@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import pathlib
 import re
+import sqlite3
 import subprocess
 import sys
 
@@ -183,3 +184,39 @@ def test_cli_cache_info_check_pages_on_a_whole_cache_says_so(cache_dir):
     assert result.exit_code == 0, result.output
     assert result.stdout.splitlines()[-2:] == ["limit: 50.00 MiB (disk_bytes=52,428,800)",
                                                "pages: every page read, none damaged"]
+
+
+def test_cli_cache_on_a_cache_whose_header_is_overwritten_treats_it_as_damage(cache_dir):
+    """Trial of issue 27, problem 7: "not a readerkit cache (file is not a database)", and clear left the file to the
+    user to delete, unsaid; the folder's dense file and the cache's tables in its pages say whose it is."""
+    path = cache_dir / "cache.sqlite3"
+    path.write_bytes(b"\xa5" * 4096 + path.read_bytes()[4096:])
+    info = run("info", cache_dir)
+    assert info.exit_code == 0 and info.output.startswith(f"cache in {cache_dir}: damaged (its header is damaged: "
+                                                          "file is not a database), "), info.output
+    cleared = run("clear", "--yes", cache_dir)
+    assert cleared.exit_code == 0 and "the database was damaged (its header is damaged" in cleared.output
+    assert list(cache_dir.iterdir()) == []
+
+
+def test_cli_cache_clear_on_a_disk_too_full_to_delete_is_one_line(cache_dir, monkeypatch):
+    """Trial of issue 27, problem 8: a raw sqlite3.OperationalError traceback ("database or disk is full")."""
+    real = admin._open
+
+    def full_at_commit(*args, **kwargs):
+        db, damage = real(*args, **kwargs)
+
+        class Full:
+            def execute(self, sql, *more):
+                if sql.startswith("COMMIT"):
+                    raise sqlite3.OperationalError("database or disk is full")
+                return db.execute(sql, *more)
+
+            def __getattr__(self, name):
+                return getattr(db, name)
+        return Full(), damage
+
+    monkeypatch.setattr(admin, "_open", full_at_commit)
+    result = run("clear", "--yes", cache_dir)
+    assert result.exit_code == 1 and len(result.output.splitlines()) == 1, result.output
+    assert result.output.startswith(f"Error: cannot clear the cache in {cache_dir}: the disk is full (")
