@@ -51,6 +51,7 @@ from readers.digests import array_digest, hasher
 from readers.errors import BadType, BadValue, FileError, make_folder
 from readers.stage import IndexedReader
 from readers.tokenized import token_checks
+from readers.tokenized.runfile_fields import MOST_IDS
 
 __all__ = ["TokenFileChanged", "TokenFileError", "Tokens", "check_new_corpus", "tokenize_bytes", "tokens"]
 
@@ -433,7 +434,8 @@ def tokens(path: Any, *, seq_len: int, token_size: int = 2, vocab_size: int | No
     a folder (its ``.bin`` and ``.npy`` files, by name) or a list of them.
     ``token_size`` is the bytes per token, 2 (vocabularies up to 65,536) or 4.
     ``vocab_size``, where known (a data.toml's), bounds the ids: one beyond
-    it raises ``TokenFileError`` naming its file. A 2-byte read of a ``.bin``
+    it raises ``TokenFileError`` naming its file. It is at most what tokens
+    of ``token_size`` bytes hold (65,536 ids for 2 bytes), as in a data.toml. A 2-byte read of a ``.bin``
     file that looks like 4-byte tokens (every second token 0, or under 16
     while the others reach far higher) raises it too, as probably 4-byte
     tokens (checked on a sample when a file is first read), unless
@@ -461,6 +463,10 @@ def tokens(path: Any, *, seq_len: int, token_size: int = 2, vocab_size: int | No
     Traceback (most recent call last):
     ...
     readers.tokenized.windows.TokenFileError: .../d.bin: read as 2-byte tokens (token_size = "TwoBytes"), every second token is 0 in a sample of 80: probably 4-byte tokens; ...
+    >>> tokens(f"{folder.name}/d.bin", seq_len=3, vocab_size=100_000)
+    Traceback (most recent call last):
+    ...
+    readers.errors.BadValue: tokens: vocab_size=100000 is more ids than 2-byte tokens hold (65,536); pass token_size=4 if the tokens are 4 bytes each, or correct vocab_size
     """
     if isinstance(seq_len, bool) or not isinstance(seq_len, (int, np.integer)) or seq_len < 1:
         raise BadValue(f"tokens: seq_len must be an int >= 1 (tokens per window, before the next-token "
@@ -470,6 +476,11 @@ def tokens(path: Any, *, seq_len: int, token_size: int = 2, vocab_size: int | No
                                    or vocab_size < 2):
         raise BadValue(f"tokens: vocab_size must be an int >= 2 (one more than the largest token id) or None, "
                        f"got {vocab_size!r}")
+    if vocab_size is not None and vocab_size > MOST_IDS[token_size]:  # as a data.toml's is refused (vocab_size)
+        raise BadValue(f"tokens: vocab_size={vocab_size} is more ids than {token_size}-byte tokens hold "
+                       f"({MOST_IDS[token_size]:,}); " + ("pass token_size=4 if the tokens are 4 bytes each, or correct "
+                                                          "vocab_size" if token_size == 2 else
+                                                          "correct vocab_size: token ids are int32"))
     return Tokens(_files(path), int(seq_len), int(token_size), None if vocab_size is None else int(vocab_size))
 
 

@@ -80,3 +80,18 @@ def test_a_known_vocabulary_turns_the_four_byte_check_off_and_the_refusal_says_s
     assert four_byte_problem("t.bin", four, 2, vocab_size=256) is None
     assert four_byte_problem("t.bin", four, 2).endswith(
         "if they are 2-byte tokens, record their vocab_size in the data.toml (or pass vocab_size=), which says so")
+
+
+@pytest.mark.parametrize("share", [0.01, 0.001], ids=["1% of ids over 65,535", "0.1%"])
+def test_four_byte_tokens_with_few_ids_over_65535_read_as_two_bytes_are_refused(share):
+    """Trial of issue 27, problem 3 (mended on main before this test, by the check of odd halves under 16): 4-byte
+    ids below 30,000 but for 1% at 65,536 or more, read as TwoBytes, trained without error ("vocabulary 30000", loss
+    9.89): their odd halves are 99% zero, the others 1, not all zero."""
+    rng = np.random.default_rng(0)
+    ids = rng.integers(0, 30_000, 200_000).astype("<u4")
+    big = rng.choice(len(ids), int(len(ids) * share), replace=False)
+    ids[big] = rng.integers(65_536, 100_000, len(big))
+    halves = ids.view("<u2")
+    assert 0 < (halves[1::2] != 0).mean() <= share
+    problem = four_byte_problem("t.bin", halves, 2)
+    assert problem is not None and "probably 4-byte tokens" in problem, problem

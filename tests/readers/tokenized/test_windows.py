@@ -1,6 +1,7 @@
 """readers.tokens: windows of pre-tokenized text over memory-mapped .bin and .npy files."""
 import os
 import pickle
+import re
 
 import numpy as np
 import pytest
@@ -9,6 +10,7 @@ import batching
 import readers
 from readers.identity import fingerprint
 from readers.tokenized import token_checks, windows
+from readers.tokenized.runfile_fields import MOST_IDS
 from readers.tokenized.windows import TokenFileError, tokens
 from tests.helpers import paths as _paths
 from tests.helpers.token_ids import zipf_ids
@@ -324,3 +326,22 @@ def test_a_gather_finds_the_bounds_of_its_ids_once(tmp_path, monkeypatch, name, 
     monkeypatch.setattr(_Reductions, "passes", [])
     assert r.gather_columns(np.array([0, 3])).tolist() == [list(range(1, 6)), list(range(13, 18))]
     assert _Reductions.passes == passes
+
+
+@pytest.mark.parametrize("token_size, vocab_size, fix", [
+    (2, 100_000, "pass token_size=4 if the tokens are 4 bytes each, or correct vocab_size"),
+    (2, 65_537, "pass token_size=4 if the tokens are 4 bytes each, or correct vocab_size"),
+    (4, 2**31 + 1, "correct vocab_size: token ids are int32"),
+])
+def test_vocab_size_more_than_the_token_size_holds_is_refused_as_in_a_data_toml(tmp_path, token_size, vocab_size, fix):
+    """Trial of issue 27, problem 3: tokens('big4', seq_len=64, token_size=2, vocab_size=100000) over 4-byte tokens of
+    a vocabulary over 65,536 gave [19526 1 63696 0 ...]; a data.toml's vocab_size = 100000 with TwoBytes is refused,
+    and so is the same through the API."""
+    ids = np.random.default_rng(0).integers(0, 100_000, 4096).astype("<u4")
+    ids.tofile(tmp_path / "big4.bin")
+    with pytest.raises(readers.BadValue, match=rf"^tokens: vocab_size={vocab_size} is more ids than {token_size}-byte "
+                                               rf"tokens hold \({MOST_IDS[token_size]:,}\); {re.escape(fix)}$"):
+        tokens(tmp_path / "big4.bin", seq_len=64, token_size=token_size, vocab_size=vocab_size)
+    assert tokens(tmp_path / "big4.bin", seq_len=64, token_size=2, vocab_size=65_536).vocab_size == 65_536
+    assert tokens(tmp_path / "big4.bin", seq_len=64, token_size=4, vocab_size=100_000)[0][:2].tolist() == \
+        ids[:2].tolist()

@@ -290,3 +290,20 @@ def test_a_server_gives_the_vocabulary_its_data_toml_records(tmp_path):
         result = run("train", "--config", state, "--steps", "1")
     assert result.exit_code == 0, result.output
     assert result.stdout.startswith("model nexttoken: vocabulary 200 (vocab_size in the server's data.toml); ")
+
+
+def test_four_byte_tokens_of_a_vocabulary_over_65536_read_as_two_bytes_are_refused(tmp_path):
+    """Trial of issue 27, problem 3 (mended on main before this test): 4-byte ids, 1% of them 65,536 or more, read
+    with the reference's data.toml (TwoBytes, no vocab_size) trained: "vocabulary 30000", loss 9.89."""
+    state = _run_files(tmp_path)
+    rng = np.random.default_rng(0)
+    ids = rng.integers(0, 30_000, 20_000).astype("<u4")
+    big = rng.choice(len(ids), 200, replace=False)
+    ids[big] = rng.integers(65_536, 100_000, len(big))
+    path = tmp_path / "tokens" / "t.bin"
+    ids.tofile(path)
+    result = run("train", "--config", state, "--steps", "1")
+    assert result.exit_code == 1 and "Traceback" not in result.output, result.output
+    assert result.output.startswith(f'Error: {path}: read as 2-byte tokens (token_size = "TwoBytes"), every second '
+                                    "token is "), result.output
+    assert ": probably 4-byte tokens; read them with token_size = \"FourBytes\"" in result.output
