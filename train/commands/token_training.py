@@ -115,7 +115,7 @@ def _vocabulary(settings: TrainSettings, run: Any, found_vocab: Any) -> tuple[in
     else:
         token_size, said = None, f"the data.toml the server at {run.data.address} was started with"
     check_vocabulary(vocab, whence=whence, where=where, token_size=None if settings.vocab_size else token_size,
-                     cause=likely_cause(where, token_size, said), given=bool(settings.vocab_size))
+                     cause=likely_cause(where, token_size, said, vocab), given=bool(settings.vocab_size))
     return vocab, whence
 
 

@@ -30,18 +30,26 @@ class VocabularyError(BadValue):
     """A vocabulary the model cannot have: too large to be a tokenizer's, or to fit in memory."""
 
 
-def likely_cause(where: str, token_size: int | None, token_size_from: str | None) -> str:
+def likely_cause(where: str, token_size: int | None, token_size_from: str | None, vocab_size: int | None = None) -> str:
     """What probably made a vocabulary too large, and what to do, for ids read from ``where`` (a token file, a
     data.toml's vocab_size, a server's address) with ``token_size`` bytes each, a size given in
-    ``token_size_from``.
+    ``token_size_from``. A ``vocab_size`` a tokenizer may have (up to ``PLAUSIBLE``) read from a token file is
+    probably right: the memory is short.
 
     >>> likely_cause("tokens/t.bin", 4, "tokens/data.toml")
     'the file probably holds 2-byte tokens: write token_size = "TwoBytes" in tokens/data.toml'
+    >>> likely_cause("tokens/t.bin", 4, "tokens/data.toml", vocab_size=1_000_000)
+    'train on a machine with more memory (or, if the file holds 2-byte tokens, write token_size = "TwoBytes" in tokens/data.toml)'
     >>> likely_cause("tokens/t.npy", 4, "tokens/data.toml")
     'its token ids are not numbered from 0 by a tokenizer: renumber them 0..n-1 (np.unique(tokens, return_inverse=True))'
     """
+    plausible = vocab_size is not None and vocab_size <= PLAUSIBLE and where.endswith((".bin", ".npy"))
     if where.endswith(".bin") and token_size == 4:
-        return f'the file probably holds 2-byte tokens: write token_size = "{TOKEN_SIZE_NAMES[2]}" in {token_size_from}'
+        two = f'write token_size = "{TOKEN_SIZE_NAMES[2]}" in {token_size_from}'
+        return f"train on a machine with more memory (or, if the file holds 2-byte tokens, {two})" if plausible \
+            else f"the file probably holds 2-byte tokens: {two}"
+    if plausible:
+        return "train on a machine with more memory"
     if where.endswith(".npy"):
         return ("its token ids are not numbered from 0 by a tokenizer: renumber them 0..n-1 "
                 "(np.unique(tokens, return_inverse=True))")

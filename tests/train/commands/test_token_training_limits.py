@@ -3,11 +3,16 @@
 Issue 27 item 17: hostile run files ran for 30-40 s and ended in tracebacks: a global batch of 10**9 over 1,220
 windows, a ramp to 2**62, seq_len = 150000 (a MemoryError), 500 nested inline tables (a RecursionError).
 """
+import re
+import subprocess
+
 import numpy as np
 import pytest
 from click.testing import CliRunner
 
 from cli import main
+from tests.conftest import HANG
+from tests.helpers.child_processes import python_child, read_to_end
 
 STATE = """run_id = "test"
 [config]
@@ -82,5 +87,40 @@ def test_a_run_file_whose_steps_do_not_fit_in_memory_names_the_key_and_the_bound
 
 def test_a_run_file_nested_past_the_parser_is_one_line(tmp_path):
     state = _run_files(tmp_path, timing="{a = " * 500 + "1" + "}" * 500)
-    assert _refused(state) == (f"Error: {state}: config.warmup_time: line 7: nested more than 32 deep; a run file's "
+    assert _refused(state) == (f"Error: {state}: config.warmup_time: line 7: nested more than 32 deep; a state.toml's "
                                "tables and arrays nest a few levels: write them flat")
+
+
+#: The CLI in a child whose address space is limited to ``sys.argv[1]`` bytes (``ulimit -v``), given the rest as
+#: arguments.
+LIMITED = ("import resource, runpy, sys\n"
+           "resource.setrlimit(resource.RLIMIT_AS, (int(sys.argv[1]), resource.RLIM_INFINITY))\n"
+           "sys.argv = ['cli.py', *sys.argv[2:]]\n"
+           "runpy.run_path('cli.py', run_name='__main__')\n")
+
+
+@pytest.mark.parametrize("four_byte, more", [(True, ()), (False, ("--vocab-size", "3000000"))],
+                         ids=["4-byte ids below 1,000,000", "--vocab-size 3000000"])
+def test_a_vocabulary_past_the_address_space_limit_is_refused_in_one_line(tmp_path, four_byte, more):
+    """Trial of issue 27, problem 2 (mended on main before this test: available_memory counts ulimit -v, and
+    --vocab-size is checked too): under `ulimit -v 4000000`, 4-byte ids below 1,000,000 ended in a raw
+    _ArrayMemoryError traceback after 10 s (the check weighed the machine's 22.0 GiB, not the process's limit), and
+    `--vocab-size 3000000` went unchecked into a traceback."""
+    state = _run_files(tmp_path)
+    if four_byte:
+        ids = np.random.default_rng(0).integers(0, 1_000_000, 20_000).astype("<u4")
+        ids[7] = 999_999
+        ids.tofile(tmp_path / "tokens" / "t.bin")
+        data = tmp_path / "tokens" / "data.toml"
+        data.write_text(data.read_text().replace('"TwoBytes"', '"FourBytes"'))
+    with python_child("-c", LIMITED, 4_000_000 * 1024, "train", "--config", state, "--steps", "1", *more,
+                      stderr=subprocess.STDOUT, text=True) as child:
+        out = read_to_end(child.stdout, HANG * 6, "the refusal")
+        child.wait(HANG)
+    assert child.returncode == 1 and "Traceback" not in out and len(out.splitlines()) == 1, out
+    vocab = "1,000,000" if four_byte else "3,000,000"
+    said = (f'{tmp_path / "tokens" / "t.bin"}: read as 4-byte tokens (token_size = "FourBytes"), largest token id '
+            f"999999 in the 20,000 tokens" if four_byte else "--vocab-size")
+    assert re.fullmatch(rf"Error: {re.escape(said)}: a vocabulary of {vocab} ids, the model would take [\d.]+ GiB "
+                        r"\(its parameters, Adam's moments and a step's gradients\), more than the [\d.]+ [GM]iB of "
+                        r"memory available; .*\n", out), out

@@ -49,3 +49,15 @@ def test_the_vocabulary_check_asks_the_one_memory_function(monkeypatch):
     monkeypatch.setattr("readers.tokenized.run_limits._cgroup_room", lambda: needed - 1)
     with pytest.raises(VocabularyError, match=r"the model would take .* more than the .* of memory available"):
         check_vocabulary(50_000, whence="w", where="t.bin", token_size=2, cause="c")
+
+
+def test_a_vocabulary_a_tokenizer_may_have_read_from_a_token_file_blames_the_memory():
+    """Trial of issue 27, problem 2: 4-byte ids below 1,000,000 refused for memory were told "the file probably holds
+    2-byte tokens: write token_size = "TwoBytes"", which the 4-byte check then refuses in turn."""
+    assert likely_cause("tokens/t.bin", 4, "tokens/data.toml", 1_000_000) == (
+        'train on a machine with more memory (or, if the file holds 2-byte tokens, write token_size = "TwoBytes" in '
+        "tokens/data.toml)")
+    assert likely_cause("tokens/t.bin", 4, "tokens/data.toml", PLAUSIBLE + 1).startswith(
+        "the file probably holds 2-byte tokens")
+    assert likely_cause("tokens/t.npy", 4, "tokens/data.toml", 1000) == "train on a machine with more memory"
+    assert likely_cause("--vocab-size", None, "tokens/data.toml", 1000).startswith("give a smaller --vocab-size")
