@@ -87,6 +87,12 @@ def _open(directory: str, refusal: str, every_page: bool = False) -> tuple[sqlit
         raise NotACache(exc.path, exc.reason, f"{exc.path} is not a readerkit cache ({exc.reason}): {refusal}") from None
     except DamagedFile as exc:
         return None, exc.reason
+    except sqlite3.OperationalError as exc:
+        if _out_of_room(directory, exc):  # opening makes the -wal and -shm files: a full disk fails there first
+            raise FileError(f"cannot open the cache in {directory}: the disk is full ({_free(directory)}; {exc}), and "
+                            "sqlite makes the database's -wal and -shm files when it opens it: free some space and run "
+                            "this again") from None
+        raise
     try:
         for sql in _FIRST_ROWS:
             db.execute(sql).fetchall()
@@ -180,6 +186,22 @@ def _free(directory: str) -> str:
         return f"{shutil.disk_usage(directory).free / _MIB:,.2f} MiB free"
     except OSError:
         return "free space unknown"
+
+
+_IOERR = 10  # sqlite's SQLITE_IOERR, the primary code of its extended I/O errors
+
+
+def _out_of_room(directory: str, exc: sqlite3.Error) -> bool:
+    """Whether ``exc`` failed for want of room on the disk of ``directory``: a full disk as sqlite says it, or an
+    I/O error (sqlite sizing its -shm file says "disk I/O error") where less than a MiB is free."""
+    if is_full(exc):
+        return True
+    if (getattr(exc, "sqlite_errorcode", 0) or 0) & 0xFF != _IOERR:
+        return False
+    try:
+        return shutil.disk_usage(directory).free < _MIB
+    except OSError:
+        return False
 
 
 def _not_compacted(directory: str, exc: sqlite3.Error) -> str:

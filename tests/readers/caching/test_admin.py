@@ -8,6 +8,7 @@ import os
 import re
 import sqlite3
 import time
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -485,3 +486,25 @@ def test_clear_cache_on_a_disk_too_full_to_delete_is_one_error_saying_nothing_we
                                                 r"nothing was deleted: free some space and run clear again"):
         clear_cache(tmp_path)
     assert sum(n for n, _ in _table_counts(tmp_path).values()) == 13
+
+
+def _io_error():
+    exc = sqlite3.OperationalError("disk I/O error")
+    exc.sqlite_errorcode = 4874  # SQLITE_IOERR_SHMSIZE: what opening a cache on a full disk (tmpfs) gave
+    raise exc
+
+
+@pytest.mark.parametrize("call", [cache_info, clear_cache])
+def test_info_and_clear_on_a_disk_too_full_to_open_the_cache_are_one_error(tmp_path, monkeypatch, call):
+    """Trial of issue 27, problem 8, seen on a 3 MiB tmpfs filled up: `cache clear` and `cache info` ended in a raw
+    "sqlite3.OperationalError: disk I/O error" traceback (sqlite could not size the -shm file it makes on opening)."""
+    _fill(tmp_path, passes=1)
+    monkeypatch.setattr(admin, "open_database", lambda *args, **kwargs: _io_error())
+    monkeypatch.setattr(admin.shutil, "disk_usage", lambda folder: SimpleNamespace(total=1 << 30, used=1 << 30, free=4096))
+    with pytest.raises(readers.FileError, match=rf"^cannot open the cache in {re.escape(str(tmp_path))}: the disk is "
+                                                r"full \(0\.00 MiB free; disk I/O error\), and sqlite makes the "
+                                                r"database's -wal and -shm files when it opens it: free some space"):
+        call(tmp_path)
+    monkeypatch.setattr(admin.shutil, "disk_usage", lambda folder: SimpleNamespace(total=1 << 30, used=0, free=1 << 30))
+    with pytest.raises(sqlite3.OperationalError, match="disk I/O error"):  # room enough: another failure, as it is
+        call(tmp_path)
