@@ -29,7 +29,10 @@ A database damaged outside sqlite (a page overwritten, a table dropped) is
 found when opened (its tables) or at its first error (``damage_of``: what
 ``PRAGMA quick_check`` finds, which reads every page, so it is not run at
 every opening); ``set_aside`` then renames it, with its ``-wal``, ``-shm``
-and dense files, out of the way, and the next opening starts a new one.
+and dense files, out of the way, and the next opening starts a new one. One
+whose header is overwritten, which sqlite calls "not a database", is such
+damage too when the folder shows it is readerkit's cache
+(``made_by_readerkit``); another program's file is refused, untouched.
 
 Those renames (and ``cache clear``'s deletion of a damaged database) take a
 lock on the folder (``folder_lock``, exclusive) that every opening takes too
