@@ -91,10 +91,12 @@ def test_a_run_file_nested_past_the_parser_is_one_line(tmp_path):
                                "tables and arrays nest a few levels: write them flat")
 
 
-#: The CLI in a child whose address space is limited to ``sys.argv[1]`` bytes (``ulimit -v``), given the rest as
-#: arguments.
+#: The CLI in a child whose address space is limited to ``sys.argv[1]`` bytes (``ulimit -v``; less where the hard
+#: limit is lower), given the rest as arguments.
 LIMITED = ("import resource, runpy, sys\n"
-           "resource.setrlimit(resource.RLIMIT_AS, (int(sys.argv[1]), resource.RLIM_INFINITY))\n"
+           "hard = resource.getrlimit(resource.RLIMIT_AS)[1]\n"
+           "soft = int(sys.argv[1]) if hard == resource.RLIM_INFINITY else min(int(sys.argv[1]), hard)\n"
+           "resource.setrlimit(resource.RLIMIT_AS, (soft, hard))\n"
            "sys.argv = ['cli.py', *sys.argv[2:]]\n"
            "runpy.run_path('cli.py', run_name='__main__')\n")
 
