@@ -41,6 +41,7 @@ from readers.caching.database import (
     NotACache,
     aside_files,
     folder_lock,
+    free_space,
     open_database,
 )
 from readers.caching.dense import dense_files
@@ -89,7 +90,7 @@ def _open(directory: str, refusal: str, every_page: bool = False) -> tuple[sqlit
         return None, exc.reason
     except sqlite3.OperationalError as exc:
         if _out_of_room(directory, exc):  # opening makes the -wal and -shm files: a full disk fails there first
-            raise FileError(f"cannot open the cache in {directory}: the disk is full ({_free(directory)}; {exc}), and "
+            raise FileError(f"cannot open the cache in {directory}: the disk is full ({free_space(directory)}; {exc}), and "
                             "sqlite makes the database's -wal and -shm files when it opens it: free some space and run "
                             "this again") from None
         raise
@@ -180,14 +181,6 @@ def cache_info(directory: str | os.PathLike, *, check_pages: bool = False) -> di
             "bytes": sum(s["bytes"] for s in spaces), "namespaces": spaces}
 
 
-def _free(directory: str) -> str:
-    """The free space of the file system of ``directory``, for a message."""
-    try:
-        return f"{shutil.disk_usage(directory).free / _MIB:,.2f} MiB free"
-    except OSError:
-        return "free space unknown"
-
-
 _IOERR = 10  # sqlite's SQLITE_IOERR, the primary code of its extended I/O errors
 
 
@@ -216,7 +209,7 @@ def _not_compacted(directory: str, exc: sqlite3.Error) -> str:
     'the database was not compacted (database is locked): another process is writing to it; run clear again later'
     """
     if is_full(exc):
-        why = (f"the disk is full ({_free(directory)}), and compacting writes a copy of the database; the room the "
+        why = (f"the disk is full ({free_space(directory)}), and compacting writes a copy of the database; the room the "
                "entries took is reused by the cache's next entries: free some space and run clear again to give it "
                "back to the file system")
     elif "locked" in str(exc) or "busy" in str(exc):
@@ -331,7 +324,7 @@ def clear_cache(directory: str | os.PathLike, ns: int | None = None, *, timeout:
                 db = None
                 return _clear_damaged(path, ns, str(exc), before)
             if is_full(exc):  # the deletion writes the pages it changes to the log first: it needs room too
-                raise FileError(f"cannot clear the cache in {path}: the disk is full ({_free(path)}; {exc}), and "
+                raise FileError(f"cannot clear the cache in {path}: the disk is full ({free_space(path)}; {exc}), and "
                                 "deleting entries first writes the pages it changes to the database's log; nothing "
                                 "was deleted: free some space and run clear again (or, if no process uses the "
                                 "cache, delete the folder)") from None

@@ -50,6 +50,7 @@ import fcntl
 import hashlib
 import os
 import re
+import shutil
 import sqlite3
 from collections.abc import Iterator
 from typing import Any
@@ -71,8 +72,8 @@ from readers.storage.sqlite import (
 
 __all__ = [
     "FILE", "ID_BITS", "ID_MASK", "MAX_SPACES", "SELECT", "STEP", "UPSERT", "WAL_BYTES", "NotACache", "aside_files",
-    "damage_of", "damaged_cache", "database_bytes", "evict", "folder_lock", "made_by_readerkit", "open_database",
-    "opened_database", "release", "row_keys", "set_aside_cache",
+    "damage_of", "damaged_cache", "database_bytes", "evict", "folder_lock", "free_space", "made_by_readerkit",
+    "open_database", "opened_database", "release", "row_keys", "set_aside_cache",
 ]
 
 FILE = "cache.sqlite3"
@@ -452,3 +453,18 @@ def release(db: sqlite3.Connection) -> None:
     ...     db.close()
     """
     db.executescript("PRAGMA incremental_vacuum;")  # executescript steps it to the end; execute frees one page
+
+
+def free_space(directory: str) -> str:
+    """The free space of the file system of ``directory``, in words for a message.
+
+    >>> import tempfile
+    >>> free_space(tempfile.gettempdir()).endswith("MiB free")
+    True
+    >>> free_space("/no/such/folder")
+    'free space unknown'
+    """
+    try:
+        return f"{shutil.disk_usage(directory).free / (1 << 20):,.2f} MiB free"
+    except OSError:
+        return "free space unknown"

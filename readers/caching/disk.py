@@ -23,7 +23,6 @@ import contextlib
 import json
 import multiprocessing.util
 import os
-import shutil
 import sqlite3
 import threading
 import time
@@ -43,6 +42,7 @@ from readers.caching.database import (
     UPSERT,
     damage_of,
     evict,
+    free_space,
     open_database,
     opened_database,
     release,
@@ -77,14 +77,6 @@ def _inode(directory: str) -> int | None:
         return os.stat(os.path.join(directory, FILE)).st_ino
     except FileNotFoundError:
         return None
-
-
-def _free(directory: str) -> str:
-    """The free space of the file system of ``directory``, for a message."""
-    try:
-        return f"{shutil.disk_usage(directory).free / (1 << 20):,.2f} MiB free"
-    except OSError:
-        return "free space unknown"
 
 
 class DiskStore:
@@ -215,7 +207,7 @@ class DiskStore:
                 return
             self._failing = True
         failed = f"{type(exc).__name__}: {exc}"
-        cause = f"the disk is full: {_free(self.directory)}" if is_full(exc) else failed
+        cause = f"the disk is full: {free_space(self.directory)}" if is_full(exc) else failed
         # warned before ``failed`` is set: a flush that returns on it finds the warning given
         warnings.warn(f"the cache in {self.directory} could not {what} ({cause}); it writes no more in this process, "
                       "and what it did not write is computed again when next asked for", RuntimeWarning, stacklevel=2)
