@@ -15,7 +15,6 @@
 """
 from __future__ import annotations
 
-import errno
 import json
 import os
 import sys
@@ -290,13 +289,7 @@ def serve(reader_name: str, data_dir: str | None, download: bool, config: str | 
         click.echo(f"serving {server.served.n} entries on {show_address(bound_host, bound_port)}")
         sys.stdout.flush()
 
-    try:
-        run_until_signal(server, host, port, announce)
-    except OSError as exc:
-        if exc.errno != errno.EADDRINUSE:
-            raise
-        raise click.ClickException(f"{host}:{port} is in use (another server?): stop it, or give another --port "
-                                   "(0 picks a free one)") from None
+    run_until_signal(server, host, port, announce)  # (an address it cannot listen on: CannotListen, one line)
     stats = server.stats
     click.echo(f"stopped: {stats['connections']} connections, {stats['requests']} requests, "
                f"{stats['bytes']:,} bytes of entries sent", err=True)

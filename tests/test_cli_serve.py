@@ -16,9 +16,10 @@ import readers
 from readers.sources import mnist
 from readers.tokenized.windows import Tokens
 from tests.conftest import HANG
-from tests.helpers.addresses import not_this_machines
+from tests.helpers.addresses import bind_fails, not_this_machines
 from tests.helpers.child_processes import read_line, start_python, stop
 from tests.helpers.paths import SHARED_DATA
+from tests.readers.network.test_server import CANNOT_LISTEN
 
 MNIST = SHARED_DATA / "mnist"
 ANNOUNCED = re.compile(r"serving (\d+) entries on 127\.0\.0\.1:(\d+)")
@@ -162,7 +163,8 @@ def test_cli_serve_refuses_reader_options_with_a_config_and_names_a_port_in_use(
         port = taken.getsockname()[1]
         busy = CliRunner().invoke(cli.main, ["serve", "--config", config, "--port", str(port)])
     assert busy.exit_code == 1
-    assert f"127.0.0.1:{port} is in use (another server?): stop it, or give another --port" in busy.output
+    assert busy.output.splitlines() == [f"Error: 127.0.0.1:{port} is in use (another server?): stop it, or give another "
+                                        "port (0 picks a free one)"]
 
 
 def test_cli_serve_given_a_state_toml_says_it_is_a_run_file_and_names_its_data_toml(tmp_path, token_config):
@@ -211,6 +213,21 @@ def test_cli_serve_names_a_host_that_is_not_this_machines(token_config, monkeypa
         "give one it has (`ip addr` lists them), 0.0.0.0 for all of them, or 127.0.0.1"]
 
 
+@pytest.mark.parametrize("case", CANNOT_LISTEN)
+def test_cli_serve_names_an_address_it_cannot_listen_on_in_one_line(token_config, monkeypatch, case):
+    """Regression (trial of issue 27, problem 5): `serve --host nosuch.invalid --secret-file sec` printed an 11-frame
+    traceback ending "OSError: [Errno -2] Name or service not known", and a port below 1024 a raw EACCES."""
+    from click.testing import CliRunner
+
+    import cli
+
+    error, host, port, message = CANNOT_LISTEN[case]
+    bind_fails(monkeypatch, error, host=host, port=port)
+    result = CliRunner().invoke(cli.main, ["serve", "--config", token_config[0], "--host", host, "--port", str(port)],
+                                env={"READERKIT_SECRET": "s3cret"})
+    assert result.exit_code == 1 and result.output.splitlines() == [f"Error: {message}"]
+
+
 def test_cli_serve_gives_the_server_its_timeouts(token_config, monkeypatch):
     """Regression (issue 27, item 15): frame_timeout (60 s), the other timeouts and the budget could not be set from the
     command line."""
@@ -255,3 +272,25 @@ def test_cli_serve_config_reads_the_whole_corpus_only_without_a_recorded_vocab_s
     assert len(scans) == (0 if recorded else 1)
     assert (info["vocab_size"], info["max_token"]) == ((1300, None) if recorded else (None, 1200))
     assert len(served) == 50 and served[49].tolist() == list(range(1196, 1201))
+
+
+NOT_UTF8 = os.fsdecode(b"s3cret\xff")  # a READERKIT_SECRET of bytes that are not UTF-8, as Python reads it
+
+
+def test_cli_serve_and_train_refuse_a_secret_that_is_not_utf8_in_one_line(tmp_path, token_config):
+    """Regression (trial of issue 27, problem 6): READERKIT_SECRET=$'s3cret\\xff' gave a raw "UnicodeEncodeError:
+    'utf-8' codec can't encode character '\\udcff'" on the client. Now both ends refuse it at once, in one line that
+    shows nothing of the secret."""
+    from click.testing import CliRunner
+
+    import cli
+    from tests.train.commands.test_token_training import STATE
+
+    state = tmp_path / "state.toml"
+    state.write_text(STATE.format(location='Server = "127.0.0.1:9"'))  # (refused before any connection)
+    for args in (["serve", "--config", token_config[0], "--port", "0"], ["train", "--config", str(state)]):
+        result = CliRunner().invoke(cli.main, args, env={"READERKIT_SECRET": NOT_UTF8})
+        assert result.exit_code == 1 and len(result.output.splitlines()) == 1, (args, result.output)
+        assert ("$READERKIT_SECRET is not text that UTF-8 can encode (it holds bytes that are not UTF-8): the secret "
+                "must be UTF-8 text; set READERKIT_SECRET to UTF-8 text on the server and the clients") in result.output
+        assert result.output.startswith("Error: ") and "s3cret" not in result.output, (args, result.output)

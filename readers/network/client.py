@@ -79,9 +79,10 @@ class Remote(IndexedReader):
         row_bytes = max(int(self.welcome.get("row_bytes", 0)), 1)
         self.request_rows = max(1, request_bytes // row_bytes)
         self.frame_rows = max(1, (int(self.welcome.get("max_frame", MAX_FRAME)) - (64 << 10)) // row_bytes)
-        #: The most entries asked for and not yet taken by the consumer: in_flight x request_bytes of them (one
-        #: entry a request when an entry alone is larger).
-        self.window_rows = in_flight * self.request_rows
+        #: The most entries asked for and not yet taken by the consumer: as many as in_flight x request_bytes
+        #: holds, in requests of request_rows; entries larger than request_bytes go one a request, and no more
+        #: of them than that many bytes hold (at least one, so that one larger than the whole bound is still read).
+        self.window_rows = max(1, min(in_flight * self.request_rows, in_flight * request_bytes // row_bytes))
 
     # -- connections: one per thread and process, opened again when broken ------------------
     def __getstate__(self) -> dict[str, Any]:
@@ -199,7 +200,7 @@ class Remote(IndexedReader):
     def _limits(self) -> dict[str, int]:
         """How a read puts its gathers into requests: ``Read``'s limits."""
         return {"in_flight": self.in_flight, "request_rows": self.request_rows, "index_rows": INDEX_ROWS,
-                "whole_rows": min(self.frame_rows, INDEX_ROWS, self.window_rows)}
+                "whole_rows": min(self.frame_rows, INDEX_ROWS, self.in_flight * self.request_rows)}
 
     def gather_ahead(self, chunks: Iterable[np.ndarray]) -> Iterator[tuple[np.ndarray, Any]]:
         """(indices, columns) for each chunk in order, with the next chunks asked for while the consumer works on
@@ -272,7 +273,8 @@ class Remote(IndexedReader):
 
     def _send(self, read: Read, waiting: bool) -> None:
         """Send the waiting requests the bounds allow: at most ``in_flight`` under way, at most ``window_rows`` of
-        entries asked for and not taken (``Read.ahead``), no more than ``SEND_AHEAD`` bytes of requests
+        entries asked for and not taken (``Read.ahead``; one request larger than that only alone, and for the first
+        job, the one the consumer waits for), no more than ``SEND_AHEAD`` bytes of requests
         unanswered (so that sending never waits on a server that waits on this end to read its answers), and
         before the first hand-over, only the first job's requests."""
         while read.waiting and len(read.sent) < self.in_flight:
@@ -282,6 +284,8 @@ class Remote(IndexedReader):
             new, ahead = 0 if request.asked else request.rows, read.ahead(waiting)  # (0: asked again, counted)
             if ahead and ahead + new > self.window_rows:
                 break
+            if new > self.window_rows and request.segments[0][0] is not read.jobs[0]:
+                break  # a gather larger than the window (of entries over request_bytes) goes once it is waited for
             frame = b"".join(frame_parts(request.header(read.ident + 1, self.bound_pass)))
             if read.sent and sum(r.asked for r in read.sent.values()) + len(frame) > SEND_AHEAD:
                 break
@@ -362,8 +366,9 @@ def remote(address: Any, *, secret: str | bytes | None = None, in_flight: int = 
     ``request_bytes`` of entries (default ``REQUEST_BYTES``, 2 MiB: fewer,
     larger answers; a small value asks for each gather alone, for the least
     latency). What is asked for and not yet taken stays within ``in_flight``
-    x ``request_bytes`` (an entry a request when one alone is larger),
-    whatever the order: a pass's entries are asked for as they are taken, a
+    x ``request_bytes`` (entries larger than ``request_bytes`` go one a
+    request, as many as that holds, and one at a time when one alone is
+    larger than it all), whatever the order: a pass's entries are asked for as they are taken, a
     gather larger than that travels in requests of ``request_bytes``, and
     until the first is handed over nothing else is asked for (reading one
     entry costs one request).

@@ -48,6 +48,8 @@ from __future__ import annotations
 
 import errno
 import ipaddress
+import os
+import select
 import signal
 import socket
 import ssl
@@ -57,12 +59,12 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from readers.errors import BadValue
+from readers.errors import BadValue, ReaderkitError
 from readers.network.served_reader import Served
 from readers.network.session import Closed, Session, readable
-from readers.network.wire import show_address
+from readers.network.wire import read_secret, show_address
 
-__all__ = ["Server", "Serving", "is_loopback", "run_until_signal", "serve", "tls_context"]
+__all__ = ["CannotListen", "Server", "Serving", "is_loopback", "run_until_signal", "serve", "tls_context"]
 
 
 def is_loopback(host: str) -> bool:
@@ -75,6 +77,44 @@ def is_loopback(host: str) -> bool:
         return host == "localhost" or ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+class CannotListen(ReaderkitError, OSError):
+    """The server cannot listen where it was asked to: a host name that does not resolve, a port in use, a port below
+    1024 without the right to it. The message names the address and says what to give instead; ``errno`` is the
+    system's (``errno.EADDRINUSE``, ``errno.EACCES``, or the resolver's ``socket.EAI_*``)."""
+
+
+def cannot_listen(host: str, port: int, exc: OSError) -> OSError:
+    """What to raise when listening on ``host:port`` failed with ``exc``: an error whose one line names the address
+    and says what to do, or ``exc`` itself when there is nothing more to say.
+
+    >>> print(cannot_listen("127.0.0.1", 80, PermissionError(errno.EACCES, "Permission denied")))
+    cannot listen on 127.0.0.1:80 (Permission denied): a port below 1024 needs root or CAP_NET_BIND_SERVICE; give a port of 1024 or more (0 picks a free one)
+    >>> print(cannot_listen("nosuch.invalid", 20001, OSError(socket.EAI_NONAME, "Name or service not known (while "
+    ...                                                  "attempting to bind on address ('nosuch.invalid', 20001))")))
+    cannot listen on nosuch.invalid:20001: the host name nosuch.invalid does not resolve (Name or service not known); give a name or address of this machine (`ip addr` lists its addresses), 0.0.0.0 for all of them, or 127.0.0.1
+    """
+    where = show_address(host, port)
+    if isinstance(exc, socket.gaierror) or (exc.errno or 0) < 0:  # (the resolver's EAI_* codes are negative;
+        reason = (exc.strerror or str(exc)).split(" (while attempting", 1)[0]  # create_server rewraps its gaierror)
+        error: OSError = CannotListen(f"cannot listen on {where}: the host name {host} does not resolve ({reason}); "
+                                      "give a name or address of this machine (`ip addr` lists its addresses), "
+                                      "0.0.0.0 for all of them, or 127.0.0.1")
+    elif exc.errno == errno.EADDRNOTAVAIL:
+        return BadValue(f"cannot listen on {where}: no network interface of this machine has the address {host}; "
+                        "give one it has (`ip addr` lists them), 0.0.0.0 for all of them, or 127.0.0.1")
+    elif exc.errno == errno.EADDRINUSE:
+        error = CannotListen(f"{where} is in use (another server?): stop it, or give another port (0 picks a free "
+                             "one)")
+    elif exc.errno == errno.EACCES:
+        why = ("a port below 1024 needs root or CAP_NET_BIND_SERVICE; give a port of 1024 or more" if 0 < port < 1024
+               else "this system's security policy forbids it; give another port")
+        error = CannotListen(f"cannot listen on {where} ({exc.strerror}): {why} (0 picks a free one)")
+    else:
+        return exc
+    error.errno = exc.errno
+    return error
 
 
 class Server:
@@ -132,7 +172,9 @@ class Server:
 
         An address no interface of this machine has is refused as a ``BadValue``
         naming it ("cannot listen on ...: no network interface of this machine has
-        the address ..."), and so is a reachable host without a secret:
+        the address ..."), and so is a reachable host without a secret; a host
+        name that does not resolve, a port in use and a port below 1024 without
+        the right to it raise ``CannotListen``, naming the address:
 
         >>> import numpy as np, readers
         >>> server = Server(readers.np_array(np.arange(3)), log=lambda line: None)
@@ -144,6 +186,11 @@ class Server:
         Traceback (most recent call last):
         ...
         readers.errors.BadValue: refusing to serve on 0.0.0.0, which other machines can reach, without a secret: anyone there could read the data; give --secret-file or READERKIT_SECRET (or serve on 127.0.0.1)
+        >>> with socket.create_server(("127.0.0.1", 0)) as taken:
+        ...     Server(readers.np_array(np.arange(3))).start("127.0.0.1", taken.getsockname()[1])
+        Traceback (most recent call last):
+        ...
+        readers.network.server.CannotListen: 127.0.0.1:... is in use (another server?): stop it, or give another port (0 picks a free one)
         """
         if not is_loopback(host) and not self.secret:
             raise BadValue(f"refusing to serve on {host}, which other machines can reach, without a secret: "
@@ -156,11 +203,7 @@ class Server:
         try:
             self._listener = socket.create_server((host, port), family=family, backlog=1024)  # SO_REUSEADDR on POSIX
         except OSError as exc:
-            if exc.errno != errno.EADDRNOTAVAIL:
-                raise
-            raise BadValue(f"cannot listen on {show_address(host, port)}: no network interface of this machine has "
-                           f"the address {host}; give one it has (`ip addr` lists them), 0.0.0.0 for all of them, "
-                           "or 127.0.0.1") from None
+            raise cannot_listen(host, port, exc) from None
         self._listener.setblocking(False)
         bound = self._listener.getsockname()
         self._accepting = threading.Thread(target=self._accept, name="readerkit-serve-accept", daemon=True)
@@ -355,7 +398,7 @@ def serve(reader: Any, *, host: str = "127.0.0.1", port: int = 0, secret: str | 
     ...     len(remote), int(remote[4]), [int(x) for x in remote()][:3]
     (6, 40, [0, 10, 20])
     """
-    key = secret.encode() if isinstance(secret, str) else secret
+    key = None if secret is None else read_secret(secret)  # (text that UTF-8 cannot encode: refused in one line)
     return Serving(Server(reader, info=info, secret=key, tls=tls, **limits), host, port)
 
 
@@ -363,29 +406,48 @@ def run_until_signal(server: Server, host: str, port: int, announce: Callable[[s
     """Serve until SIGTERM or SIGINT (Ctrl-C), then stop as ``Server.stop`` does; ``announce(host, port)`` is
     called once listening, and the signal handlers are in place. Call it from the main thread.
 
+    The handlers stay in place until the server has stopped, so a second
+    signal (GNU ``timeout`` sends one to the process and one to its group)
+    neither kills the drain nor waits on it; the handler takes no lock, so a
+    signal that arrives while the handler runs for the first cannot deadlock
+    it (``threading.Event.set`` did).
+
     >>> import os, numpy as np, readers
     >>> server = Server(readers.np_array(np.arange(3)), log=print)
     >>> def announce(host, port):
     ...     print(f"serving on {host}")
     ...     os.kill(os.getpid(), signal.SIGTERM)  # as a supervisor would, later
+    ...     os.kill(os.getpid(), signal.SIGTERM)  # and again, at once
     >>> run_until_signal(server, "127.0.0.1", 0, announce)
     serving on 127.0.0.1
     >>> server.stopping
     True
     """
-
-    stopping = threading.Event()
+    signalled: list[int] = []
+    woken, wake = os.pipe()
+    os.set_blocking(wake, False)
 
     def stop(signum: int, frame: Any) -> None:
-        stopping.set()
-
-    bound = server.start(host, port)
-    before = {signum: signal.signal(signum, stop) for signum in (signal.SIGTERM, signal.SIGINT)}
-    try:
-        announce(*bound)
-        while not stopping.wait(0.5):
+        # Python runs a handler between two steps of the main thread, and runs it again inside itself when a second
+        # signal comes meanwhile: take no lock here (a list's append and a write to a pipe take none).
+        signalled.append(signum)
+        try:
+            os.write(wake, b"x")
+        except OSError:  # (full: the main thread is woken already)
             pass
+
+    before: dict[int, Any] = {}
+    try:
+        bound = server.start(host, port)
+        before = {signum: signal.signal(signum, stop) for signum in (signal.SIGTERM, signal.SIGINT)}
+        try:
+            announce(*bound)
+            while not signalled:
+                select.select([woken], [], [], 0.5)
+        finally:
+            server.stop()  # (the handlers still in place: a second signal does not cut the drain short)
     finally:
         for signum, handler in before.items():
             signal.signal(signum, handler)
-        server.stop()
+        os.close(woken)
+        os.close(wake)

@@ -293,6 +293,15 @@ def read_secret(secret: str | bytes | None = None, *, file: str | None = None,
 
     >>> read_secret("s3cret"), read_secret(b"raw\\x00")
     (b's3cret', b'raw\\x00')
+
+    Text is sent as UTF-8, so text that UTF-8 cannot encode (a lone surrogate,
+    or an environment variable holding bytes that are not UTF-8) is refused at
+    once, without showing the secret:
+
+    >>> read_secret("s3cret\\udcff")
+    Traceback (most recent call last):
+    ...
+    readers.errors.BadValue: the secret is not text that UTF-8 can encode (it holds a lone surrogate); give text of UTF-8 characters, or bytes (secret=b"...")
     """
     if secret is not None and file is not None:
         raise BadValue("give the secret or a secret file, not both")
@@ -303,13 +312,25 @@ def read_secret(secret: str | bytes | None = None, *, file: str | None = None,
             secret = secret[:-2] if secret.endswith(b"\r\n") else secret[:-1]
         if not secret:
             raise BadValue(f"{file}: the secret file is empty; write the shared secret in it")
-    elif secret is None:
+    from_environ = secret is None and file is None
+    if from_environ:
         secret = os.environ.get(environ) or None
         if secret is not None and secret.endswith("\n"):  # (as a file's: $(cat secret) keeps none, echo adds one)
             secret = secret[:-1]
     if secret is None:
         return None
-    return secret.encode() if isinstance(secret, str) else bytes(secret)
+    if not isinstance(secret, str):
+        return bytes(secret)
+    try:
+        return secret.encode()
+    except UnicodeEncodeError:  # (the message shows nothing of the secret, not even the character at fault)
+        if from_environ:
+            raise BadValue(f"${environ} is not text that UTF-8 can encode (it holds bytes that are not UTF-8): the "
+                           f"secret must be UTF-8 text; set {environ} to UTF-8 text on the server and the clients "
+                           "(or give the server a --secret-file and readers.remote the same bytes as secret=b\"...\")"
+                           ) from None
+        raise BadValue('the secret is not text that UTF-8 can encode (it holds a lone surrogate); give text of UTF-8 '
+                       'characters, or bytes (secret=b"...")') from None
 
 
 def check_kind(kind: str) -> str:

@@ -506,3 +506,23 @@ def test_remote_bounds_what_it_asks_ahead_when_one_entry_is_over_request_bytes(s
     asked = Asked(monkeypatch)
     asked.consume(readers.shuffle(remote, seed=1)())
     assert asked.taken == BIG and asked.requests == BIG and asked.most_ahead <= 2
+
+
+@pytest.mark.parametrize("in_flight", [8, 2])
+@pytest.mark.parametrize("name", ISSUE_27_PIPELINES)
+def test_remote_bounds_in_bytes_what_it_asks_ahead_when_entries_are_over_request_bytes(serving, monkeypatch, name,
+                                                                                        in_flight):
+    """Regression (trial of issue 27, problem 4): entries larger than request_bytes went one a request with in_flight
+    of them ahead: 4 MiB entries (2 MiB requests, 8 in flight) had 32 MiB asked ahead against the 16 MiB stated,
+    and 8 MiB against 4 MiB with in_flight=2. Now no more entries than in_flight x request_bytes holds: 4 with 8 in
+    flight, and one with 2 (an entry as large as the whole bound, read one at a time)."""
+    entry, request_bytes = 1024, 512  # the trial's 4 MiB entries and 2 MiB requests, shrunk alike
+    data = np.random.default_rng(4).integers(0, 256, (64, entry), dtype=np.uint8)
+    server = serving(readers.np_array(data))
+    remote = readers.remote(server.address, in_flight=in_flight, request_bytes=request_bytes)
+    build, size = ISSUE_27_PIPELINES[name]
+    asked = Asked(monkeypatch)
+    asked.consume(build(remote)(), size)
+    assert asked.taken == 64 and asked.rows >= 64
+    assert asked.most_ahead <= max(1, in_flight * request_bytes // entry), f"{name}: {asked.most_ahead} entries ahead"
+    assert_same(list(build(remote)()), list(build(readers.np_array(data))()), name)

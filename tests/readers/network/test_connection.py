@@ -4,6 +4,7 @@ A refused login raises its typed error at once, never after the retry
 deadline: each test gives the reader a deadline far longer than ``HANG`` and
 checks that the server saw one connection and that no retry warning was raised.
 """
+import os
 import socket
 import ssl
 import struct
@@ -159,6 +160,30 @@ def test_remote_without_a_secret_is_not_authorised_at_once(served, monkeypatch):
     error = refused(lambda: readers.remote(server.address, deadline=LONG), readers.NotAuthorised)
     assert server.address in str(error) and "READERKIT_SECRET" in str(error)
     assert server.stats["connections"] == 1
+
+
+@pytest.mark.parametrize("where", ["argument", "environment"])
+def test_remote_and_serve_refuse_a_secret_utf8_cannot_encode_at_once(served, monkeypatch, where):
+    """Regression (trial of issue 27, problem 6): READERKIT_SECRET=$'s3cret\\xff' (bytes that are not UTF-8), or
+    secret="\\ud800", gave a raw "UnicodeEncodeError: 'utf-8' codec can't encode character '\\udcff'" on the client
+    (and on the server, from serve). Now a BadValue at once, on both ends, that shows nothing of the secret."""
+    server = served(secret=SECRET)
+    secret = "s3cret\ud800" if where == "argument" else None
+    if where == "environment":
+        monkeypatch.setenv("READERKIT_SECRET", os.fsdecode(b"s3cret\xff"))
+        said = ("$READERKIT_SECRET is not text that UTF-8 can encode (it holds bytes that are not UTF-8): the secret "
+                "must be UTF-8 text; set READERKIT_SECRET to UTF-8 text on the server and the clients")
+    else:
+        said = ('the secret is not text that UTF-8 can encode (it holds a lone surrogate); give text of UTF-8 '
+                'characters, or bytes (secret=b"...")')
+    error = refused(lambda: readers.remote(server.address, secret=secret, deadline=LONG), readers.BadValue)
+    assert said in str(error) and "s3cret" not in str(error) and "\n" not in str(error)
+    assert server.stats["connections"] == 0  # refused before connecting
+    if where == "argument":
+        before = threading.active_count()
+        with pytest.raises(readers.BadValue) as caught:
+            readers.serve(readers.np_array(np.arange(3)), secret=secret, log=quiet)
+        assert str(caught.value) == said and threading.active_count() == before  # (refused before listening)
 
 
 def test_remote_secret_refused_after_a_restart_raises_mid_pass(served):

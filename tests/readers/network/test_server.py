@@ -8,6 +8,7 @@ from __future__ import annotations
 import collections
 import concurrent.futures
 import contextlib
+import errno
 import gc
 import json
 import socket
@@ -30,7 +31,7 @@ from readers.network.wire import (
     unpack_columns,
 )
 from tests.conftest import wait_until
-from tests.helpers.addresses import not_this_machines
+from tests.helpers.addresses import bind_fails, not_this_machines
 from tests.helpers.processes import open_descriptors
 from tests.helpers.serve_helpers import (
     WAIT,
@@ -315,6 +316,48 @@ def test_server_names_a_host_that_is_not_this_machines(monkeypatch):
     with pytest.raises(readers.BadValue, match=r"^cannot listen on 192\.0\.2\.1:20001: no network interface of this "
                                                r"machine has the address 192\.0\.2\.1; give one it has"):
         readers.serve(small_reader(), host="192.0.2.1", port=20001, secret="s3cret")  # (TEST-NET-1: no one's)
+    assert [t.name for t in threading.enumerate() if t.name.startswith("readerkit-")] == []
+
+
+CANNOT_LISTEN = {
+    "a host name that does not resolve": (
+        OSError(socket.EAI_NONAME, "Name or service not known (while attempting to bind on address ('nosuch.invalid', "
+                "20001))"), "nosuch.invalid", 20001,  # (as create_server raises the resolver's socket.gaierror)
+        "cannot listen on nosuch.invalid:20001: the host name nosuch.invalid does not resolve (Name or service not "
+        "known); give a name or address of this machine (`ip addr` lists its addresses), 0.0.0.0 for all of them, "
+        "or 127.0.0.1"),
+    "a port below 1024 without the right": (
+        PermissionError(errno.EACCES, "Permission denied"), "127.0.0.1", 80,
+        "cannot listen on 127.0.0.1:80 (Permission denied): a port below 1024 needs root or CAP_NET_BIND_SERVICE; "
+        "give a port of 1024 or more (0 picks a free one)"),
+}
+
+
+@pytest.mark.parametrize("case", CANNOT_LISTEN)
+def test_server_names_an_address_it_cannot_listen_on(monkeypatch, case):
+    """Regression (trial of issue 27, problem 5): serve --host nosuch.invalid printed an 11-frame traceback ending
+    "OSError: [Errno -2] Name or service not known", and a port below 1024 without permission a raw EACCES. Now a
+    CannotListen (a ReaderkitError, still an OSError with the system's errno) whose one line names the address. The
+    bind is made to fail: no resolver is asked, and root may bind port 80."""
+    error, host, port, message = CANNOT_LISTEN[case]
+    bind_fails(monkeypatch, error, host=host, port=port)
+    with pytest.raises(readers.network.server.CannotListen) as caught:
+        readers.serve(small_reader(), host=host, port=port, secret="s3cret")
+    assert str(caught.value) == message and caught.value.errno == error.errno
+    assert isinstance(caught.value, readers.ReaderkitError) and isinstance(caught.value, OSError)
+    assert [t.name for t in threading.enumerate() if t.name.startswith("readerkit-")] == []
+
+
+def test_server_says_a_port_in_use_is_in_use():
+    """Regression (trial of issue 27, problem 5): readers.serve on a port in use raised a raw "OSError: [Errno 98]
+    Address already in use"; only the command line said what to do."""
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        with pytest.raises(readers.network.server.CannotListen) as caught:
+            readers.serve(small_reader(), port=port)
+    assert str(caught.value) == (f"127.0.0.1:{port} is in use (another server?): stop it, or give another port "
+                                 "(0 picks a free one)")
+    assert caught.value.errno == errno.EADDRINUSE and isinstance(caught.value, readers.ReaderkitError)
     assert [t.name for t in threading.enumerate() if t.name.startswith("readerkit-")] == []
 
 

@@ -3,6 +3,7 @@ signal, and TLS."""
 import os
 import signal
 import socket
+import subprocess
 import threading
 
 import numpy as np
@@ -11,6 +12,7 @@ import pytest
 import readers
 from readers.network.server import Server, Serving, run_until_signal, serve, tls_context
 from tests.conftest import HANG, finishes
+from tests.helpers.child_processes import python_child
 from tests.readers.network.test_server import WAIT, Client, expect_rows, small_reader
 
 
@@ -149,3 +151,18 @@ def test_run_until_signal_serves_until_sigterm_then_stops():
     assert signal.getsignal(signal.SIGTERM) == previous
     expect_rows(read["columns"], range(4))
     assert server.stats["requests"] >= 1 and server.stopping and server_threads() == []
+
+
+@pytest.mark.parametrize("mode", ["reentrant", "draining"])
+def test_run_until_signal_stops_on_a_second_sigterm_inside_its_handler_or_while_draining(mode):
+    """Regression (trial of issue 27, problem 1): GNU timeout sends SIGTERM to the server and to its group. The
+    handler called threading.Event.set, and a second signal arriving while the first held the Event's lock ran the
+    handler again inside it, which waited on that lock for ever: the server ignored every later SIGTERM
+    ("reentrant": the handler is run again at every call it makes). And the handlers were put back before the drain,
+    so a second SIGTERM then killed the server mid-drain (exit -15; "draining")."""
+    with python_child("-m", "tests.helpers.signalled_server", mode, text=True) as proc:  # (ended however this ends)
+        try:
+            out, err = proc.communicate(timeout=30.0)  # (a bound on a hang: the child takes a second or two)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"{mode}: the server did not stop on SIGTERM within 30 s (deadlocked)")
+    assert (proc.returncode, out) == (0, "stopped\n"), f"{mode}: exit {proc.returncode}; {out}{err}"
