@@ -12,6 +12,7 @@ import pytest
 import readers
 from readers.network.server import Server, Serving, run_until_signal, serve, tls_context
 from tests.conftest import HANG, finishes
+from tests.helpers.addresses import bind_fails
 from tests.helpers.child_processes import python_child
 from tests.readers.network.test_server import WAIT, Client, expect_rows, small_reader
 
@@ -97,7 +98,9 @@ def test_serve_a_port_in_use_raises_in_the_caller():
 
 
 @pytest.mark.parametrize("host", ["no-such-host.invalid", "256.1.1.1"])
-def test_serve_a_host_that_does_not_resolve_raises_in_the_caller(host):
+def test_serve_a_host_that_does_not_resolve_raises_in_the_caller(host, monkeypatch):
+    # as the resolver answers, without asking one (tests reach no network, DNS included)
+    bind_fails(monkeypatch, socket.gaierror(socket.EAI_NONAME, "Name or service not known"), host=host)
     with pytest.raises(OSError):
         serve(small_reader(), host=host, secret="s", log=[].append)
     assert server_threads() == []
