@@ -73,6 +73,7 @@ from readers.ops.slicing import filter_entries as _filter_entries
 from readers.ops.slicing import firstn as _firstn
 from readers.ops.slicing import skip as _skip
 from readers.sources.in_memory import from_arrays, from_sequence, np_array
+from readers.sources.tar_shards import TarMemberError, TarShardError, tar_shards
 from readers.sources.text import text_file
 from readers.stage import IndexedReader, Reader, Stage
 from readers.tokenized.rounds import assign_batches
@@ -119,6 +120,8 @@ __all__ = [
     "ServerData",
     "Stage",
     "TLSMismatch",
+    "TarMemberError",
+    "TarShardError",
     "TimedOut",
     "UnsupportedVersion",
     "WorkerDiedError",
@@ -150,6 +153,7 @@ __all__ = [
     "shard",
     "shuffle",
     "skip",
+    "tar_shards",
     "text_file",
     "tokens",
     "torch_dataset",

@@ -65,7 +65,8 @@ __all__ = [
 
 #: Import strings (``module`` or ``module:attribute``) of the built-in plugins, by kind and name.
 BUILTINS: dict[str, dict[str, str]] = {
-    "readers": {"mnist": "readers.sources.mnist", "split-mnist": "readers.sources.split_mnist"},
+    "readers": {"mnist": "readers.sources.mnist", "split-mnist": "readers.sources.split_mnist",
+                "tar-shards": "readers.sources.tar_shards:from_data_dir"},
     "models": {"mlp": "train.models.classifiers:MLP", "softmax": "train.models.classifiers:SoftmaxRegression"},
 }
 _SINGULAR = {"readers": "reader", "models": "model"}
@@ -349,7 +350,8 @@ def list_plugins(kind: str) -> list[PluginInfo]:
 
     >>> [p for p in list_plugins("readers") if p.source == "built-in"]
     [PluginInfo(name='mnist', source='built-in', summary='MNIST (and anything in its format, such as Fashion-MNIST): indexed readers.'),
-     PluginInfo(name='split-mnist', source='built-in', summary="Split-MNIST: MNIST's classes 0-1, then 2-3, and so on, as a timestamped stream of one day per task.")]
+     PluginInfo(name='split-mnist', source='built-in', summary="Split-MNIST: MNIST's classes 0-1, then 2-3, and so on, as a timestamped stream of one day per task."),
+     PluginInfo(name='tar-shards', source='built-in', summary='WebDataset .tar shards at --data-dir (a folder, a glob or a brace pattern): dicts of fields by extension.')]
     """
     _check_kind(kind)
     winners: dict[str, str] = {}
