@@ -220,3 +220,11 @@ def test_tar_shards_plugin_finds_it_by_name(shards, tmp_path):
 def test_tar_shards_json_field_name_is_its_extension(tmp_path):
     paths = _write(tmp_path, n=2, extra=lambda i: {"meta.json": json.dumps({"k": i}).encode()})
     assert [e["meta.json"] for e in readers.tar_shards(paths)()] == [{"k": 0}, {"k": 1}]
+
+
+def test_tar_shards_without_pillow_says_which_pip_install(shards, monkeypatch):
+    import sys
+    monkeypatch.setitem(sys.modules, "PIL", None)  # import PIL fails, as where Pillow is not installed
+    with pytest.raises(ImportError, match=r"pip install pillow \(or pip install readerkit\[images\]\)"):
+        list(readers.tar_shards(shards)())
+    assert _ids(readers.tar_shards(shards, decode=False)()) == list(range(N))  # no image decoded, no Pillow needed
