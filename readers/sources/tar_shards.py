@@ -245,7 +245,7 @@ def tar_shards(urls: Any, *, decode: Any = True, seed: int | None = None, on_err
     warning ("skip"). A shard cut short always raises ``TarShardError``.
     Nothing is opened until a pass starts; each global worker reads its own files.
 
-    >>> import tempfile, os, webdataset as wds
+    >>> import tempfile, os, webdataset as wds, readers
     >>> folder = tempfile.mkdtemp()
     >>> with wds.ShardWriter(os.path.join(folder, "shard-%03d.tar"), maxcount=2, verbose=0) as sink:
     ...     for i in range(3):
@@ -255,7 +255,8 @@ def tar_shards(urls: Any, *, decode: Any = True, seed: int | None = None, on_err
     [('s0', 0, 'sample 0'), ('s1', 1, 'sample 1'), ('s2', 2, 'sample 2')]
     >>> r
     tar_shards(2 shards)
-    >>> sorted(e["cls"] for e in tar_shards(folder, seed=0)())
+    >>> shuffled = readers.shuffle(tar_shards(folder, seed=0), 100, seed=0)  # shard order, then a buffer
+    >>> sorted(e["cls"] for e in shuffled())
     [0, 1, 2]
     """
     if not (isinstance(decode, bool) or callable(decode) or isinstance(decode, Mapping)):
