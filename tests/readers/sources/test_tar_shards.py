@@ -228,3 +228,10 @@ def test_tar_shards_without_pillow_says_which_pip_install(shards, monkeypatch):
     with pytest.raises(ImportError, match=r"pip install pillow \(or pip install readerkit\[images\]\)"):
         list(readers.tar_shards(shards)())
     assert _ids(readers.tar_shards(shards, decode=False)()) == list(range(N))  # no image decoded, no Pillow needed
+
+
+def test_tar_shards_in_a_torch_dataloader_splits_files_between_its_workers(shards):
+    data = pytest.importorskip("torch.utils.data")
+    loader = data.DataLoader(readers.torch_dataset(readers.tar_shards(shards, decode=False)), batch_size=None,
+                             num_workers=2)
+    assert sorted(_ids(loader)) == list(range(N))
