@@ -25,7 +25,11 @@ shape (height, width, channels), converted to ``mode``:
 
 ``size=`` resizes every image (bilinear, antialiased, as Pillow and
 torchvision's ``Resize`` do) to one shape, so a batch of them stacks; without
-it each image keeps its own size.
+it each image keeps its own size. A JPEG at least twice as large as ``size``
+in both sides is first decoded at a reduced scale (1/2, 1/4 or 1/8, never
+below ``size``; Pillow's ``draft``, as its ``thumbnail`` does), which is
+several times faster than decoding it whole; its pixels then differ slightly
+from a full decode's resized (a reduced decode averages blocks of pixels).
 """
 from __future__ import annotations
 
@@ -91,6 +95,8 @@ def decode_image(path: str, size: tuple[int, int] | None = None, mode: str = "RG
     with open_file(path) as f:  # a missing file is a MissingFile, not a bad image
         try:
             with Image.open(f) as opened:
+                if size is not None:  # a JPEG at least twice too big decodes at 1/2, 1/4 or 1/8 of its size
+                    opened.draft(mode if mode in ("RGB", "L") else None, (size[1], size[0]))
                 image = opened.convert(mode)  # reads the whole file: truncated or corrupt data fails here
             if size is not None and image.size != (size[1], size[0]):
                 image = image.resize((size[1], size[0]), Image.Resampling.BILINEAR)

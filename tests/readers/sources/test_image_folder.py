@@ -146,6 +146,17 @@ def test_image_folder_size_resizes_as_pillow_and_batches_stack(folder, size, sha
     assert np.stack([image for image, _ in first]).shape == (4, *shape, 3)
 
 
+def test_image_folder_a_large_jpeg_decodes_at_reduced_scale_close_to_a_full_decode(tmp_path):
+    yy, xx = np.mgrid[0:64, 0:96]
+    smooth = np.stack([xx * 2, yy * 3, (xx + yy) % 256], -1).astype(np.uint8)
+    (tmp_path / "c").mkdir()
+    Image.fromarray(smooth).save(tmp_path / "c" / "0.jpg", quality=95)
+    image, _ = image_folder(tmp_path, size=(16, 24))[0]
+    with Image.open(tmp_path / "c" / "0.jpg") as stored:
+        full = np.asarray(stored.convert("RGB").resize((24, 16), Image.Resampling.BILINEAR))
+    assert image.shape == (16, 24, 3) and np.abs(image.astype(int) - full).mean() < 3
+
+
 def test_image_folder_without_size_keeps_each_images_own_size(tmp_path):
     for name, (w, h) in [("a/0.png", (3, 2)), ("a/1.png", (5, 4))]:
         (tmp_path / name).parent.mkdir(exist_ok=True)
