@@ -202,7 +202,9 @@ def jsonl(path: str | os.PathLike | Iterable[str | os.PathLike], *, fields: Sequ
 
     ``path`` is one file, a folder (its ``.jsonl`` and ``.ndjson`` files, sorted,
     in sub-folders too), a glob or brace pattern, or a list of these; the files'
-    lines follow one another in that order. With ``fields`` (a list of
+    lines follow one another in that order. The files are found when the
+    reader is made (a name that matches none raises ``MissingFile`` then) and
+    read only when it is used. With ``fields`` (a list of
     names) each line must be an object holding them, and its entry is the
     tuple of their values in that order. An index of where every line is is
     made in one pass over the files the first time the reader is used; after
