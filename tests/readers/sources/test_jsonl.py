@@ -110,7 +110,7 @@ def test_jsonl_paths_may_be_a_folder_a_list_or_a_glob(tmp_path):
         jsonl(tmp_path / "nowhere.jsonl")
 
 
-def test_jsonl_gather_reads_close_and_distant_lines(tmp_path, monkeypatch):
+def test_jsonl_gather_reads_close_and_distant_lines(tmp_path):
     p = tmp_path / "big.jsonl"
     rows = [{"k": k, "pad": "x" * 100} for k in range(2000)]
     write_jsonl(p, rows)
