@@ -72,7 +72,9 @@ from readers.ops.shuffling import shuffle as _shuffle
 from readers.ops.slicing import filter_entries as _filter_entries
 from readers.ops.slicing import firstn as _firstn
 from readers.ops.slicing import skip as _skip
+from readers.sources.image_folder import image_folder
 from readers.sources.in_memory import from_arrays, from_sequence, np_array
+from readers.sources.jsonl import jsonl
 from readers.sources.tar_shards import TarMemberError, TarShardError, tar_shards
 from readers.sources.text import text_file
 from readers.stage import IndexedReader, Reader, Stage
@@ -137,6 +139,8 @@ __all__ = [
     "firstn",
     "from_arrays",
     "from_sequence",
+    "image_folder",
+    "jsonl",
     "load_data",
     "load_run",
     "map_readers",

@@ -1,6 +1,9 @@
-"""Reader creators over data: arrays and sequences in memory, text files, MNIST and Split-MNIST.
+"""Reader creators over data: arrays and sequences in memory, text files, MNIST and Split-MNIST, users' formats.
 
 ``in_memory`` (from_arrays, np_array, from_sequence), ``text`` (text_file),
+``image_folder`` (a folder of images, one sub-folder a class), ``jsonl``
+(JSON lines, through an index of line offsets); a format reader finds and
+opens its files through ``locations``;
 ``mnist`` (MNIST and files in its IDX format, ``idx``; found or downloaded by
 ``datafiles``) and ``split_mnist`` (a timestamped stream of MNIST's tasks).
 """
