@@ -65,7 +65,8 @@ __all__ = [
 
 #: Import strings (``module`` or ``module:attribute``) of the built-in plugins, by kind and name.
 BUILTINS: dict[str, dict[str, str]] = {
-    "readers": {"mnist": "readers.sources.mnist", "split-mnist": "readers.sources.split_mnist"},
+    "readers": {"arrow": "readers.sources.columnar:from_data_dir", "mnist": "readers.sources.mnist",
+                "parquet": "readers.sources.parquet:from_data_dir", "split-mnist": "readers.sources.split_mnist"},
     "models": {"mlp": "train.models.classifiers:MLP", "softmax": "train.models.classifiers:SoftmaxRegression"},
 }
 _SINGULAR = {"readers": "reader", "models": "model"}
@@ -348,7 +349,9 @@ def list_plugins(kind: str) -> list[PluginInfo]:
     shows its error as the summary instead.
 
     >>> [p for p in list_plugins("readers") if p.source == "built-in"]
-    [PluginInfo(name='mnist', source='built-in', summary='MNIST (and anything in its format, such as Fashion-MNIST): indexed readers.'),
+    [PluginInfo(name='arrow', source='built-in', summary='Arrow IPC files in the --data-dir folder, every column (a datasets save_to_disk folder too).'),
+     PluginInfo(name='mnist', source='built-in', summary='MNIST (and anything in its format, such as Fashion-MNIST): indexed readers.'),
+     PluginInfo(name='parquet', source='built-in', summary='Parquet files in the --data-dir folder, every column, read by row group.'),
      PluginInfo(name='split-mnist', source='built-in', summary="Split-MNIST: MNIST's classes 0-1, then 2-3, and so on, as a timestamped stream of one day per task.")]
     """
     _check_kind(kind)

@@ -2,5 +2,7 @@
 
 ``in_memory`` (from_arrays, np_array, from_sequence), ``text`` (text_file),
 ``mnist`` (MNIST and files in its IDX format, ``idx``; found or downloaded by
-``datafiles``) and ``split_mnist`` (a timestamped stream of MNIST's tasks).
+``datafiles``), ``split_mnist`` (a timestamped stream of MNIST's tasks), ``columnar``
+(Arrow files, Hugging Face datasets, and the entry rules of columnar data) and ``parquet``;
+``locations`` is where every format reader expands and opens its paths.
 """
