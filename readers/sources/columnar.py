@@ -37,6 +37,8 @@ __all__ = ["ArrowFiles", "ColumnarFileError", "Columns", "HFDataset", "arrow", "
 
 #: How many bytes of converted groups a reader keeps by default (per process).
 CACHE_BYTES = 256 << 20
+#: How many files a reader keeps mapped or open at once (per process): a shuffle moves between files.
+OPEN_FILES = 16
 
 
 class ColumnarFileError(BadValue):
@@ -265,18 +267,22 @@ class ArrowFiles(Columns):
         self.paths = paths
         self.files = files  # group g is in file files[g]; starts[k]: the row where file k starts
         self.starts = offsets[np.searchsorted(files, np.arange(len(paths)))]
-        self._table: tuple[int, Any] | None = None
+        self._tables: collections.OrderedDict[int, Any] = collections.OrderedDict()  # file -> its mapped table
 
     def _load(self, g: int) -> Any:
         k = int(self.files[g])
-        if self._table is None or self._table[0] != k:
-            self._table = (k, _mapped_table(self.paths[k]).select(self.columns))  # one file mapped at a time
+        table = self._tables.get(k)
+        if table is None:
+            table = self._tables[k] = _mapped_table(self.paths[k]).select(self.columns)
+            if len(self._tables) > OPEN_FILES:
+                self._tables.popitem(last=False)  # unmapped once no converted group holds its buffers
+        self._tables.move_to_end(k)
         start = int(self.offsets[g] - self.starts[k])
-        return self._table[1].slice(start, int(self.offsets[g + 1] - self.offsets[g]))
+        return table.slice(start, int(self.offsets[g + 1] - self.offsets[g]))
 
     def __getstate__(self) -> dict[str, Any]:
         state = super().__getstate__()
-        state["_table"] = None
+        state["_tables"] = collections.OrderedDict()
         return state
 
     def path_text(self) -> str:

@@ -11,6 +11,7 @@ naming the file and row group.
 """
 from __future__ import annotations
 
+import collections
 import os
 from collections.abc import Sequence
 from typing import Any
@@ -19,6 +20,7 @@ import numpy as np
 
 from readers.sources.columnar import (
     CACHE_BYTES,
+    OPEN_FILES,
     ColumnarFileError,
     Columns,
     choose_columns,
@@ -58,23 +60,33 @@ class Parquet(Columns):
         super().__init__(offsets, columns, cache_bytes)
         self.paths = paths
         self.files, self.row_groups = files, row_groups  # group g is row group row_groups[g] of file files[g]
-        self._open: tuple[int, Any, Any] | None = None  # (file, its handle, its ParquetFile): one open at a time
+        self._open: collections.OrderedDict[int, tuple[Any, Any]] = collections.OrderedDict()  # file -> (handle,
+        # its ParquetFile): a few open at once, as a shuffle moves between files
+
+    def _file(self, k: int) -> Any:
+        found = self._open.get(k)
+        if found is None:
+            handle = open_file(self.paths[k])
+            try:
+                found = self._open[k] = (handle, _parquet().ParquetFile(handle, page_checksum_verification=True))
+            except BaseException:
+                handle.close()
+                raise
+            if len(self._open) > OPEN_FILES:
+                self._open.popitem(last=False)[1][0].close()
+        self._open.move_to_end(k)
+        return found[1]
 
     def _load(self, g: int) -> Any:
-        pa, pq = pyarrow(), _parquet()
+        pa = pyarrow()
         k, rg = int(self.files[g]), int(self.row_groups[g])
         path = self.paths[k]
         try:
-            if self._open is None or self._open[0] != k:
-                self.close()
-                handle = open_file(path)
-                self._open = (k, handle, pq.ParquetFile(handle, page_checksum_verification=True))
-            table = self._open[2].read_row_group(rg, columns=self.columns)
+            table = self._file(k).read_row_group(rg, columns=self.columns)
         except (pa.ArrowException, OSError) as exc:
             raise ColumnarFileError(
-                f"{path}, row group {rg} (of {self._open[2].num_row_groups if self._open else '?'}): cannot be "
-                f"decoded ({type(exc).__name__}: {exc}); the file is damaged: write it again, or leave it out"
-            ) from None
+                f"{path}, row group {rg} (of {int((self.files == k).sum())}): cannot be decoded "
+                f"({type(exc).__name__}: {exc}); the file is damaged: write it again, or leave it out") from None
         if table.num_rows != self.offsets[g + 1] - self.offsets[g]:
             raise ColumnarFileError(f"{path}, row group {rg}: {table.num_rows} rows, but its footer said "
                                     f"{int(self.offsets[g + 1] - self.offsets[g])}; was the file rewritten while "
@@ -82,14 +94,21 @@ class Parquet(Columns):
         return table
 
     def close(self) -> None:
-        """Close the file this copy has open (the next read opens it again)."""
-        if self._open is not None:
-            self._open[1].close()
-            self._open = None
+        """Close the files this copy has open (a later read opens them again).
+
+        >>> import pyarrow as pa, pyarrow.parquet as pq, tempfile
+        >>> folder = tempfile.TemporaryDirectory()
+        >>> pq.write_table(pa.table({"x": [1, 2]}), f"{folder.name}/a.parquet")
+        >>> r = parquet(folder.name)
+        >>> r.close(); int(r[1][0])
+        2
+        """
+        while self._open:
+            self._open.popitem()[1][0].close()
 
     def __getstate__(self) -> dict[str, Any]:
         state = super().__getstate__()
-        state["_open"] = None
+        state["_open"] = collections.OrderedDict()
         return state
 
     def path_text(self) -> str:
