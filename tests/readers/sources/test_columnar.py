@@ -161,3 +161,9 @@ def test_from_hf_refuses_an_indices_mapping_and_what_is_no_dataset(dataset):
     assert len(readers.from_hf(dataset.shuffle(seed=0).flatten_indices())) == N
     with pytest.raises(TypeError, match="from_hf needs a datasets.Dataset, got dict"):
         readers.from_hf({"train": dataset})
+
+
+def test_from_hf_and_arrow_cross_into_spawned_workers(dataset, arrow_dir):
+    for r in (readers.from_hf(dataset, columns=["index"]), readers.arrow(arrow_dir[0], columns=["index"])):
+        spawned = readers.prefetch(readers.shuffle(r, seed=0), 2, mode="process", start_method="spawn")
+        assert sorted(int(i) for (i,) in spawned()) == list(range(N))

@@ -201,3 +201,11 @@ def test_parquet_plugin_reads_the_data_dir(data):
     assert_same(train[0], rows[0])
     with pytest.raises(readers.ColumnarFileError, match="give it with --data-dir DIR"):
         reader_splits("parquet", data_dir=None)
+
+
+def test_parquet_spawned_workers_open_the_files_themselves(data):
+    folder, rows = data
+    r = readers.parquet(folder, columns=["name"])
+    r[0]  # this process has a file open and a row group cached: neither crosses
+    spawned = readers.prefetch(readers.shuffle_row_groups(r, seed=0), 2, mode="process", start_method="spawn")
+    assert sorted(name for (name,) in spawned()) == sorted(row[2] for row in rows)
