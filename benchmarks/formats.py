@@ -21,6 +21,19 @@ torchvision does; the second (JPEGs already 64x64) and third (PNGs, no
 ``size``) rows decode the same pixels both ways. Goal: >= 1x. Skipped
 without torch or Pillow.
 
+``bench_parquet()``: an in-memory-sized file (60,000 rows (6,000 with --quick) of a uint8[784]
+image and an int64 label, row groups of 4,096 rows, snappy, written by
+pyarrow), a whole pass shuffled and in collated batches of 64 (a uint8 (64, 784)
+array and an int64 (64,) array per batch), against:
+  - datasets' own iteration of the same data shuffled: ``Dataset.from_parquet``
+    (its Arrow cache made before timing), ``ds.shuffle(seed).with_format("numpy")
+    .iter(batch_size=64)``. Goal: readerkit >= 1x.
+  - pyarrow reading every row group in order and slicing batches of 64 (no
+    shuffle: the ceiling of decoding). Goal: readerkit >= 0.8x.
+readerkit's row is ``shuffle_row_groups(parquet(path), window=4, seed=k)`` ->
+``batch(64)`` -> ``collated``; the global ``shuffle`` is shown too.
+
+
 ``bench_tar_shards()``: WebDataset shards of 64x64 RGB JPEGs with a class,
 written by webdataset's ``ShardWriter``, decoded to uint8 HWC arrays, with 2
 process workers: ``prefetch(tar_shards(paths), 2, mode="process")`` against
@@ -80,6 +93,98 @@ def consume(batches: Iterable) -> int:
         int(images[0, 0, 0, 0])
         n += len(labels)
     return n
+
+
+# -- parquet ----------------------------------------------------------------------------------------
+
+BATCH = 64
+
+
+def _rate(run: Callable[[int], int], seed: int) -> float:
+    """Batches per second of one whole pass of ``run(seed)`` (which returns how many batches it made)."""
+    start = time.perf_counter()
+    batches = run(seed)
+    return batches / (time.perf_counter() - start)
+
+
+def _write_parquet(path: str, rows: int, row_group: int) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    rng = np.random.default_rng(0)
+    images = rng.integers(0, 256, size=(rows, 784), dtype=np.uint8)
+    table = pa.table({"image": pa.FixedSizeListArray.from_arrays(pa.array(images.ravel()), 784),
+                      "label": pa.array(rng.integers(0, 10, size=rows), pa.int64())})
+    pq.write_table(table, path, row_group_size=row_group, compression="snappy")
+
+
+def _readerkit(path: str, shuffled: str) -> Callable[[int], int]:
+    def run(seed: int) -> int:
+        source = readers.parquet(path)  # built afresh: every row group is decoded in the timed pass
+        order = (readers.shuffle_row_groups(source, window=4, seed=seed) if shuffled == "row_groups"
+                 else readers.shuffle(source, seed=seed))
+        n = 0
+        for images, labels in batching.collated(batching.batch(order, BATCH))():
+            n += 1
+        assert images.dtype == np.uint8 and images.shape[1] == 784 and labels.dtype == np.int64
+        return n
+    return run
+
+
+def _datasets(ds) -> Callable[[int], int]:
+    def run(seed: int) -> int:
+        n = 0
+        for batch in ds.shuffle(seed=seed).with_format("numpy").iter(batch_size=BATCH):
+            n += 1
+        assert batch["image"].shape[1] == 784
+        return n
+    return run
+
+
+def _pyarrow_in_order(path: str) -> Callable[[int], int]:
+    import pyarrow.parquet as pq
+
+    def run(seed: int) -> int:
+        n = 0
+        with open(path, "rb") as f:
+            pf = pq.ParquetFile(f)
+            for g in range(pf.num_row_groups):
+                table = pf.read_row_group(g)
+                images = table.column("image").chunk(0).flatten().to_numpy().reshape(-1, 784)
+                labels = table.column("label").to_numpy()
+                for lo in range(0, len(labels), BATCH):
+                    batch = images[lo:lo + BATCH], labels[lo:lo + BATCH]
+                    n += 1
+        assert batch[0].shape[1] == 784
+        return n
+    return run
+
+
+def bench_parquet(quick: bool = False, repeats: int = 3) -> list[Row]:
+    """Parquet, shuffled and batched (64): readerkit's row-group shuffle against datasets and pyarrow in order."""
+    try:
+        import datasets
+    except ImportError as exc:
+        print(f"parquet: skipped ({exc}); pip install pyarrow datasets", file=sys.stderr)
+        return []
+    datasets.disable_progress_bars()
+    rows, row_group = (6_000, 1024) if quick else (60_000, 4096)
+    with tempfile.TemporaryDirectory() as folder:
+        path = os.path.join(folder, "train.parquet")
+        _write_parquet(path, rows, row_group)
+        ds = datasets.Dataset.from_parquet(path, cache_dir=os.path.join(folder, "hf"))
+        names = ["row_groups", "global", "datasets", "pyarrow"]
+        runs = [_readerkit(path, "row_groups"), _readerkit(path, "global"), _datasets(ds), _pyarrow_in_order(path)]
+        for run in runs:
+            run(99)  # warm: the page cache, imports
+        best = dict.fromkeys(names, 0.0)
+        for k in range(repeats):  # interleaved, so that a noisy neighbour hits every row alike
+            for name, run in zip(names, runs):
+                best[name] = max(best[name], _rate(run, k) * BATCH)
+        del ds
+    what = f"parquet, {rows:,} rows uint8[784] + int64, row groups of {row_group}, shuffled, batches of {BATCH}"
+    return [Row(f"{what}: shuffle_row_groups / datasets' shuffled iter", best["row_groups"], best["datasets"], 1.0),
+            Row(f"{what}: shuffle_row_groups / pyarrow row groups in order", best["row_groups"], best["pyarrow"], 0.8),
+            Row(f"{what}: global shuffle / pyarrow row groups in order", best["global"], best["pyarrow"], None)]
 
 
 # -- image folder ---------------------------------------------------------------------------------

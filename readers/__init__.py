@@ -67,14 +67,17 @@ from readers.ops.maps import with_index
 from readers.ops.mixing import mix as _mix
 from readers.ops.replay import cache
 from readers.ops.replay import repeat as _repeat
+from readers.ops.row_groups import shuffle_row_groups as _shuffle_row_groups
 from readers.ops.sharding import shard as _shard
 from readers.ops.shuffling import shuffle as _shuffle
 from readers.ops.slicing import filter_entries as _filter_entries
 from readers.ops.slicing import firstn as _firstn
 from readers.ops.slicing import skip as _skip
+from readers.sources.columnar import ColumnarFileError, arrow, from_hf
 from readers.sources.image_folder import image_folder
 from readers.sources.in_memory import from_arrays, from_sequence, np_array
 from readers.sources.jsonl import jsonl
+from readers.sources.parquet import parquet
 from readers.sources.tar_shards import TarMemberError, TarShardError, tar_shards
 from readers.sources.text import text_file
 from readers.stage import IndexedReader, Reader, Stage
@@ -101,6 +104,7 @@ __all__ = [
     "BadType",
     "BadValue",
     "BatchSchedule",
+    "ColumnarFileError",
     "ComposeNotAligned",
     "Curried",
     "DataConfig",
@@ -128,6 +132,7 @@ __all__ = [
     "UnsupportedVersion",
     "WorkerDiedError",
     "WorkerInfo",
+    "arrow",
     "assign_batches",
     "buffered",
     "cache",
@@ -138,6 +143,7 @@ __all__ = [
     "fingerprint",
     "firstn",
     "from_arrays",
+    "from_hf",
     "from_sequence",
     "image_folder",
     "jsonl",
@@ -148,6 +154,7 @@ __all__ = [
     "multiprocess_reader",
     "node_shuffle",
     "np_array",
+    "parquet",
     "prefetch",
     "random_map",
     "remote",
@@ -156,6 +163,7 @@ __all__ = [
     "serve",
     "shard",
     "shuffle",
+    "shuffle_row_groups",
     "skip",
     "tar_shards",
     "text_file",
@@ -186,5 +194,6 @@ repeat = Curried(_repeat)
 round_share = Curried(_round_share)
 shard = Curried(_shard)
 shuffle = Curried(_shuffle)
+shuffle_row_groups = Curried(_shuffle_row_groups)
 skip = Curried(_skip)
 xmap_readers = Curried(_xmap_readers, reader_at=1)

@@ -49,6 +49,9 @@ a stage of the pipeline draws per pass, a copy whose ``bound_pass`` is p:
 ``gather_columns``  one array per column for many indices, or None
 ``sample_ids``      the source's sample IDs of many indices (a stage that
                     moves indices maps them back)
+``groups()``        the row offsets of the groups its rows are read in (a
+                    Parquet file's row groups), or None (the default);
+                    ``readers.shuffle_row_groups`` keeps to them
 ``gather_ahead``    (indices, columns) for each of many index chunks, in
                     order; a source that fetches (``readers.remote``) has the
                     next chunks under way while the consumer works
@@ -361,6 +364,11 @@ class Stage(Node):
     def sample_ids(self, indices: np.ndarray) -> np.ndarray:
         """The unique IDs of the samples at ``indices``: their index in the underlying source."""
         return indices
+
+    def groups(self) -> np.ndarray | None:
+        """The row offsets of the groups rows are read in (group g: rows ``offsets[g]`` to ``offsets[g + 1] - 1``),
+        or None when rows are read one by one alike."""
+        return None
 
 
 class IndexedReader(Stage):

@@ -91,7 +91,7 @@ def test_cli_train_with_a_users_reader_creator():
 
 
 @pytest.mark.parametrize("args, message", [
-    (["train", "--reader", "nosuch"], "Error: unknown reader 'nosuch'; known readers: image-folder, jsonl, mnist, split-mnist, tar-shards."),
+    (["train", "--reader", "nosuch"], "Error: unknown reader 'nosuch'; known readers: arrow, image-folder, jsonl, mnist, parquet, split-mnist, tar-shards."),
     (["train", "--reader", "nosuch_module:make"], "Error: cannot import module 'nosuch_module'"),
     (["train", "--model", "nosuch"], "Error: unknown model 'nosuch'"),
     (["train", "--reader", "tests.test_cli:three_columns"], "Error: reader 'tests.test_cli:three_columns' gives entries that are a tuple of 3 columns"),
@@ -656,7 +656,7 @@ def test_cli_expected_failures_are_one_exact_line_with_exit_code_1(tmp_path):
     bad_toml.write_text("x = [\n")
     for args, line in [
         (["train", "--reader", "nosuch"],
-         "Error: unknown reader 'nosuch'; known readers: image-folder, jsonl, mnist, split-mnist, tar-shards. To add one, declare an entry point in group "
+         "Error: unknown reader 'nosuch'; known readers: arrow, image-folder, jsonl, mnist, parquet, split-mnist, tar-shards. To add one, declare an entry point in group "
          "'readerkit.readers' in a package's metadata, or name an importable module ('mydata', with train and test) or "
          "'module:attribute'; modules are found on the import path (the CLI puts the current folder first)"),
         (["train", "--data-dir", "/nonexistent-readerkit", "--no-download"],

@@ -71,6 +71,7 @@ CURRIED = {
     "round_share": (readers.round_share, (), {"assignment": {0: (0, 4)}, "client": 0}, SOURCE),
     "shard": (readers.shard, (), {"index": 1, "count": 3}, SOURCE),
     "shuffle": (readers.shuffle, (), {"buf_size": 4, "seed": 0}, SOURCE),
+    "shuffle_row_groups": (readers.shuffle_row_groups, (), {"window": 2, "seed": 0, "group_size": 3}, SOURCE),
     "skip": (readers.skip, (), {"n": 2}, SOURCE),
     "xmap_readers": (readers.xmap_readers, (add_one,), {"process_num": 2, "buffer_size": 2, "order": True}, SOURCE),
 }

@@ -5,5 +5,7 @@
 (JSON lines, through an index of line offsets); a format reader finds and
 opens its files through ``locations``;
 ``mnist`` (MNIST and files in its IDX format, ``idx``; found or downloaded by
-``datafiles``) and ``split_mnist`` (a timestamped stream of MNIST's tasks).
+``datafiles``), ``split_mnist`` (a timestamped stream of MNIST's tasks), ``columnar``
+(Arrow files, Hugging Face datasets, and the entry rules of columnar data) and ``parquet``;
+``locations`` is where every format reader expands and opens its paths.
 """

@@ -103,6 +103,8 @@ SEEDED = {
     "shuffle, buffer, over an indexed reader": lambda: readers.shuffle(readers.from_sequence(range(20)), 4, seed=1),
     "shuffle, global": lambda: readers.shuffle(readers.from_sequence(range(20)), seed=1),
     "node_shuffle": lambda: readers.node_shuffle(readers.from_sequence(range(20)), seed=1),
+    "shuffle_row_groups": lambda: readers.shuffle_row_groups(readers.from_sequence(range(20)), window=2, seed=1,
+                                                             group_size=3),
     "random_map, indexed": lambda: readers.random_map(_noise, readers.from_sequence(range(20)), seed=1),
     "random_map, planned": lambda: readers.random_map(_noise, readers.shard(readers.from_sequence(range(40)), 1, 2),
                                                       seed=1),

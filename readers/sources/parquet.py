@@ -1,0 +1,193 @@
+"""parquet: an indexed reader over Parquet files, decoding whole row groups and keeping a bounded number.
+
+Building the reader reads the files' footers alone (``len`` comes from their
+metadata). Random access decodes the row group that holds a row, keeping
+decoded groups in a least-recently-used cache bounded in bytes; a gather
+(a batch) takes each row group's rows in one take. A global ``shuffle``
+draws rows from anywhere, so each sample may decode a row group: with data
+larger than the cache, use ``readers.shuffle_row_groups``, which decodes
+each row group once a pass. Damaged pages raise ``ColumnarFileError``
+naming the file and row group.
+"""
+from __future__ import annotations
+
+import collections
+import os
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from readers.sources.columnar import (
+    CACHE_BYTES,
+    OPEN_FILES,
+    ColumnarFileError,
+    Columns,
+    choose_columns,
+    files_digest,
+    files_identity,
+    pyarrow,
+    whole_bytes,
+)
+from readers.sources.locations import expand_paths, open_file
+
+__all__ = ["Parquet", "from_data_dir", "parquet"]
+
+
+def _parquet() -> Any:
+    pyarrow()  # names the pip install when it is missing
+    import pyarrow.parquet as pq
+    return pq
+
+
+def _footer(path: str) -> Any:
+    pq = _parquet()
+    with open_file(path) as f:
+        try:
+            return pq.read_metadata(f)
+        except (pyarrow().ArrowException, OSError) as exc:
+            raise ColumnarFileError(f"{path}: not a readable Parquet file ({exc}); write it again, or leave it "
+                                    "out") from None
+
+
+class Parquet(Columns):
+    """Parquet files read by row group (see ``parquet``)."""
+
+    name = "parquet"
+
+    def __init__(self, paths: list[str], columns: list[str], files: np.ndarray, row_groups: np.ndarray,
+                 offsets: np.ndarray, cache_bytes: int):
+        super().__init__(offsets, columns, cache_bytes)
+        self.paths = paths
+        self.files, self.row_groups = files, row_groups  # group g is row group row_groups[g] of file files[g]
+        self._open: collections.OrderedDict[int, tuple[Any, Any]] = collections.OrderedDict()  # file -> (handle,
+        # its ParquetFile): a few open at once, as a shuffle moves between files
+
+    def _file(self, k: int) -> Any:
+        found = self._open.get(k)
+        if found is None:
+            handle = open_file(self.paths[k])
+            try:
+                found = self._open[k] = (handle, _parquet().ParquetFile(handle, page_checksum_verification=True))
+            except BaseException:
+                handle.close()
+                raise
+            if len(self._open) > OPEN_FILES:
+                self._open.popitem(last=False)[1][0].close()
+        self._open.move_to_end(k)
+        return found[1]
+
+    def _load(self, g: int) -> Any:
+        pa = pyarrow()
+        k, rg = int(self.files[g]), int(self.row_groups[g])
+        path = self.paths[k]
+        try:
+            table = self._file(k).read_row_group(rg, columns=self.columns)
+        except (pa.ArrowException, OSError) as exc:
+            raise ColumnarFileError(
+                f"{path}, row group {rg} (of {int((self.files == k).sum())}): cannot be decoded "
+                f"({type(exc).__name__}: {exc}); the file is damaged: write it again, or leave it out") from None
+        if table.num_rows != self.offsets[g + 1] - self.offsets[g]:
+            raise ColumnarFileError(f"{path}, row group {rg}: {table.num_rows} rows, but its footer said "
+                                    f"{int(self.offsets[g + 1] - self.offsets[g])}; was the file rewritten while "
+                                    "it was read? build the reader again")
+        return table
+
+    def close(self) -> None:
+        """Close the files this copy has open (a later read opens them again).
+
+        >>> import pyarrow as pa, pyarrow.parquet as pq, tempfile
+        >>> folder = tempfile.TemporaryDirectory()
+        >>> pq.write_table(pa.table({"x": [1, 2]}), f"{folder.name}/a.parquet")
+        >>> r = parquet(folder.name)
+        >>> r.close(); int(r[1][0])
+        2
+        """
+        while self._open:
+            self._open.popitem()[1][0].close()
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = super().__getstate__()
+        state["_open"] = collections.OrderedDict()
+        return state
+
+    def path_text(self) -> str:
+        return repr(self.paths[0]) if len(self.paths) == 1 else f"{len(self.paths)} files from {self.paths[0]!r}"
+
+    def _options(self) -> str:
+        return f"{self.path_text()}, columns={self.columns!r}: {len(self):,} rows in {len(self.files)} row groups"
+
+    def identity(self) -> str:
+        return files_identity(self, self.paths)
+
+    def digest(self) -> str:
+        return files_digest(self.paths)
+
+
+def parquet(path: str | os.PathLike | Sequence[str | os.PathLike], *, columns: Sequence[str] | None = None,
+            cache_bytes: int = CACHE_BYTES) -> Parquet:
+    """An indexed reader over Parquet files: ``path`` is one file, a folder (its ``.parquet`` files), a glob or a list.
+
+    An entry is the tuple of the chosen ``columns`` (every column by default),
+    by the rules of ``readers.sources.columnar``: numeric columns as numpy
+    scalars, fixed-size lists as numpy arrays, strings as ``str``, binary as
+    ``bytes``. Only the chosen columns are decoded. Building it reads the
+    footers; ``r[i]`` decodes the row group of row i, and up to
+    ``cache_bytes`` of decoded row groups are kept (per process).
+
+    Shuffling: ``readers.shuffle(r, seed=...)`` is a global shuffle, good when
+    the decoded data fits ``cache_bytes``; beyond it, each sample may decode
+    a row group, and ``readers.shuffle_row_groups(r, seed=...)`` (row groups in
+    a random order, rows shuffled within a window of a few) decodes each row
+    group once a pass.
+
+    >>> import pyarrow as pa, pyarrow.parquet as pq, tempfile
+    >>> folder = tempfile.TemporaryDirectory()
+    >>> table = pa.table({"image": pa.array([[0, 1], [2, 3], [4, 5]], pa.list_(pa.uint8(), 2)), "label": [7, 8, 9]})
+    >>> pq.write_table(table, f"{folder.name}/part-0.parquet", row_group_size=2)
+    >>> r = parquet(folder.name)
+    >>> image, label = r[2]
+    >>> len(r), image.tolist(), int(label), len(r.groups()) - 1
+    (3, [4, 5], 9, 2)
+    >>> parquet(folder.name, columns=["lable"])
+    Traceback (most recent call last):
+    ...
+    readers.errors.BadValue: parquet('...'): no column 'lable'; its columns are 'image', 'label'
+
+    See Also:
+        readers.arrow, readers.from_hf, readers.shuffle_row_groups
+    """
+    paths = expand_paths(path, suffixes=(".parquet", ".pq"), what="Parquet files")
+    names: list[str] | None = None
+    files, row_groups, lengths = [], [], []
+    for k, p in enumerate(paths):
+        footer = _footer(p)
+        here = footer.schema.to_arrow_schema().names
+        if names is None:
+            names = here
+        elif here != names:
+            raise ColumnarFileError(f"{p}: its columns {here} differ from {paths[0]}'s {names}; give files of one "
+                                    "schema")
+        for rg in range(footer.num_row_groups):
+            files.append(k)
+            row_groups.append(rg)
+            lengths.append(footer.row_group(rg).num_rows)
+    where = f"parquet({os.fspath(path)!r})" if isinstance(path, (str, os.PathLike)) else f"parquet({path!r})"
+    chosen = choose_columns(names or [], columns, where)
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    return Parquet(paths, chosen, np.array(files, np.int64), np.array(row_groups, np.int64), offsets,
+                   whole_bytes(cache_bytes, "parquet"))
+
+
+def from_data_dir(data_dir: str | None = None) -> Parquet:
+    """Parquet files in the --data-dir folder, every column, read by row group.
+
+    >>> import pyarrow as pa, pyarrow.parquet as pq, tempfile
+    >>> folder = tempfile.TemporaryDirectory()
+    >>> pq.write_table(pa.table({"x": [1.5, 2.5]}), f"{folder.name}/a.parquet")
+    >>> len(from_data_dir(folder.name))
+    2
+    """
+    if data_dir is None:
+        raise ColumnarFileError("--reader parquet reads the Parquet files of a folder: give it with --data-dir DIR")
+    return parquet(data_dir)
