@@ -74,7 +74,7 @@ def main(progress_every: float) -> None:
 
 
 @main.command()
-@reader_options()
+@reader_options(formats=True)
 @model_option
 @classes_option("Number of label classes (labels 0..classes-1).  [default: one more than the largest label of the "
                 "training and test splits: of 10,000 entries spread over an indexed reader, or a stream's first 10,000]")
@@ -134,25 +134,48 @@ def list_readers() -> None:
 def _describe_value(value: Any) -> str:
     import numpy as np
 
+    if isinstance(value, (bytes, bytearray)):
+        return f"bytes ({len(value):,})"
+    if isinstance(value, (dict, list, str)):
+        return type(value).__name__
     a = np.asarray(value)
     if a.dtype == object:
         return type(value).__name__
     return f"{a.dtype}{list(a.shape)}" if a.shape else f"{type(value).__name__} ({a.dtype})"
 
 
+def _show_value(value: Any) -> str:
+    """One value of an entry, short: arrays of more than 8 values and long bytes by what they are, not whole."""
+    import numpy as np
+
+    if isinstance(value, np.generic):
+        return repr(value.item())
+    if isinstance(value, (bytes, bytearray)) and len(value) > 16:
+        return f"<{_describe_value(value)}>"
+    if isinstance(value, np.ndarray) and value.size > 8:
+        return f"<{_describe_value(value)} array>"
+    if isinstance(value, np.ndarray):
+        return np.array2string(value)
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k!r}: {_show_value(v)}" for k, v in value.items()) + "}"
+    return repr(value) if np.ndim(value) == 0 or isinstance(value, (str, list, tuple)) else np.array2string(
+        np.asarray(value))
+
+
 @main.command("inspect")
-@reader_options()
+@reader_options(formats=True)
 @click.option("--count", default=3, show_default=True, type=click.IntRange(min=0), help="How many entries to show.")
 @fail_cleanly
-def inspect_reader(reader_name: str, data_dir: str | None, download: bool, count: int) -> None:
-    """Show a reader's columns, dtypes, shapes, length and first entries."""
+def inspect_reader(reader_name: str, data_dir: str | None, download: bool, data: str | None, columns: str | None,
+                   size: int | None, count: int) -> None:
+    """Show a reader's columns, dtypes, shapes, length and first entries (arrays summarised by dtype and shape)."""
     import numpy as np
 
     import readers
     from readers.checks import check_reader
     from readers.graph import Node, describe
 
-    train_reader, test_reader = splits(reader_name, data_dir, download)
+    train_reader, test_reader = splits(reader_name, data_dir, download, data=data, columns=columns, size=size)
     check_reader(train_reader, f"reader {reader_name!r}")
     click.echo(f"reader: {reader_name}")
     shown = repr(train_reader) if isinstance(train_reader, Node) else describe(train_reader)
@@ -168,14 +191,18 @@ def inspect_reader(reader_name: str, data_dir: str | None, download: bool, count
             length += " (test split: a stream)"
     click.echo(f"length: {length}")
     entry = first_entry(train_reader)
-    columns = entry if isinstance(entry, tuple) else (entry,)
-    for i, value in enumerate(columns):
-        click.echo(f"column {i}: {_describe_value(value)}")
+    names = getattr(train_reader, "entry_names", None) or ()
+    if isinstance(entry, dict):  # a sample of fields (tar shards): one line a field
+        values = [(f"field {k!r}", v) for k, v in entry.items()]
+    else:
+        values = [(f"column {i}" + (f" ({names[i]!r})" if i < len(names) else ""), v)
+                  for i, v in enumerate(entry if isinstance(entry, tuple) else (entry,))]
+    for label, value in values:
+        click.echo(f"{label}: {_describe_value(value)}")
     np.set_printoptions(threshold=8, edgeitems=3, precision=3)
     for i, entry in enumerate(readers.firstn(train_reader, count)()):
         shown = entry if isinstance(entry, tuple) else (entry,)
-        click.echo(f"entry {i}: " + ", ".join(repr(v.item() if isinstance(v, np.generic) else v) if np.ndim(v) == 0
-                                              else np.array2string(np.asarray(v)) for v in shown))
+        click.echo(f"entry {i}: " + ", ".join(_show_value(v) for v in shown))
 
 
 @main.command("bench")

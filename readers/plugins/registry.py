@@ -351,13 +351,13 @@ def list_plugins(kind: str) -> list[PluginInfo]:
     shows its error as the summary instead.
 
     >>> [p for p in list_plugins("readers") if p.source == "built-in"]
-    [PluginInfo(name='arrow', source='built-in', summary='Arrow IPC files in the --data-dir folder, every column (a datasets save_to_disk folder too).'),
-     PluginInfo(name='image-folder', source='built-in', summary='Images in one sub-folder per class (--data-dir ROOT), as (uint8 RGB image, label).'),
+    [PluginInfo(name='arrow', source='built-in', summary='Arrow IPC files at --data or in the --data-dir folder, every column (a datasets save_to_disk folder too).'),
+     PluginInfo(name='image-folder', source='built-in', summary='Images in one sub-folder per class (--data ROOT or --data-dir ROOT), as (uint8 RGB image, label).'),
      PluginInfo(name='jsonl', source='built-in', summary='The JSON lines files of a folder (--data-dir FOLDER), one entry (the parsed value) a line.'),
      PluginInfo(name='mnist', source='built-in', summary='MNIST (and anything in its format, such as Fashion-MNIST): indexed readers.'),
-     PluginInfo(name='parquet', source='built-in', summary='Parquet files in the --data-dir folder, every column, read by row group.'),
+     PluginInfo(name='parquet', source='built-in', summary='Parquet files at --data (a file, folder, glob or brace pattern) or in the --data-dir folder, read by row group.'),
      PluginInfo(name='split-mnist', source='built-in', summary="Split-MNIST: MNIST's classes 0-1, then 2-3, and so on, as a timestamped stream of one day per task."),
-     PluginInfo(name='tar-shards', source='built-in', summary='WebDataset .tar shards at --data-dir (a folder, a glob or a brace pattern): dicts of fields by extension.')]
+     PluginInfo(name='tar-shards', source='built-in', summary='WebDataset .tar shards at --data or --data-dir (a folder, a glob or a brace pattern), as (image, label).')]
     """
     _check_kind(kind)
     winners: dict[str, str] = {}

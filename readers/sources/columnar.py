@@ -29,6 +29,7 @@ import numpy as np
 
 from readers.digests import file_digest, hasher
 from readers.errors import BadType, BadValue
+from readers.plugins.pairs import decode_images, parse_columns
 from readers.sources.locations import expand_paths, open_file
 from readers.stage import IndexedReader
 
@@ -342,8 +343,13 @@ def arrow(path: str | os.PathLike | Sequence[str | os.PathLike], *, columns: Seq
     return ArrowFiles(paths, chosen, np.array(files, np.int64), offsets, whole_bytes(cache_bytes, "arrow"))
 
 
-def from_data_dir(data_dir: str | None = None) -> ArrowFiles:
-    """Arrow IPC files in the --data-dir folder, every column (a datasets save_to_disk folder too).
+def from_data_dir(data_dir: str | None = None, data: str | None = None, columns: Any = None,
+                  size: int | None = None) -> Any:
+    """Arrow IPC files at --data or in the --data-dir folder, every column (a datasets save_to_disk folder too).
+
+    The ``arrow`` plugin: ``--columns IMAGE,LABEL`` picks the columns; image
+    bytes (PNG, JPEG, a Hugging Face ``Image`` struct) come decoded with
+    Pillow, resized to ``--size`` x ``--size``.
 
     >>> import pyarrow as pa, pyarrow.feather, tempfile
     >>> folder = tempfile.TemporaryDirectory()
@@ -351,9 +357,12 @@ def from_data_dir(data_dir: str | None = None) -> ArrowFiles:
     >>> len(from_data_dir(folder.name))
     2
     """
-    if data_dir is None:
-        raise ColumnarFileError("--reader arrow reads the Arrow files of a folder: give it with --data-dir DIR")
-    return arrow(data_dir)
+    where = data if data is not None else data_dir
+    if where is None:
+        raise ColumnarFileError("--reader arrow reads Arrow files: give them with --data PATH (a file, folder, glob "
+                                "or brace pattern) or --data-dir DIR")
+    reader = arrow(where, columns=parse_columns(columns))
+    return decode_images(reader, reader.columns, size)
 
 
 def whole_bytes(value: Any, where: str) -> int:

@@ -41,6 +41,7 @@ import numpy as np
 
 from readers.digests import hasher, value_digest
 from readers.errors import BadType, BadValue, MissingFile, ReaderkitError
+from readers.plugins.pairs import mark_roles, parse_columns
 from readers.sources.locations import expand_paths, open_file
 from readers.stage import IndexedReader
 
@@ -260,16 +261,25 @@ def image_folder(root: str | os.PathLike, *, size: int | tuple[int, int] | None 
     return ImageFolder(os.fspath(root), shape, mode, classes)
 
 
-def from_data_dir(data_dir: str | os.PathLike | None = None) -> ImageFolder:
-    """Images in one sub-folder per class (--data-dir ROOT), as (uint8 RGB image, label).
+def from_data_dir(data_dir: str | os.PathLike | None = None, data: str | os.PathLike | None = None,
+                  size: int | None = None, columns: Any = None) -> ImageFolder:
+    """Images in one sub-folder per class (--data ROOT or --data-dir ROOT), as (uint8 RGB image, label).
 
-    The ``image-folder`` reader plugin (``--reader image-folder --data-dir ROOT``): ``image_folder(data_dir)``.
+    The ``image-folder`` reader plugin (``--reader image-folder --data ROOT --size 28``):
+    ``image_folder(root, size=size)``. Its entries are (image, label) already:
+    ``--columns`` may only say ``image,label``.
 
     >>> from_data_dir(None)
     Traceback (most recent call last):
     ...
     readers.errors.BadValue: the image-folder reader needs the folder of class sub-folders: give --data-dir ROOT
     """
-    if data_dir is None:
+    root = data if data is not None else data_dir
+    if root is None:
         raise BadValue("the image-folder reader needs the folder of class sub-folders: give --data-dir ROOT")
-    return image_folder(data_dir)
+    names = parse_columns(columns)
+    if names not in (None, ("image", "label")):
+        raise BadValue(f"image-folder: no columns {', '.join(map(repr, names))}; its entries are (image, label): "
+                       "leave --columns out")
+    return mark_roles(image_folder(root, size=size), f"the image files under {os.fspath(root)}",
+                      "the index of the class sub-folder")

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from readers.plugins.pairs import decode_images, parse_columns
 from readers.sources.columnar import (
     CACHE_BYTES,
     OPEN_FILES,
@@ -179,8 +180,13 @@ def parquet(path: str | os.PathLike | Sequence[str | os.PathLike], *, columns: S
                    whole_bytes(cache_bytes, "parquet"))
 
 
-def from_data_dir(data_dir: str | None = None) -> Parquet:
-    """Parquet files in the --data-dir folder, every column, read by row group.
+def from_data_dir(data_dir: str | None = None, data: str | None = None, columns: Any = None,
+                  size: int | None = None) -> Any:
+    """Parquet files at --data (a file, folder, glob or brace pattern) or in the --data-dir folder, read by row group.
+
+    The ``parquet`` plugin: ``--columns IMAGE,LABEL`` picks the columns (by
+    default every column); image bytes (PNG, JPEG, a Hugging Face ``Image``
+    struct) come decoded with Pillow, resized to ``--size`` x ``--size``.
 
     >>> import pyarrow as pa, pyarrow.parquet as pq, tempfile
     >>> folder = tempfile.TemporaryDirectory()
@@ -188,6 +194,9 @@ def from_data_dir(data_dir: str | None = None) -> Parquet:
     >>> len(from_data_dir(folder.name))
     2
     """
-    if data_dir is None:
-        raise ColumnarFileError("--reader parquet reads the Parquet files of a folder: give it with --data-dir DIR")
-    return parquet(data_dir)
+    where = data if data is not None else data_dir
+    if where is None:
+        raise ColumnarFileError("--reader parquet reads Parquet files: give them with --data PATH (a file, folder, "
+                                "glob or brace pattern) or --data-dir DIR")
+    reader = parquet(where, columns=parse_columns(columns))
+    return decode_images(reader, reader.columns, size)

@@ -40,6 +40,7 @@ from readers.errors import BadType, BadValue, FileError, ReaderkitError
 from readers.graph import Share
 from readers.identity import function_identity
 from readers.launch import worker_info
+from readers.plugins.pairs import parse_columns, pick_fields
 from readers.sources.locations import expand_paths, open_file
 from readers.stage import Stage
 
@@ -274,16 +275,25 @@ def tar_shards(urls: Any, *, decode: Any = True, seed: int | None = None, on_err
     return TarShards(paths, decode, None if seed is None else int(seed), on_error)
 
 
-def from_data_dir(data_dir: str | os.PathLike | None = None) -> TarShards:
-    """WebDataset .tar shards at --data-dir (a folder, a glob or a brace pattern): dicts of fields by extension.
+def from_data_dir(data_dir: str | os.PathLike | None = None, data: str | None = None, columns: Any = None,
+                  size: int | None = None) -> Any:
+    """WebDataset .tar shards at --data or --data-dir (a folder, a glob or a brace pattern), as (image, label).
 
-    The ``tar-shards`` plugin: ``tar_shards(data_dir)`` with its defaults.
+    The ``tar-shards`` plugin: ``tar_shards(data)`` with its defaults, each
+    sample's fields picked by ``--columns IMAGE,LABEL`` (by default its first
+    image field, ``jpg``, ``jpeg`` or ``png``, and ``cls``), the image resized
+    to ``--size`` x ``--size`` when given.
 
     >>> from_data_dir(None)
     Traceback (most recent call last):
     ...
     readers.errors.BadValue: tar-shards: give the shards with --data-dir (a folder, a glob or 'shard-{000..009}.tar')
     """
-    if data_dir is None:
+    where = data if data is not None else data_dir
+    if where is None:
         raise BadValue("tar-shards: give the shards with --data-dir (a folder, a glob or 'shard-{000..009}.tar')")
-    return tar_shards(data_dir)
+    names = parse_columns(columns)
+    if names is not None and len(names) != 2:
+        raise BadValue(f"tar-shards: --columns {','.join(names)}: give two fields, IMAGE,LABEL (e.g. jpg,cls)")
+    image, label = names or (None, "cls")
+    return pick_fields(tar_shards(where), image, label, size)

@@ -41,6 +41,9 @@ class TrainSettings:
     reader_name: str
     data_dir: str | None
     download: bool
+    data: str | None
+    columns: str | None
+    size: int | None
     model_name: str
     classes: int | None
     batch_size: int
@@ -83,8 +86,19 @@ class PipelineRunSettings:
     resume: int | None
 
 
-def reader_options(default: str = "mnist", reader_help: str = READER_HELP, download_help: str = DOWNLOAD_HELP) -> Callable:
-    """``--reader`` (as ``reader_name``), ``--data-dir`` and ``--download``: where a command's reader comes from.
+def reader_options(default: str = "mnist", reader_help: str = READER_HELP, download_help: str = DOWNLOAD_HELP,
+                   formats: bool = False) -> Callable:
+    """``--reader`` (as ``reader_name``), ``--data-dir`` and ``--download``: where a command's reader comes from;
+    with ``formats``, also the format readers' ``--data``, ``--columns`` and ``--size`` (None when not given),
+    which ``splits`` passes to the plugin's creator (each takes those its signature names).
+
+    >>> @click.command()
+    ... @reader_options(formats=True)
+    ... def show(reader_name, data_dir, download, data, columns, size) -> None:
+    ...     click.echo(f"{reader_name} {data} {columns} {size}")
+    >>> from click.testing import CliRunner
+    >>> CliRunner().invoke(show, ["--reader", "parquet", "--data", "a.parquet", "--columns", "image,label"]).output
+    'parquet a.parquet image,label None\\n'
 
     >>> @click.command()
     ... @reader_options("split-mnist", "A timestamped reader.")
@@ -95,6 +109,19 @@ def reader_options(default: str = "mnist", reader_help: str = READER_HELP, downl
     """
 
     def decorate(command: Callable) -> Callable:
+        if formats:
+            command = click.option(
+                "--size", type=click.IntRange(min=1), default=None, metavar="N",
+                help="Format readers (image-folder, parquet, arrow, tar-shards): resize images to N x N.")(command)
+            command = click.option(
+                "--columns", default=None, metavar="IMAGE,LABEL",
+                help="Format readers: the columns (Parquet, Arrow) or fields (tar-shards) to read, in order; train "
+                     "takes the first as the image and the second as the label.  [default: every column of a "
+                     "table (train refuses more than two); tar-shards: the first image field and cls]")(command)
+            command = click.option(
+                "--data", default=None, metavar="PATH",
+                help="Format readers: their files (a file, a folder, a glob or a brace pattern such as "
+                     "'shard-{000..009}.tar'); the image-folder root.")(command)
         command = click.option("--download/--no-download", default=True, show_default=True, help=download_help)(command)
         command = click.option("--data-dir", type=click.Path(file_okay=False), default=None,
                                help="Folder holding the data files (searched before $READERKIT_DATA and the cache)."

@@ -22,6 +22,7 @@ import click
 
 import readers
 from readers.checks import check_reader
+from readers.plugins.pairs import describe_roles
 from readers.plugins.registry import find_model, reader_splits
 from train.checkpoints.files import load_for_rank, rank_folder
 from train.checkpoints.folders import FILE
@@ -61,9 +62,10 @@ def _download_bar(file: Any, url: str) -> Callable[[int, int | None], None]:
     return progress
 
 
-def splits(reader_name: str, data_dir: str | None, download: bool) -> tuple[Any, Any]:
+def splits(reader_name: str, data_dir: str | None, download: bool, **formats: Any) -> tuple[Any, Any]:
     """The (train, test or None) readers of a registered or module:attribute reader, downloads shown by a
-    ``Meter`` (a bar on a terminal, log lines elsewhere).
+    ``Meter`` (a bar on a terminal, log lines elsewhere); ``formats`` (``data``, ``columns``, ``size``: those
+    given, not None) go to the creators whose signature names them.
 
     >>> from readers.plugins.registry import register_reader, unregister
     >>> def letters():
@@ -74,7 +76,8 @@ def splits(reader_name: str, data_dir: str | None, download: bool) -> tuple[Any,
     (['a', 'b'], None)
     >>> unregister("readers", "letters")
     """
-    return reader_splits(reader_name, data_dir=data_dir, download=download, progress=_download_bar)
+    given = {key: value for key, value in formats.items() if value is not None}
+    return reader_splits(reader_name, data_dir=data_dir, download=download, progress=_download_bar, **given)
 
 
 def first_entry(reader: Any) -> Any:
@@ -98,6 +101,11 @@ def check_entry(name: str, reader: Any) -> Any:
     entry = first_entry(reader)
     if not (isinstance(entry, tuple) and len(entry) == 2):
         shown = f"a tuple of {len(entry)} columns" if isinstance(entry, tuple) else f"a single {type(entry).__name__}"
+        names = getattr(reader, "entry_names", None)
+        if names:
+            shown += f" ({', '.join(map(repr, names))})"
+            raise click.ClickException(f"reader {name!r} gives entries of {shown}; train needs an image and a label: "
+                                       f"choose them with --columns IMAGE,LABEL, e.g. --columns {','.join(names[:2])}")
         raise click.ClickException(f"reader {name!r} gives entries that are {shown}; train needs (image, label) entries")
     return entry[0]
 
@@ -201,7 +209,8 @@ def scan_sizes(train_reader: Any, test_reader: Any, given: int | None) -> tuple[
 def _train(factory: Callable, info: Any, found: Any, settings: TrainSettings) -> None:
     """The train command once its options are checked and its checkpoint folder is held."""
     reader_name, directory, lr, lr_decay = settings.reader_name, settings.checkpoint_dir, settings.lr, settings.lr_decay
-    train_reader, test_reader = splits(reader_name, settings.data_dir, settings.download)
+    train_reader, test_reader = splits(reader_name, settings.data_dir, settings.download, data=settings.data,
+                                       columns=settings.columns, size=settings.size)
     check_entry(reader_name, train_reader)
     if test_reader is not None:
         check_entry(f"{reader_name} (test split)", test_reader)  # a missing test file fails now, not after a pass
@@ -217,7 +226,8 @@ def _train(factory: Callable, info: Any, found: Any, settings: TrainSettings) ->
         if log:
             stem, ext = os.path.splitext(log)
             log = f"{stem}.rank{info.rank}{ext}"
-    click.echo(f"{who}model {settings.model_name}: {shown}")
+    roles = describe_roles(train_reader)
+    click.echo(f"{who}model {settings.model_name}: {roles + ': ' if roles else ''}{shown}")
     handler = Progress(log, who, resume=settings.resume, batch_size=settings.batch_size)  # the log is opened at the first pass, once train() has accepted the run
     at: dict[str, int] = {}
 

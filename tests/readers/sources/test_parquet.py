@@ -199,7 +199,7 @@ def test_parquet_plugin_reads_the_data_dir(data):
     train, test = reader_splits("parquet", data_dir=str(folder), download=False)
     assert test is None and len(train) == N
     assert_same(train[0], rows[0])
-    with pytest.raises(readers.ColumnarFileError, match="give it with --data-dir DIR"):
+    with pytest.raises(readers.ColumnarFileError, match="--data PATH .* or --data-dir DIR"):
         reader_splits("parquet", data_dir=None)
 
 

@@ -214,7 +214,12 @@ def test_tar_shards_corrupt_member_skipped_with_a_warning(tmp_path):
 def test_tar_shards_plugin_finds_it_by_name(shards, tmp_path):
     from readers.plugins.registry import reader_splits
     train, test = reader_splits("tar-shards", data_dir=str(tmp_path / "shard-{000..003}.tar"), download=False)
-    assert _ids(train()) == list(range(N)) and test is None
+    assert test is None and [label for _, label in train()] == [i % 5 for i in range(N)]  # (first image, cls)
+    image, _ = next(iter(train()))
+    np.testing.assert_array_equal(image, next(iter(readers.tar_shards(shards)()))["jpg"])
+    picked = reader_splits("tar-shards", data=str(tmp_path), columns="png,txt", size=4)[0]
+    assert [int(text.split()[-1]) for _, text in picked()] == list(range(N))
+    assert next(iter(picked()))[0].shape == (4, 4, 3)
 
 
 def test_tar_shards_json_field_name_is_its_extension(tmp_path):
