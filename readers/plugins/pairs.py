@@ -35,7 +35,7 @@ from readers.errors import BadValue, ReaderkitError
 from readers.ops.maps import map_readers
 
 __all__ = ["DecodeImages", "ImageDecodeFailed", "PickFields", "decode_images", "describe_roles", "image_format",
-           "parse_columns", "pick_fields"]
+           "mark_roles", "parse_columns", "pick_fields"]
 
 #: The first bytes of the encoded images Pillow decodes here, and the format's name.
 MAGIC = ((b"\x89PNG\r\n\x1a\n", "PNG"), (b"\xff\xd8\xff", "JPEG"), (b"GIF8", "GIF"), (b"BM", "BMP"),
@@ -207,14 +207,15 @@ def pick_fields(reader: Any, image: str | None, label: str = "cls", size: int | 
     return _mark(mapped, reader, "" if image is None else f"field {image!r}", f"field {label!r}", None)
 
 
-def mark_roles(reader: Any, image_role: str, label_role: str) -> Any:
-    """Tell ``describe_roles`` what ``reader``'s (image, label) are, in words; returns ``reader``.
+def mark_roles(reader: Any, image_role: str, label_role: str, names: Sequence[str] | None = None) -> Any:
+    """Tell ``describe_roles`` what ``reader``'s (image, label) are, in words (and ``names``, its columns' names,
+    when it has any); returns ``reader``.
 
     >>> import readers
     >>> describe_roles(mark_roles(readers.from_sequence([(0.5, 1)]), "the x", "the y"))
     'image = the x (float), label = the y'
     """
-    return _mark(reader, None, image_role, label_role, None)
+    return _mark(reader, None, image_role, label_role, names)
 
 
 def _shown(value: Any) -> str:

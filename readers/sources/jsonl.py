@@ -20,6 +20,7 @@ import numpy as np
 
 from readers.digests import hasher
 from readers.errors import BadType, BadValue
+from readers.plugins.pairs import mark_roles, parse_columns
 from readers.sources.locations import expand_paths, open_file, read_range
 from readers.stage import IndexedReader
 
@@ -245,16 +246,21 @@ def jsonl(path: str | os.PathLike | Iterable[str | os.PathLike], *, fields: Sequ
     return Jsonl(given, paths, fields)
 
 
-def from_data_dir(data_dir: str | os.PathLike | None = None) -> Jsonl:
+def from_data_dir(data_dir: str | os.PathLike | None = None, data: str | os.PathLike | None = None,
+                  columns: Any = None) -> Jsonl:
     """The JSON lines files of a folder (--data-dir FOLDER), one entry (the parsed value) a line.
 
-    The ``jsonl`` reader plugin (``--reader jsonl --data-dir FOLDER``): ``jsonl(data_dir)``.
+    The ``jsonl`` reader plugin (``--reader jsonl --data PATH --columns x,label``): ``jsonl(data,
+    fields=columns)``, ``--data`` a file, folder, glob or brace pattern (or ``--data-dir FOLDER``).
 
     >>> from_data_dir(None)
     Traceback (most recent call last):
     ...
     readers.errors.BadValue: the jsonl reader needs the folder of its .jsonl files: give --data-dir FOLDER
     """
-    if data_dir is None:
+    where = data if data is not None else data_dir
+    if where is None:
         raise BadValue("the jsonl reader needs the folder of its .jsonl files: give --data-dir FOLDER")
-    return jsonl(data_dir)
+    fields = parse_columns(columns)
+    reader = jsonl(where, fields=fields)
+    return reader if fields is None else mark_roles(reader, f"field {fields[0]!r}", f"field {fields[-1]!r}", fields)

@@ -115,7 +115,7 @@ def reader_options(default: str = "mnist", reader_help: str = READER_HELP, downl
                 help="Format readers (image-folder, parquet, arrow, tar-shards): resize images to N x N.")(command)
             command = click.option(
                 "--columns", default=None, metavar="IMAGE,LABEL",
-                help="Format readers: the columns (Parquet, Arrow) or fields (tar-shards) to read, in order; train "
+                help="Format readers: the columns (Parquet, Arrow) or fields (tar-shards, jsonl) to read, in order; train "
                      "takes the first as the image and the second as the label.  [default: every column of a "
                      "table (train refuses more than two); tar-shards: the first image field and cls]")(command)
             command = click.option(

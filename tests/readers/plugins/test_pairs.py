@@ -81,3 +81,29 @@ def test_parse_columns():
     assert parse_columns("a,b") == ("a", "b")
     with pytest.raises(ValueError, match="an empty column name"):
         parse_columns(",")
+
+
+def test_tar_shard_pairs_shard_resume_and_cross_into_process_workers(tmp_path):
+    wds = pytest.importorskip("webdataset")
+    with wds.ShardWriter(str(tmp_path / "shard-%03d.tar"), maxcount=4, verbose=0) as sink:
+        for i in range(N):
+            sink.write({"__key__": f"s{i:03d}", "png": _png(i)[0], "cls": i})
+    make = lambda: reader_splits("tar-shards", data=str(tmp_path), size=2)[0]  # noqa: E731
+    work = readers.prefetch(readers.shuffle(make(), 5, seed=0), 2, mode="process")
+    assert sorted(label for _, label in work()) == list(range(N))
+    parts = [readers.shard(make(), k, 3) for k in range(3)]
+    assert sorted(label for part in parts for _, label in part()) == list(range(N))
+    assert_resumes_at_every_step(lambda: readers.shuffle(make(), 5, seed=0))
+    assert {image.shape for image, _ in make()()} == {(2, 2, 3)}  # tar_shards decodes to RGB
+
+
+def test_image_folder_plugin_takes_size_and_refuses_other_columns(tmp_path):
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+        Image.new("RGB", (6, 5)).save(tmp_path / name / "0.png")
+    train = reader_splits("image-folder", data=str(tmp_path), size=3)[0]
+    assert [(image.shape, label) for image, label in train()] == [((3, 3, 3), 0), ((3, 3, 3), 1)]
+    assert describe_roles(train) == (f"image = the image files under {tmp_path} (uint8[3, 3, 3]), "
+                                     "label = the index of the class sub-folder")
+    with pytest.raises(ValueError, match="its entries are \\(image, label\\): leave --columns out"):
+        reader_splits("image-folder", data=str(tmp_path), columns="x,y")

@@ -90,3 +90,13 @@ def test_train_and_inspect_tar_shards(tmp_path):
     assert "column 0: uint8[4, 4, 3]" in shown.stdout and "entry 0: <uint8[4, 4, 3] array>, 0" in shown.stdout
     bad = run("train", "--reader", "tar-shards", "--data", data, "--columns", "jpg,cls", "--passes", "1")
     assert bad.exit_code == 1 and "has no field 'jpg'; its fields are 'cls', 'png', 'txt'" in bad.output
+
+
+def test_train_jsonl_fields_as_columns(tmp_path):
+    path = tmp_path / "rows.jsonl"
+    path.write_text("".join(f'{{"x": [{i % 2}.0, 1.0], "label": {i % 2}, "note": "n{i}"}}\n' for i in range(20)))
+    result = run("train", "--reader", "jsonl", "--data", str(path), "--columns", "x,label", "--passes", "1")
+    assert result.exit_code == 0, result.output
+    assert result.stdout.splitlines()[0].startswith("model mlp: image = field 'x' (list), label = field 'label':")
+    bad = run("train", "--reader", "jsonl", "--data", str(path), "--passes", "1")
+    assert bad.exit_code == 1 and "a single dict" in bad.output
