@@ -35,7 +35,7 @@ from readers.errors import BadValue, ReaderkitError
 from readers.ops.maps import map_readers
 
 __all__ = ["DecodeImages", "ImageDecodeFailed", "PickFields", "decode_images", "describe_roles", "image_format",
-           "mark_roles", "parse_columns", "pick_fields"]
+           "mark_roles", "parse_columns", "pick_fields", "scale_pixels"]
 
 #: The first bytes of the encoded images Pillow decodes here, and the format's name.
 MAGIC = ((b"\x89PNG\r\n\x1a\n", "PNG"), (b"\xff\xd8\xff", "JPEG"), (b"GIF8", "GIF"), (b"BM", "BMP"),
@@ -218,15 +218,40 @@ def mark_roles(reader: Any, image_role: str, label_role: str, names: Sequence[st
     return _mark(reader, None, image_role, label_role, names)
 
 
+class ScalePixels:
+    """Map an (image, label) entry: a ``uint8`` image to ``float32`` in [0, 1] (divided by 255); others as they are."""
+
+    def __call__(self, entry: tuple[Any, Any]) -> tuple[Any, Any]:
+        image, label = entry
+        if isinstance(image, np.ndarray) and image.dtype == np.uint8:
+            image = image * np.float32(1 / 255)
+        return image, label
+
+    def __repr__(self) -> str:
+        return "ScalePixels()"
+
+
+def scale_pixels(reader: Any) -> Any:
+    """``reader``'s (image, label) entries with ``uint8`` images as ``float32`` in [0, 1], as ``train`` wants them.
+
+    >>> import readers
+    >>> image, label = scale_pixels(readers.from_sequence([(np.array([0, 255], np.uint8), 1)])).at(0)
+    >>> image.dtype, image.tolist(), label
+    (dtype('float32'), [0.0, 1.0], 1)
+    """
+    return map_readers(ScalePixels(), reader)
+
+
 def _shown(value: Any) -> str:
     if isinstance(value, np.ndarray):
         return f"{value.dtype}[{', '.join(map(str, value.shape))}]"
     return type(value).__name__
 
 
-def describe_roles(reader: Any) -> str | None:
+def describe_roles(reader: Any, note: str = "") -> str | None:
     """Which column or field of ``reader`` is the image and which the label (read from its first entry), or None
-    for a reader that was not made by ``decode_images``, ``pick_fields`` or ``mark_roles``.
+    for a reader that was not made by ``decode_images``, ``pick_fields`` or ``mark_roles``; ``note`` is added to
+    what is said of the image.
 
     >>> import readers
     >>> describe_roles(readers.from_sequence([1])) is None
@@ -247,4 +272,4 @@ def describe_roles(reader: Any) -> str | None:
             how = f" decoded from {'JPEG' if field in ('jpg', 'jpeg') else field.upper()}"
     elif isinstance(raw, tuple) and raw and image_format(raw[0]) is not None:
         how = f" decoded from {image_format(raw[0])}"
-    return f"image = {image_role} ({_shown(entry[0])}{how}), label = {reader.label_role}"
+    return f"image = {image_role} ({_shown(entry[0])}{how}{note}), label = {reader.label_role}"

@@ -19,10 +19,11 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import click
+import numpy as np
 
 import readers
 from readers.checks import check_reader
-from readers.plugins.pairs import describe_roles
+from readers.plugins.pairs import describe_roles, scale_pixels
 from readers.plugins.registry import find_model, reader_splits
 from train.checkpoints.files import load_for_rank, rank_folder
 from train.checkpoints.folders import FILE
@@ -211,7 +212,12 @@ def _train(factory: Callable, info: Any, found: Any, settings: TrainSettings) ->
     reader_name, directory, lr, lr_decay = settings.reader_name, settings.checkpoint_dir, settings.lr, settings.lr_decay
     train_reader, test_reader = splits(reader_name, settings.data_dir, settings.download, data=settings.data,
                                        columns=settings.columns, size=settings.size)
-    check_entry(reader_name, train_reader)
+    image = check_entry(reader_name, train_reader)
+    roles = describe_roles(train_reader)
+    if roles and isinstance(image, np.ndarray) and image.dtype == np.uint8:  # a format's pixels: scaled, as MNIST's
+        roles = describe_roles(train_reader, ", scaled to [0, 1]")
+        train_reader = scale_pixels(train_reader)
+        test_reader = None if test_reader is None else scale_pixels(test_reader)
     if test_reader is not None:
         check_entry(f"{reader_name} (test split)", test_reader)  # a missing test file fails now, not after a pass
     n_inputs, classes, shown = scan_sizes(train_reader, test_reader, settings.classes)
@@ -226,7 +232,6 @@ def _train(factory: Callable, info: Any, found: Any, settings: TrainSettings) ->
         if log:
             stem, ext = os.path.splitext(log)
             log = f"{stem}.rank{info.rank}{ext}"
-    roles = describe_roles(train_reader)
     click.echo(f"{who}model {settings.model_name}: {roles + ': ' if roles else ''}{shown}")
     handler = Progress(log, who, resume=settings.resume, batch_size=settings.batch_size)  # the log is opened at the first pass, once train() has accepted the run
     at: dict[str, int] = {}

@@ -38,8 +38,8 @@ def test_train_parquet_names_its_columns_in_its_first_line(table):
                  "--batch-size", "8")
     assert result.exit_code == 0, result.output
     first = result.stdout.splitlines()[0]
-    assert first.startswith("model mlp: image = column 'image' (uint8[8, 8] decoded from PNG), "
-                            "label = column 'label': image uint8[8, 8]: 64 inputs; labels 0..3"), first
+    assert first.startswith("model mlp: image = column 'image' (uint8[8, 8] decoded from PNG, scaled to [0, 1]), "
+                            "label = column 'label': image float32[8, 8]: 64 inputs; labels 0..3"), first
 
 
 def test_train_refuses_a_table_of_three_columns_naming_them(table):
@@ -71,8 +71,8 @@ def test_train_image_folder_resizes_with_size(tmp_path):
                  "--batch-size", "4")
     assert result.exit_code == 0, result.output
     first = result.stdout.splitlines()[0]
-    assert first.startswith(f"model mlp: image = the image files under {tmp_path} (uint8[4, 4, 3]), label = the index "
-                            "of the class sub-folder: image uint8[4, 4, 3]: 48 inputs; labels 0..1"), first
+    assert first.startswith(f"model mlp: image = the image files under {tmp_path} (uint8[4, 4, 3], scaled to [0, 1]), "
+                            "label = the index of the class sub-folder: image float32[4, 4, 3]: 48 inputs; labels 0..1"), first
 
 
 def test_train_and_inspect_tar_shards(tmp_path):
@@ -84,7 +84,8 @@ def test_train_and_inspect_tar_shards(tmp_path):
     result = run("train", "--reader", "tar-shards", "--data", data, "--passes", "1", "--batch-size", "8")
     assert result.exit_code == 0, result.output
     assert result.stdout.splitlines()[0].startswith(
-        "model mlp: image = field 'png' (uint8[8, 8, 3] decoded from PNG), label = field 'cls': image uint8[8, 8, 3]")
+        "model mlp: image = field 'png' (uint8[8, 8, 3] decoded from PNG, scaled to [0, 1]), label = field 'cls': "
+        "image float32[8, 8, 3]")
     shown = run("inspect", "--reader", "tar-shards", "--data", data, "--columns", "png,cls", "--size", "4")
     assert shown.exit_code == 0, shown.output
     assert "column 0: uint8[4, 4, 3]" in shown.stdout and "entry 0: <uint8[4, 4, 3] array>, 0" in shown.stdout
