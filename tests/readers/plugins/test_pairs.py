@@ -107,3 +107,11 @@ def test_image_folder_plugin_takes_size_and_refuses_other_columns(tmp_path):
                                      "label = the index of the class sub-folder")
     with pytest.raises(ValueError, match="its entries are \\(image, label\\): leave --columns out"):
         reader_splits("image-folder", data=str(tmp_path), columns="x,y")
+
+
+def test_image_bytes_without_pillow_say_which_pip_install(monkeypatch):
+    import sys
+    png, _ = _png(1)
+    monkeypatch.setitem(sys.modules, "PIL", None)  # import PIL fails, as where Pillow is not installed
+    with pytest.raises(ImportError, match=r"pip install pillow \(or pip install readerkit\[images\]\)"):
+        list(decode_images(readers.from_sequence([(png, 0)]), ("image", "label"))())

@@ -101,3 +101,12 @@ def test_train_jsonl_fields_as_columns(tmp_path):
     assert result.stdout.splitlines()[0].startswith("model mlp: image = field 'x' (list), label = field 'label':")
     bad = run("train", "--reader", "jsonl", "--data", str(path), "--passes", "1")
     assert bad.exit_code == 1 and "a single dict" in bad.output
+
+
+def test_train_parquet_resumes_from_its_checkpoint(table, tmp_path):
+    args = ["train", "--reader", "parquet", "--data", str(table), "--columns", "image,label", "--batch-size", "8",
+            "--checkpoint-dir", str(tmp_path / "run")]
+    assert run(*args, "--passes", "1").exit_code == 0
+    resumed = run(*args, "--passes", "2", "--resume")
+    assert resumed.exit_code == 0, resumed.output
+    assert [line.split(":")[0] for line in resumed.stdout.splitlines() if line.startswith("pass ")] == ["pass 1"]
