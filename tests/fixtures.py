@@ -28,6 +28,7 @@ except ImportError:
     pass
 else:
     tqdm.tqdm.monitor_interval = 0
+os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
 
 
 @pytest.fixture(scope="session")
