@@ -19,6 +19,17 @@ LAUNCHER = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK"
 for _threads in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_threads, "1")
 
+# tqdm (which Hugging Face datasets imports) starts a monitor thread with its first bar; a process with other
+# threads than its main one makes prefetch pick 'spawn' over 'fork', so one test that touched datasets changed the
+# start method, and with it the results, of every later test in its worker. No monitor thread in the tests.
+try:
+    import tqdm
+except ImportError:
+    pass
+else:
+    tqdm.tqdm.monitor_interval = 0
+os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
+
 
 @pytest.fixture(scope="session")
 def _session_cache(tmp_path_factory):

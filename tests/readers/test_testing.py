@@ -1,9 +1,13 @@
 """readers.testing: the restore-at-every-step and seeded-pass checks pass good stages and catch broken ones."""
 import importlib
 import inspect
+import io
 import itertools
+import os
 import pkgutil
 import re
+import tarfile
+import tempfile
 
 import numpy as np
 import pytest
@@ -98,11 +102,28 @@ def _noise(entry, rng):
     return entry + rng.integers(1000)
 
 
+def _tar_shards(seed: int):
+    """Four small WebDataset shards written once per process by the standard library's tar writer."""
+    global _SHARDS
+    if _SHARDS is None:
+        _SHARDS = tempfile.mkdtemp(prefix="readerkit-seeded-shards-")
+        for k in range(4):
+            with tarfile.open(os.path.join(_SHARDS, f"shard-{k}.tar"), "w") as tar:
+                for i in range(5):
+                    data = f"{k}-{i}".encode()
+                    member = tarfile.TarInfo(f"{k:02d}{i:02d}.txt")
+                    member.size = len(data)
+                    tar.addfile(member, io.BytesIO(data))
+    return readers.tar_shards(os.path.join(_SHARDS, "shard-{0..3}.tar"), seed=seed)
+
+
+_SHARDS = None
 SEEDED = {
     "shuffle, buffer, over a stream": lambda: readers.shuffle(_numbers, 4, seed=1),
     "shuffle, buffer, over an indexed reader": lambda: readers.shuffle(readers.from_sequence(range(20)), 4, seed=1),
     "shuffle, global": lambda: readers.shuffle(readers.from_sequence(range(20)), seed=1),
     "node_shuffle": lambda: readers.node_shuffle(readers.from_sequence(range(20)), seed=1),
+    "tar_shards, shard order": lambda: _tar_shards(seed=1),
     "shuffle_row_groups": lambda: readers.shuffle_row_groups(readers.from_sequence(range(20)), window=2, seed=1,
                                                              group_size=3),
     "random_map, indexed": lambda: readers.random_map(_noise, readers.from_sequence(range(20)), seed=1),
