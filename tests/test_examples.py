@@ -152,3 +152,13 @@ def test_webdataset_images_writes_png_shards_and_trains_from_them():
     assert "a sample: ['__key__', 'cls', 'png'], png (28, 28, 3) uint8, cls " in output
     assert len(re.findall(r"^pass \d: test accuracy \d+\.\d\d%$", output, flags=re.M)) == 2, output
     assert final_accuracy(output) > 0.85
+
+
+def test_webdataset_images_exits_non_zero_without_webdataset(tmp_path):
+    (tmp_path / "webdataset.py").write_text("raise ImportError('no webdataset here', name='webdataset')\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)])}
+    result = subprocess.run([sys.executable, str(ROOT / "examples" / "webdataset_images.py"), tmp_path], cwd=ROOT,
+                            env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert result.stderr == ("webdataset_images: this example needs webdataset and Pillow (webdataset is missing): "
+                             "pip install webdataset 'readerkit[images]'\n")
