@@ -15,7 +15,10 @@ group's rows in one take. This example
    pass, the shuffle for Parquet data larger than memory);
 3. prints both test accuracies and checks that they are the same, within
    ``TOLERANCE`` (0.5 points: the two shuffles give different orders, and two
-   orders of the same data differ by a few tenths of a point after 2 passes).
+   orders of the same data differ by a few tenths of a point after 2 passes);
+4. trains a third time on the Parquet files, with the global shuffle: the
+   same permutation as the built-in reader's, so the same entries in the same
+   order, and checks that the accuracy is exactly the built-in reader's.
 
 From the repository root, with readerkit installed (``pip install -e .[arrow]``)
 or on ``PYTHONPATH``::
@@ -115,7 +118,15 @@ def main(argv=None):
         shuffled = readers.map_readers(scaled, readers.shuffle_row_groups(parquet_train, window=8, seed=0))
         parquet_accuracy, parquet_s = fit(shuffled, parquet_test, args.passes)
         print(f"readers.parquet, shuffle_row_groups:   test accuracy {parquet_accuracy:.2%} ({parquet_s:.1f} s)")
+        # the global shuffle draws the same permutation from (seed, pass) over any reader of the same length, so
+        # over the Parquet copy it feeds the same entries in the same order as over the built-in reader
+        same_order, same_order_s = fit(readers.map_readers(scaled, readers.shuffle(parquet_train, seed=0)),
+                                       parquet_test, args.passes)
+        print(f"readers.parquet, global shuffle:       test accuracy {same_order:.2%} ({same_order_s:.1f} s)")
 
+    if same_order != mnist_accuracy:
+        sys.exit(f"parquet_training: in the same order, the Parquet copy gave {same_order:.2%} and the built-in "
+                 f"reader {mnist_accuracy:.2%}; the entries differ")
     gap = abs(parquet_accuracy - mnist_accuracy)
     if gap > TOLERANCE:
         sys.exit(f"parquet_training: the accuracies differ by {gap:.2%}, more than {TOLERANCE:.1%}")

@@ -122,12 +122,14 @@ def test_parquet_training_gets_the_built_in_readers_accuracy_from_a_parquet_copy
     output = run_example("parquet_training.py", MNIST).stdout
     assert "train.parquet: 60000 rows in 60 row groups, " in output and "test.parquet: 10000 rows in 10 row groups, " \
         in output, output
-    found = dict(re.findall(r"^(built-in mnist reader|readers\.parquet), .*: +test accuracy (\d+\.\d\d)% \(", output,
-                            flags=re.M))
-    assert found.keys() == {"built-in mnist reader", "readers.parquet"}, output
-    built_in, parquet = (float(found[k]) for k in ("built-in mnist reader", "readers.parquet"))
+    found = dict(re.findall(r"^(.+): +test accuracy (\d+\.\d\d)% \(\d+\.\d s\)$", output, flags=re.M))
+    runs = ["built-in mnist reader, global shuffle", "readers.parquet, shuffle_row_groups",
+            "readers.parquet, global shuffle"]
+    assert sorted(found) == sorted(runs), output
+    built_in, parquet, same_order = (float(found[k]) for k in runs)
     assert built_in > 96 and abs(parquet - built_in) <= 0.5, output  # the example's own tolerance, checked again
     assert re.search(r"^the same accuracy: \d\.\d\d points apart, within 0\.5$", output, flags=re.M), output
+    assert same_order == built_in, output  # the same permutation over the Parquet copy: the very same accuracy
     assert final_accuracy(output) == parquet / 100
 
 
