@@ -114,3 +114,53 @@ def test_continual_split_mnist_new_data_forgets_all_data_remembers_and_gdumb_is_
     assert every > 0.85 and 0.7 < gdumb < every, output
     assert figures["new"]["accuracies"][-1] > 0.9 and max(figures["new"]["accuracies"][:-1]) < 0.1, output
     assert re.search(r"^gdumb:500: final average accuracy \d+\.\d\d%", output, re.M), output
+
+
+@pytest.mark.skipif(not MNIST.is_dir(), reason=f"the MNIST files are not in {MNIST}")
+def test_parquet_training_gets_the_built_in_readers_accuracy_from_a_parquet_copy():
+    pytest.importorskip("pyarrow", reason="the example writes and reads Parquet with pyarrow")
+    output = run_example("parquet_training.py", MNIST).stdout
+    assert "train.parquet: 60000 rows in 60 row groups, " in output and "test.parquet: 10000 rows in 10 row groups, " \
+        in output, output
+    found = dict(re.findall(r"^(.+): +test accuracy (\d+\.\d\d)% \(\d+\.\d s\)$", output, flags=re.M))
+    runs = ["built-in mnist reader, global shuffle", "readers.parquet, shuffle_row_groups",
+            "readers.parquet, global shuffle"]
+    assert sorted(found) == sorted(runs), output
+    built_in, parquet, same_order = (float(found[k]) for k in runs)
+    assert built_in > 96 and abs(parquet - built_in) <= 0.5, output  # the example's own tolerance, checked again
+    assert re.search(r"^the same accuracy: \d\.\d\d points apart, within 0\.5$", output, flags=re.M), output
+    assert same_order == built_in, output  # the same permutation over the Parquet copy: the very same accuracy
+    assert final_accuracy(output) == parquet / 100
+
+
+def test_parquet_training_exits_non_zero_without_pyarrow(tmp_path):
+    # a pyarrow that fails to import, ahead of the real one on the path
+    (tmp_path / "pyarrow.py").write_text("raise ImportError('no pyarrow here')\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)])}
+    result = subprocess.run([sys.executable, str(ROOT / "examples" / "parquet_training.py"), tmp_path], cwd=ROOT,
+                            env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert result.stderr == ("parquet_training: this example needs pyarrow: pip install 'readerkit[arrow]' "
+                             "(or pyarrow)\n")
+
+
+@pytest.mark.skipif(not MNIST.is_dir(), reason=f"the MNIST files are not in {MNIST}")
+def test_webdataset_images_writes_png_shards_and_trains_from_them():
+    for name in ("webdataset", "PIL"):
+        pytest.importorskip(name, reason="the example writes its shards with webdataset and Pillow")
+    output = run_example("webdataset_images.py", MNIST, "--samples", 4000, "--per-shard", 500, "--passes", 2).stdout
+    assert re.search(r"^wrote 8 training shards and 4 test shards of up to 500 PNG digits, ", output, flags=re.M), output
+    assert "train: tar_shards(8 shards, seed=0), test: tar_shards(4 shards)" in output
+    assert "a sample: ['__key__', 'cls', 'png'], png (28, 28, 3) uint8, cls " in output
+    assert len(re.findall(r"^pass \d: test accuracy \d+\.\d\d%$", output, flags=re.M)) == 2, output
+    assert final_accuracy(output) > 0.85
+
+
+def test_webdataset_images_exits_non_zero_without_webdataset(tmp_path):
+    (tmp_path / "webdataset.py").write_text("raise ImportError('no webdataset here', name='webdataset')\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)])}
+    result = subprocess.run([sys.executable, str(ROOT / "examples" / "webdataset_images.py"), tmp_path], cwd=ROOT,
+                            env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert result.stderr == ("webdataset_images: this example needs webdataset and Pillow (webdataset is missing): "
+                             "pip install webdataset 'readerkit[images]'\n")
