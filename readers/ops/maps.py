@@ -56,6 +56,10 @@ class _EntryByEntry(Stage):
     def sample_ids(self, indices: np.ndarray) -> np.ndarray:
         return self.parents[0].sample_ids(indices)
 
+    def groups(self) -> np.ndarray | None:
+        # entry i is read with the parent's row i, so its row groups are this stage's (a zip of several has none)
+        return self.parents[0].groups() if len(self.parents) == 1 else None
+
     def _plan(self, pass_id: int, cursor: int) -> Plan:
         if self.access == "index":
             return super()._plan(pass_id, cursor)

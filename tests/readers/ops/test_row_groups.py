@@ -51,6 +51,17 @@ def test_each_window_of_a_pass_holds_rows_of_window_groups_only(window):
             assert positions == list(range(min(positions), max(positions) + 1))
 
 
+def test_a_map_keeps_the_row_groups_of_its_reader():
+    """Regression (issue 28's example): shuffle_row_groups over map_readers(f, parquet(...)) said the map had no
+    groups of rows; a map reads row i of its reader for its entry i, so the groups are its reader's."""
+    source = Grouped(SIZES)
+    mapped = readers.map_readers(lambda i: -i, source)
+    assert np.array_equal(mapped.groups(), source.offsets)
+    plain = [-i for i in readers.shuffle_row_groups(source, window=2, seed=4)()]
+    assert list(readers.shuffle_row_groups(mapped, window=2, seed=4)()) == plain
+    assert readers.map_readers(lambda a, b: a, source, source).groups() is None  # a zip: no one reader's groups
+
+
 def test_passes_differ_by_seed_and_pass_and_repeat_for_the_same():
     def make(seed=0):
         return readers.shuffle_row_groups(Grouped(SIZES), window=2, seed=seed)
