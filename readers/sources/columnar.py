@@ -33,7 +33,7 @@ from readers.plugins.pairs import decode_images, parse_columns
 from readers.sources.locations import expand_paths, open_file
 from readers.stage import IndexedReader
 
-__all__ = ["ArrowFiles", "ColumnarFileError", "Columns", "HFDataset", "arrow", "choose_columns", "convert_column",
+__all__ = ["ArrowFiles", "ColumnFiles", "ColumnarFileError", "Columns", "HFDataset", "arrow", "choose_columns", "convert_column",
            "from_data_dir", "from_hf", "pyarrow", "whole_bytes"]
 
 #: How many bytes of converted groups a reader keeps by default (per process).
@@ -257,16 +257,33 @@ def _mapped_table(path: str) -> Any:
                                 ".feather, as pyarrow or datasets' save_to_disk write them)") from None
 
 
-class ArrowFiles(Columns):
+class ColumnFiles(Columns):
+    """Columns read from files (``paths``; group g is in file ``files[g]``): Arrow IPC and Parquet. Their name in a
+    repr, their identity and their digest come from the files."""
+
+    def __init__(self, paths: list[str], columns: list[str], files: np.ndarray, offsets: np.ndarray,
+                 cache_bytes: int):
+        super().__init__(offsets, columns, cache_bytes)
+        self.paths, self.files = paths, files
+
+    def path_text(self) -> str:
+        return repr(self.paths[0]) if len(self.paths) == 1 else f"{len(self.paths)} files from {self.paths[0]!r}"
+
+    def identity(self) -> str:
+        return files_identity(self, self.paths)
+
+    def digest(self) -> str:
+        return files_digest(self.paths)
+
+
+class ArrowFiles(ColumnFiles):
     """Memory-mapped Arrow IPC files (see ``arrow``); a group is a record batch."""
 
     name = "arrow"
 
     def __init__(self, paths: list[str], columns: list[str], files: np.ndarray, offsets: np.ndarray,
                  cache_bytes: int):
-        super().__init__(offsets, columns, cache_bytes)
-        self.paths = paths
-        self.files = files  # group g is in file files[g]; starts[k]: the row where file k starts
+        super().__init__(paths, columns, files, offsets, cache_bytes)  # starts[k]: the row where file k starts
         self.starts = offsets[np.searchsorted(files, np.arange(len(paths)))]
         self._tables: collections.OrderedDict[int, Any] = collections.OrderedDict()  # file -> its mapped table
 
@@ -286,17 +303,8 @@ class ArrowFiles(Columns):
         state["_tables"] = collections.OrderedDict()
         return state
 
-    def path_text(self) -> str:
-        return repr(self.paths[0]) if len(self.paths) == 1 else f"{len(self.paths)} files from {self.paths[0]!r}"
-
     def _options(self) -> str:
         return f"{self.path_text()}, columns={self.columns!r}: {len(self):,} rows"
-
-    def identity(self) -> str:
-        return files_identity(self, self.paths)
-
-    def digest(self) -> str:
-        return files_digest(self.paths)
 
 
 def arrow(path: str | os.PathLike | Sequence[str | os.PathLike], *, columns: Sequence[str] | None = None,

@@ -23,10 +23,8 @@ from readers.sources.columnar import (
     CACHE_BYTES,
     OPEN_FILES,
     ColumnarFileError,
-    Columns,
+    ColumnFiles,
     choose_columns,
-    files_digest,
-    files_identity,
     pyarrow,
     whole_bytes,
 )
@@ -51,16 +49,15 @@ def _footer(path: str) -> Any:
                                     "out") from None
 
 
-class Parquet(Columns):
+class Parquet(ColumnFiles):
     """Parquet files read by row group (see ``parquet``)."""
 
     name = "parquet"
 
     def __init__(self, paths: list[str], columns: list[str], files: np.ndarray, row_groups: np.ndarray,
                  offsets: np.ndarray, cache_bytes: int):
-        super().__init__(offsets, columns, cache_bytes)
-        self.paths = paths
-        self.files, self.row_groups = files, row_groups  # group g is row group row_groups[g] of file files[g]
+        super().__init__(paths, columns, files, offsets, cache_bytes)
+        self.row_groups = row_groups  # group g is row group row_groups[g] of file files[g]
         self._open: collections.OrderedDict[int, tuple[Any, Any]] = collections.OrderedDict()  # file -> (handle,
         # its ParquetFile): a few open at once, as a shuffle moves between files
 
@@ -112,17 +109,8 @@ class Parquet(Columns):
         state["_open"] = collections.OrderedDict()
         return state
 
-    def path_text(self) -> str:
-        return repr(self.paths[0]) if len(self.paths) == 1 else f"{len(self.paths)} files from {self.paths[0]!r}"
-
     def _options(self) -> str:
         return f"{self.path_text()}, columns={self.columns!r}: {len(self):,} rows in {len(self.files)} row groups"
-
-    def identity(self) -> str:
-        return files_identity(self, self.paths)
-
-    def digest(self) -> str:
-        return files_digest(self.paths)
 
 
 def parquet(path: str | os.PathLike | Sequence[str | os.PathLike], *, columns: Sequence[str] | None = None,
