@@ -34,8 +34,8 @@ import numpy as np
 from readers.errors import BadValue, ReaderkitError
 from readers.ops.maps import map_readers
 
-__all__ = ["DecodeImages", "ImageDecodeFailed", "PickFields", "decode_images", "describe_roles", "image_format",
-           "mark_roles", "parse_columns", "pick_fields", "scale_pixels"]
+__all__ = ["DecodeImages", "ImageDecodeFailed", "PickFields", "PillowMissing", "decode_images", "describe_roles", "image_format",
+           "mark_roles", "parse_columns", "pick_fields", "pillow", "scale_pixels"]
 
 #: The first bytes of the encoded images Pillow decodes here, and the format's name.
 MAGIC = ((b"\x89PNG\r\n\x1a\n", "PNG"), (b"\xff\xd8\xff", "JPEG"), (b"GIF8", "GIF"), (b"BM", "BMP"),
@@ -90,25 +90,35 @@ def image_format(value: Any) -> str | None:
     return next((name for magic, name in MAGIC if bytes(value[:len(magic)]) == magic), None)
 
 
-def _pil() -> Any:
+class PillowMissing(ReaderkitError, ModuleNotFoundError):
+    """Pillow, which decodes the images, is not installed: the message says how to install it."""
+
+
+def pillow(who: str = "image bytes are decoded") -> Any:
+    """Pillow's ``Image`` module, or ``PillowMissing`` saying that ``who`` needs it and which ``pip install`` brings
+    it: the one import of Pillow for every reader that decodes images.
+
+    >>> pillow().__name__
+    'PIL.Image'
+    """
     try:
         from PIL import Image
     except ImportError:
-        raise ImportError("image bytes are decoded with Pillow, which is not installed: pip install pillow "
-                          "(or pip install readerkit[images])") from None
+        raise PillowMissing(f"{who} with Pillow, which is not installed: pip install pillow "
+                            "(or pip install readerkit[images])") from None
     return Image
 
 
 def _resized(array: np.ndarray, size: int | None) -> np.ndarray:
     if size is None or array.shape[:2] == (size, size):
         return array
-    Image = _pil()
+    Image = pillow()
     image = Image.fromarray(array[:, :, 0] if array.ndim == 3 and array.shape[2] == 1 else array)
     return np.asarray(image.resize((size, size), Image.Resampling.BILINEAR))
 
 
 def _decode(data: bytes, size: int | None, where: str) -> np.ndarray:
-    Image = _pil()
+    Image = pillow()
     try:
         with Image.open(io.BytesIO(data)) as opened:
             image = opened if opened.mode in ("L", "RGB") else opened.convert("RGB")

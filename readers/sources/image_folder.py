@@ -40,8 +40,8 @@ from typing import Any
 import numpy as np
 
 from readers.digests import hasher, value_digest
-from readers.errors import BadType, BadValue, MissingFile, ReaderkitError
-from readers.plugins.pairs import mark_roles, parse_columns
+from readers.errors import BadType, BadValue, MissingFile
+from readers.plugins.pairs import PillowMissing, mark_roles, parse_columns, pillow
 from readers.sources.locations import expand_paths, open_file
 from readers.stage import IndexedReader
 
@@ -56,21 +56,12 @@ MODES = {"RGB": 3, "L": 1, "RGBA": 4}
 DIGEST_FILES = 16
 
 
-class PillowMissing(ReaderkitError, ModuleNotFoundError):
-    """Pillow, which decodes the images, is not installed: the message says how to install it."""
-
-
 class ImageDecodeError(BadValue):
     """A file that does not decode as an image: the message names it and says what to do."""
 
 
 def _pil() -> Any:
-    try:
-        from PIL import Image
-    except ImportError:
-        raise PillowMissing("image_folder decodes images with Pillow, which is not installed: pip install pillow "
-                            "(or pip install readerkit[images])") from None
-    return Image
+    return pillow("image_folder decodes images")
 
 
 def decode_image(path: str, size: tuple[int, int] | None = None, mode: str = "RGB") -> np.ndarray:

@@ -40,7 +40,7 @@ from readers.errors import BadType, BadValue, FileError, ReaderkitError
 from readers.graph import Share
 from readers.identity import function_identity
 from readers.launch import worker_info
-from readers.plugins.pairs import parse_columns, pick_fields
+from readers.plugins.pairs import parse_columns, pick_fields, pillow
 from readers.sources.locations import expand_paths, open_file
 from readers.stage import Stage
 
@@ -70,11 +70,7 @@ def split_name(name: str) -> tuple[str, str]:
 
 
 def _image(data: bytes) -> np.ndarray:
-    try:
-        from PIL import Image
-    except ImportError:
-        raise ImportError("tar_shards decodes .jpg/.png with Pillow, which is not installed: "
-                          "pip install pillow (or pip install readerkit[images])") from None
+    Image = pillow("tar_shards decodes .jpg/.png")
     with Image.open(io.BytesIO(data)) as image:
         return np.asarray(image.convert("RGB"), dtype=np.uint8)
 
