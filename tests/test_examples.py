@@ -133,12 +133,16 @@ def test_parquet_training_gets_the_built_in_readers_accuracy_from_a_parquet_copy
     assert final_accuracy(output) == parquet / 100
 
 
-def test_parquet_training_exits_non_zero_without_pyarrow(tmp_path):
-    # a pyarrow that fails to import, ahead of the real one on the path
-    (tmp_path / "pyarrow.py").write_text("raise ImportError('no pyarrow here')\n")
+def run_without(example: str, module: str, failing_import: str, tmp_path) -> subprocess.CompletedProcess:
+    """Run ``example`` with a ``module`` that fails to import (``failing_import``) ahead of the real one on the path."""
+    (tmp_path / f"{module}.py").write_text(failing_import + "\n")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)])}
-    result = subprocess.run([sys.executable, str(ROOT / "examples" / "parquet_training.py"), tmp_path], cwd=ROOT,
-                            env=env, capture_output=True, text=True, timeout=120)
+    return subprocess.run([sys.executable, str(ROOT / "examples" / example), tmp_path], cwd=ROOT,
+                          env=env, capture_output=True, text=True, timeout=120)
+
+
+def test_parquet_training_exits_non_zero_without_pyarrow(tmp_path):
+    result = run_without("parquet_training.py", "pyarrow", "raise ImportError('no pyarrow here')", tmp_path)
     assert result.returncode == 1, result.stdout + result.stderr
     assert result.stderr == ("parquet_training: this example needs pyarrow: pip install 'readerkit[arrow]' "
                              "(or pyarrow)\n")
@@ -157,10 +161,8 @@ def test_webdataset_images_writes_png_shards_and_trains_from_them():
 
 
 def test_webdataset_images_exits_non_zero_without_webdataset(tmp_path):
-    (tmp_path / "webdataset.py").write_text("raise ImportError('no webdataset here', name='webdataset')\n")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)])}
-    result = subprocess.run([sys.executable, str(ROOT / "examples" / "webdataset_images.py"), tmp_path], cwd=ROOT,
-                            env=env, capture_output=True, text=True, timeout=120)
+    result = run_without("webdataset_images.py", "webdataset",
+                         "raise ImportError('no webdataset here', name='webdataset')", tmp_path)
     assert result.returncode == 1, result.stdout + result.stderr
     assert result.stderr == ("webdataset_images: this example needs webdataset and Pillow (webdataset is missing): "
                              "pip install webdataset 'readerkit[images]'\n")
