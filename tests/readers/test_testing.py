@@ -1,4 +1,5 @@
 """readers.testing: the restore-at-every-step and seeded-pass checks pass good stages and catch broken ones."""
+import atexit
 import importlib
 import inspect
 import io
@@ -6,6 +7,7 @@ import itertools
 import os
 import pkgutil
 import re
+import shutil
 import tarfile
 import tempfile
 
@@ -107,6 +109,7 @@ def _tar_shards(seed: int):
     global _SHARDS
     if _SHARDS is None:
         _SHARDS = tempfile.mkdtemp(prefix="readerkit-seeded-shards-")
+        atexit.register(shutil.rmtree, _SHARDS, True)  # removed with the test process, not left in /tmp
         for k in range(4):
             with tarfile.open(os.path.join(_SHARDS, f"shard-{k}.tar"), "w") as tar:
                 for i in range(5):
