@@ -206,7 +206,7 @@ def inspect_reader(reader_name: str, data_dir: str | None, download: bool, data:
 
 
 @main.command("bench")
-@reader_options()
+@reader_options(formats=True)
 @click.option("--workers", default=2, show_default=True, type=click.IntRange(min=1), help="Prefetch workers.")
 @click.option("--mode", type=click.Choice(["thread", "process"]), default="process", show_default=True,
               help="Prefetch in threads or processes.")
@@ -218,8 +218,9 @@ def inspect_reader(reader_name: str, data_dir: str | None, download: bool, data:
 @passes_option(1, "Passes of each measurement; the last counts (earlier ones warm caches).")
 @log_json_option("Also write the figures to this file, as one JSON object.")
 @fail_cleanly
-def bench(reader_name: str, data_dir: str | None, download: bool, workers: int, mode: str, batch_size: int,
-          limit: int, step_ms: float, passes: int, log_json: str | None) -> None:
+def bench(reader_name: str, data_dir: str | None, download: bool, data: str | None, columns: str | None,
+          size: int | None, workers: int, mode: str, batch_size: int, limit: int, step_ms: float, passes: int,
+          log_json: str | None) -> None:
     """Measure a reader behind prefetch workers, stage by stage, and name the bottleneck.
 
     Runs batch(prefetch(firstn(READER, limit), workers, mode=mode), batch_size),
@@ -243,7 +244,7 @@ def bench(reader_name: str, data_dir: str | None, download: bool, workers: int, 
     from readers.checks import check_reader
     from readers.workers.bench import bottleneck, measure, report
 
-    train_reader, _ = splits(reader_name, data_dir, download)
+    train_reader, _ = splits(reader_name, data_dir, download, data=data, columns=columns, size=size)
     check_reader(train_reader, f"reader creator {reader_name!r} returned something that")
     first_entry(train_reader)  # an empty reader is reported before anything is timed
     try:  # a shorter reader is read whole: say how much that is
@@ -267,7 +268,7 @@ SECONDS = click.FloatRange(min=0, min_open=True)  # a timeout of serve's
 
 
 @main.command("serve")
-@reader_options()
+@reader_options(formats=True)
 @click.option("--config", type=click.Path(exists=True, dir_okay=False), default=None,
               help="A data.toml: serve its token windows (instead of --reader).")
 @click.option("--split", type=click.Choice(["train", "test"]), default="train", show_default=True,
@@ -294,7 +295,8 @@ SECONDS = click.FloatRange(min=0, min_open=True)  # a timeout of serve's
               help="Clients served at once; each has budget / (2 x max-clients), or one entry if more, to itself, "
                    "so one that reads slowly delays only itself.")
 @fail_cleanly
-def serve(reader_name: str, data_dir: str | None, download: bool, config: str | None, split: str, host: str,
+def serve(reader_name: str, data_dir: str | None, download: bool, data: str | None, columns: str | None,
+          size: int | None, config: str | None, split: str, host: str,
           port: int, secret_file: str | None, tls_cert: str | None, tls_key: str | None, idle_timeout: float,
           frame_timeout: float, handshake_timeout: float, drain_timeout: float, budget_mib: int,
           max_clients: int) -> None:
@@ -305,7 +307,7 @@ def serve(reader_name: str, data_dir: str | None, download: bool, config: str | 
 
     if (tls_cert is None) != (tls_key is None):
         raise click.UsageError("--tls-cert and --tls-key go together: the certificate and its private key")
-    reader, info = _served(reader_name, data_dir, download, config, split)
+    reader, info = _served(reader_name, data_dir, download, config, split, data=data, columns=columns, size=size)
     tune_allocator()  # every answer gathers a fresh array of up to a few MB: keep them on the heap
     server = Server(reader, info=info, secret=read_secret(file=secret_file), idle_timeout=idle_timeout,
                     frame_timeout=frame_timeout, handshake_timeout=handshake_timeout, drain_timeout=drain_timeout,
@@ -322,10 +324,12 @@ def serve(reader_name: str, data_dir: str | None, download: bool, config: str | 
                f"{stats['bytes']:,} bytes of entries sent", err=True)
 
 
-def _served(reader_name: str, data_dir: str | None, download: bool, config: str | None, split: str) -> tuple[Any, dict]:
-    """The reader ``serve`` holds and the facts it announces: a data.toml's token windows, or a reader's split."""
+def _served(reader_name: str, data_dir: str | None, download: bool, config: str | None, split: str,
+            **formats: Any) -> tuple[Any, dict]:
+    """The reader ``serve`` holds and the facts it announces: a data.toml's token windows, or a reader's split
+    (``formats``: the format readers' --data, --columns and --size)."""
     if config is not None:
-        given = given_flags("reader_name", "split", "data_dir")
+        given = given_flags("reader_name", "split", "data_dir", "data", "columns", "size")
         if given:
             raise click.UsageError(f"{', '.join(given)} do{'es' if len(given) == 1 else ''} not apply with --config, "
                                    "which serves the token windows of a data.toml; give one or the other")
@@ -340,7 +344,7 @@ def _served(reader_name: str, data_dir: str | None, download: bool, config: str 
         top = tokens.max_token() if data.vocab_size is None else None
         return tokens, {"seq_len": data.seq_len, "token_size": data.token_size, "shuffle_seed": data.shuffle_seed,
                         "max_token": top, "tokens": sum(tokens.sizes), "vocab_size": data.vocab_size}
-    train_reader, test_reader = splits(reader_name, data_dir, download)
+    train_reader, test_reader = splits(reader_name, data_dir, download, **formats)
     if split == "test" and test_reader is None:
         raise click.UsageError(f"reader {reader_name!r} has no test split; serve --split train")
     return (train_reader if split == "train" else test_reader), {"split": split}

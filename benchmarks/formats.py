@@ -282,11 +282,14 @@ def image_and_class(entry: dict) -> tuple:
 
 
 def _count_readerkit(paths: list[str], batch_size: int | None) -> int:
+    # fork, as the DataLoader does on Linux: once a DataLoader has run, this process keeps a thread of
+    # torch's, and readerkit's default would then spawn its workers (a script of readerkit alone forks)
     if batch_size is None:
-        r = readers.prefetch(readers.tar_shards(paths), 2, mode="process")
+        r = readers.prefetch(readers.tar_shards(paths), 2, mode="process", start_method="fork")
         return sum(entry["jpg"].shape[0] > 0 for entry in r())
     tuples = readers.map_readers(image_and_class, readers.tar_shards(paths))
-    r = readers.prefetch(batching.collated(batching.batch(tuples, batch_size)), 2, mode="process")
+    r = readers.prefetch(batching.collated(batching.batch(tuples, batch_size)), 2, mode="process",
+                         start_method="fork")
     return sum(len(labels) for images, labels in r())
 
 

@@ -118,6 +118,27 @@ class Node:
         >>> Node().finish_pass()
         """
 
+    def in_workers(self) -> list[tuple[int, int]] | None:
+        """For a stage that runs its parent's passes in workers whose shares follow them (a prefetch over
+        a source that splits its files by worker): each worker's context, (local worker id, workers);
+        else None. A position's layout then lists the share of each worker (``readers.position``).
+
+        >>> Node().in_workers() is None
+        True
+        """
+        return None
+
+    def share_count(self, pass_id: int, limit: int) -> int | None:
+        """For a source whose share follows its worker (``tar_shards``): how many entries its share of
+        pass ``pass_id`` gives, counted up to ``limit`` and cheaply (a tar shard's headers, not its
+        data); None when it cannot count. ``limit`` 0 asks only whether it can, reading nothing.
+        A prefetch over it then turns its merged cursor into each worker's.
+
+        >>> Node().share_count(0, 10) is None
+        True
+        """
+        return None
+
     def stands_for(self) -> dict[str, list] | None:
         """For a stage that reads a pipeline held elsewhere (``readers.remote``): that pipeline's
         ``{"pipeline": [...], "digests": [...]}``, so its fingerprint is the local pipeline's; else None.

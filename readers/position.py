@@ -20,11 +20,13 @@ the state also records the shard layout, and resuming checks it is the same.
 """
 from __future__ import annotations
 
+import contextlib
 import numbers
 from typing import Any
 
 from readers.errors import BadType, BadValue
 from readers.graph import Node, describe, walk
+from readers.launch import worker_context
 
 __all__ = ["advance", "check_layout", "check_resumable", "check_state", "end_of", "fixed_layout", "is_native",
            "seeds_of", "start_of", "state_of", "within"]
@@ -128,10 +130,29 @@ def fixed_layout(reader: Any) -> list[list]:
         if not isinstance(stage, Node):
             continue
         if is_native(stage):
-            splits = [s.share() for s in walk(stage) if isinstance(s, Node)]
-            found += [[split.index, split.count] for split in splits if split is not None]
+            found += _shares(stage)
         else:
             pending.extend(reversed(stage.parents))
+    return found
+
+
+def _shares(reader: Any) -> list[list]:
+    """``[index, count]`` of every share in ``reader``'s pipeline, top down; below a stage that runs
+    its parent in workers whose shares follow them (``in_workers``), each worker's in turn.
+
+    >>> from readers import from_sequence, shard
+    >>> _shares(shard(shard(from_sequence(range(9)), 0, 3), 1, 2))
+    [[1, 2], [0, 3]]
+    """
+    if not isinstance(reader, Node):
+        return []
+    share = reader.share()
+    found = [] if share is None else [[share.index, share.count]]
+    contexts = reader.in_workers() or [None]
+    for parent in reader.parents:
+        for pair in contexts:
+            with contextlib.nullcontext() if pair is None else worker_context(*pair):
+                found += _shares(parent)
     return found
 
 
@@ -260,6 +281,12 @@ def check_layout(reader: Any, layout: list | None, cursor: int) -> None:
         raise BadValue(f"reader state was saved by a node_shuffle over {nodes[0]} nodes, and this job has "
                        f"{next((c for i, c in now if i is None), 'no')} nodes; a node_shuffle position resumes only "
                        "on the same number of nodes (start the pass afresh with set_pass)")
+    if (layout or []) != now and any(isinstance(s, Node) and s.in_workers() for s in walk(reader)):
+        raise BadValue(
+            f"reader state was saved with worker shares {layout or []} (as [index, count]) and this process has "
+            f"{now}; in {describe(reader)} each worker reads its own files, so a position resumes only with "
+            "as many workers per process, and ranks, as saved it; or start the pass afresh with "
+            "set_pass")
     if (layout or []) != now:
         raise BadValue(
             f"reader state was saved with shards {layout or []} (as [index, count]) and this process has "

@@ -66,6 +66,12 @@ Stages that shard or run workers (``readers.ops.sharding``, ``readers.workers``)
 ``share()``         the share of its input's pass it keeps, or None
 ``per_entry``       whether a shard above may split the pass below it
 ``unresumable``     why no position of its passes can be saved, or None
+``in_workers()``    the worker contexts its parent's passes run in, when
+                    the shares below follow those workers (a prefetch
+                    over ``tar_shards``); a position's layout lists each
+``share_count()``   for a source that splits its files by worker: its
+                    share's entries in a pass, counted cheaply up to a
+                    limit, so a prefetch resumes each worker where it was
 ==================  ==========================================================
 
 What the pipeline is (``readers.inspection``, ``readers.identity``):

@@ -294,3 +294,17 @@ def test_cli_serve_and_train_refuse_a_secret_that_is_not_utf8_in_one_line(tmp_pa
         assert ("$READERKIT_SECRET is not text that UTF-8 can encode (it holds bytes that are not UTF-8): the secret "
                 "must be UTF-8 text; set READERKIT_SECRET to UTF-8 text on the server and the clients") in result.output
         assert result.output.startswith("Error: ") and "s3cret" not in result.output, (args, result.output)
+
+
+def test_cli_serve_a_format_reader_from_data(tmp_path):
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    path = tmp_path / "rows.parquet"
+    rows = np.arange(50 * 3, dtype=np.float32).reshape(50, 3)
+    pq.write_table(pa.table({"x": list(rows), "label": np.arange(50) % 3}), path, row_group_size=16)
+    with cli_serve(tmp_path, "--reader", "parquet", "--data", str(path), "--columns", "x,label") as server:
+        assert server.announced().entries == 50
+        x, labels = readers.remote(server.address).gather_columns(np.array([0, 49, 17]))
+        np.testing.assert_array_equal(x, rows[[0, 49, 17]])
+        assert labels.tolist() == [0, 1, 2]
+        assert server.stop() == 0

@@ -148,6 +148,10 @@ class DecodeImages:
     def __repr__(self) -> str:
         return f"DecodeImages({list(self.names)!r}, size={self.size!r})"
 
+    @property
+    def __name__(self) -> str:  # its name in a pipeline's repr and identity (``describe``): with the
+        return repr(self)  # columns, so a resume that names other columns says which
+
 
 class PickFields:
     """Map a tar shard's dict to ``(image, label)``: field ``image`` (None: the first image field) and ``label``."""
@@ -180,6 +184,10 @@ class PickFields:
 
     def __repr__(self) -> str:
         return f"PickFields({self.image!r}, {self.label!r}, size={self.size!r})"
+
+    @property
+    def __name__(self) -> str:  # (as DecodeImages')
+        return repr(self)
 
 
 def _fields(entry: Mapping[str, Any]) -> str:

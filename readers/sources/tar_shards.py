@@ -26,7 +26,9 @@ seed=0)``. Files are found and opened only through ``readers.sources.locations``
 """
 from __future__ import annotations
 
+import contextlib
 import io
+import itertools
 import json
 import os
 import tarfile
@@ -72,7 +74,9 @@ def split_name(name: str) -> tuple[str, str]:
 def _image(data: bytes) -> np.ndarray:
     Image = pillow("tar_shards decodes .jpg/.png")
     with Image.open(io.BytesIO(data)) as image:
-        return np.asarray(image.convert("RGB"), dtype=np.uint8)
+        if image.mode != "RGB":
+            image = image.convert("RGB")
+        return np.asarray(image)  # (an RGB image converted to RGB would be copied once more)
 
 
 BUILTIN: dict[str, Callable[[bytes], Any]] = {
@@ -195,6 +199,18 @@ class TarShards(Stage):
                 warnings.warn(str(error), stacklevel=2)
                 return None
         return entry
+
+    def share_count(self, pass_id: int, limit: int) -> int:
+        """The entries of this worker's shards in pass ``pass_id``, up to ``limit``: counted from the
+        tar headers, or (``on_error="skip"``, where a sample that does not decode is no entry) by decoding."""
+        if limit <= 0:
+            return 0
+        if self.on_error == "skip":
+            samples: Iterator = self._seek(pass_id, 0)
+        else:
+            samples = (sample for path in self._mine(pass_id) for sample in _samples(path))
+        with contextlib.closing(samples):  # the last shard opened is closed now
+            return sum(1 for _ in itertools.islice(samples, limit))
 
     def _stream(self, pass_id: int) -> Iterator[dict]:
         return self._seek(pass_id, 0)

@@ -22,7 +22,7 @@ import operator
 import signal
 import time
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import toolz
@@ -33,7 +33,7 @@ from readers.workers import worker as worker_side
 from readers.workers.channels import Died, Processes, Threads
 from readers.workers.forwarding import unpack_error
 
-__all__ = ["PassStats", "Pool", "WorkerDiedError"]
+__all__ = ["PassStats", "Pool", "WorkerDiedError", "merged_cursors"]
 
 
 class WorkerDiedError(ReaderkitError, RuntimeError):
@@ -102,6 +102,47 @@ class _Merged:
         self.pieces.close()
 
 
+def merged_cursors(cursor: int, workers: int, count: Callable[[int, int], int]) -> tuple[list[int], int]:
+    """Where each worker stands once ``cursor`` entries of the round-robin merge were taken, and the
+    worker the merge goes on with: the inverse of ``Pool``'s ordered merge, for workers whose streams
+    differ in length. ``count(w, limit)`` is worker w's entries, counted up to ``limit``; the streams
+    are counted no further than the merge could have taken from them.
+
+    >>> lengths = [1, 5, 3]
+    >>> merged_cursors(6, 3, lambda w, limit: min(lengths[w], limit))  # merged: 0 1 2 1 2 1 | 2 1 1
+    ([1, 3, 2], 2)
+    >>> merged_cursors(9, 3, lambda w, limit: min(lengths[w], limit))  # the end: it goes on with none
+    ([1, 5, 3], 0)
+    """
+    lengths: dict[int, int] = {}  # the workers known to end, with their lengths
+    while True:
+        open_ = [w for w in range(workers) if w not in lengths]
+        if not open_:
+            break
+        limit = (cursor - sum(lengths.values())) // len(open_) + 1
+        counted = {w: count(w, limit) for w in open_}
+        ended = {w: k for w, k in counted.items() if k < limit}
+        if not ended:  # each open worker has more than the merge could take from it
+            lengths.update(counted)
+            break
+        lengths.update(ended)
+    # the whole rounds taken: the largest T with sum(min(length, T)) <= cursor
+    low, high = 0, max(lengths.values(), default=0)
+    while low < high:
+        mid = (low + high + 1) // 2
+        if sum(min(k, mid) for k in lengths.values()) <= cursor:
+            low = mid
+        else:
+            high = mid - 1
+    rounds = low
+    rest = cursor - sum(min(lengths[w], rounds) for w in range(workers))
+    longer = [w for w in range(workers) if lengths[w] > rounds]  # those with an entry in round ``rounds``
+    if rest and not longer:  # (else rest < len(longer): a whole round more would fit)
+        raise ReaderkitError(f"position {cursor} is past the end of the pass ({sum(lengths.values())} entries)")
+    cursors = [min(lengths[w], rounds) + (w in longer[:rest]) for w in range(workers)]
+    return cursors, longer[rest] if rest < len(longer) else 0
+
+
 class Pool:
     """One pass's workers: ``jobs[w]`` runs in worker w, inside ``contexts[w]`` (a worker context or None),
     and is called ``labels[w]`` in errors.
@@ -124,9 +165,14 @@ class Pool:
         self.keeper = keeper if processes else None  # a persistent.Keeper: its kept workers run the pass
         self.stats = PassStats(len(self.jobs), "process" if processes else "thread")
         self.received = [0] * len(self.jobs)
+        self.first = 0  # the worker the ordered merge begins with (see run)
 
-    def run(self, pass_id: int, cursors: Sequence[int]) -> _Merged:
-        """Start the workers (at the first entry asked for) and give the merged entries; closing stops them."""
+    def run(self, pass_id: int, cursors: Sequence[int], first: int = 0) -> _Merged:
+        """Start the workers (at the first entry asked for) and give the merged entries; closing stops them.
+
+        ``cursors``: where each worker's job starts; ``first``: the worker the round-robin begins with.
+        """
+        self.first = first
         return _Merged(self._pieces(pass_id, list(cursors)))
 
     def _pieces(self, pass_id: int, cursors: list[int]) -> Iterator:
@@ -230,6 +276,7 @@ class Pool:
         later worker's.
         """
         order = list(range(len(self.jobs)))
+        order = order[self.first:] + order[:self.first]
         bufs: list[list] = [[] for _ in order]
         pos = [0] * len(order)
         while order:

@@ -19,17 +19,18 @@ from collections.abc import Iterator
 from typing import Any
 
 from readers.checks import check_reader
-from readers.errors import BadType, BadValue
-from readers.graph import describe
-from readers.launch import local_worker
+from readers.errors import BadType, BadValue, ReaderkitError
+from readers.graph import Node, Share, describe, walk
+from readers.launch import local_worker, worker_context
 from readers.ops.sharding import Shard, follows_workers
 from readers.stage import Reader, Stage
-from readers.workers.consumer import Pool, WorkerDiedError
+from readers.workers.consumer import Pool, WorkerDiedError, merged_cursors
 from readers.workers.persistent import Keeper
 
 __all__ = ["Prefetch", "WorkerDiedError", "buffered", "check_options", "count_option", "prefetch"]
 
 MODES = ("thread", "process")
+NO_SHARE = Share(0, 1, False)
 
 
 def count_option(value: Any, name: str, minimum: int | None = None, hint: str = "") -> int:
@@ -174,15 +175,34 @@ class Prefetch(Stage):
     def positions(self) -> int | None:
         return 1 if self.ordered and self._splits() else None  # the round-robin merge gives the reader's order
 
+    def in_workers(self) -> list[tuple[int, int]] | None:
+        # the shares below follow the workers only when this stage does not split the pass itself
+        return None if self._splits() else _contexts(self.workers)
+
+    def _counter(self) -> Node | None:
+        """The source under the job's maps that splits its files by worker and counts its share
+        (``share_count``): then each worker's position follows from the merged one. None if there is none."""
+        stage = self._job()
+        while isinstance(stage, Node) and stage.positions == 1 and stage.share() is None:
+            stage = stage.parents[0]
+        if isinstance(stage, Node) and stage.positions is None and stage.share_count(0, 0) is not None:
+            return stage
+        return None
+
     @property
     def unresumable(self) -> str | None:
         if not self.ordered:
             return f"{self.name}(ordered=False) yields entries as they are ready, in no fixed order; give ordered=True"
-        if not self._splits():
+        if self._splits() or self._counter() is not None:
+            return None
+        stage = next(s for s in walk(self._job()) if isinstance(s, Node) and (s.share() or NO_SHARE).follows_workers)
+        if isinstance(stage, Shard):
             return (f"{self.name} runs a shard() that follows its workers, so entries come in the workers' "
                     "round-robin order, which no position of the source describes; drop that shard() "
                     "and let the workers split the pass")
-        return None
+        return (f"{self.name} runs {describe(stage)}, which splits the pass by worker itself, under a stage "
+                "that does not keep one entry per entry; put that stage above the prefetch (only maps "
+                "between the two), so each worker's position can be counted")
 
     def __len__(self) -> int:
         return len(self.reader)
@@ -194,7 +214,21 @@ class Prefetch(Stage):
                     limit=self.buffer_size, labels=labels, start_method=self.start_method, restarts=self.restarts,
                     warned=self._warned, keeper=self._kept())
         self._last[:] = [pool.stats]
-        return pool.run(pass_id, [cursor] * len(jobs))
+        if self._splits() or not cursor:
+            return pool.run(pass_id, [cursor] * len(jobs))
+        # each worker reads its own share: the merged cursor gives each worker's, from their lengths
+        counter, contexts = self._counter(), _contexts(len(jobs))
+        if counter is None:  # unresumable said why
+            raise BadValue(f"cannot resume {describe(self)} at {cursor}: {self.unresumable}")
+
+        def count(w: int, limit: int) -> int:
+            with worker_context(*contexts[w]):
+                return counter.share_count(pass_id, limit)
+        try:
+            cursors, first = merged_cursors(cursor, len(jobs), count)
+        except ReaderkitError as exc:
+            raise BadValue(f"cannot resume {describe(self)}: {exc}; the state was saved from other data") from None
+        return pool.run(pass_id, cursors, first)
 
     def stats(self) -> dict | None:
         """Figures of the latest pass (the running one, or the last to end); None before any.

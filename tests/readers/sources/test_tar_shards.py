@@ -163,6 +163,37 @@ def test_tar_shards_in_process_workers_exactly_once(shards):
         np.testing.assert_array_equal(e["png"], _image(e["json"]["i"]))
 
 
+@pytest.mark.parametrize("mode,workers", [("process", 2), ("process", 3), ("thread", 3)])
+def test_tar_shards_in_workers_resume_at_every_step(shards, mode, workers):
+    """Regression from issue 28: a prefetch over tar_shards (each worker reads its own shard files)
+    refused to save a position; it now resumes each worker at its own (shard, offset). The workers'
+    streams differ in length (shards of 3, 3, 3, 2 samples), so the merge's round-robin loses one."""
+    make = lambda: readers.prefetch(  # noqa: E731
+        readers.map_readers(lambda e: e, readers.tar_shards(shards, decode=False, seed=4)), workers, mode=mode)
+    states = assert_resumes_at_every_step(make, pass_id=1)
+    assert states[1]["layout"] == [[w, workers] for w in range(workers)]  # each worker's share is recorded
+
+
+def test_tar_shards_in_workers_refuse_a_position_saved_with_other_workers(shards):
+    r = readers.prefetch(readers.tar_shards(shards, decode=False), 2, mode="process")
+    it = r()
+    next(it), next(it), next(it)
+    state = it.get_state()
+    it.close()
+    other = readers.prefetch(readers.tar_shards(shards, decode=False), 3, mode="process")
+    other.set_state(state)
+    with pytest.raises(ValueError, match=r"worker shares \[\[0, 2\], \[1, 2\]\].*each worker reads its own files"):
+        list(other())
+
+
+def test_tar_shards_under_a_buffer_shuffle_in_workers_is_refused_naming_it(shards):
+    r = readers.prefetch(readers.shuffle(readers.tar_shards(shards, decode=False), 4, seed=0), 2)
+    assert sorted(_ids(r())) == list(range(N))  # it reads every entry once; only a position is refused
+    with pytest.raises(ValueError, match=r"runs tar_shards\(4 shards, decode=False\), which splits the pass by worker itself.*"
+                                         r"put that stage above the prefetch"):
+        r.set_state({"pass": 0, "cursor": 2, "seed": 0})
+
+
 def _cut(path, keep):
     with open(path, "rb") as f:
         data = f.read()

@@ -20,8 +20,9 @@ from readers import (
     prefetch,
     xmap_readers,
 )
+from readers.errors import ReaderkitError
 from readers.testing import assert_same
-from readers.workers.consumer import Pool, WorkerDiedError
+from readers.workers.consumer import Pool, WorkerDiedError, merged_cursors
 from tests.conftest import finishes
 from tests.helpers import worker_jobs as jobs
 from tests.helpers.pool_helpers import (
@@ -219,3 +220,33 @@ def test_process_workers_restart_for_xmap_and_multiprocess_reader(name, no_leaks
         got += list(it)
     assert (got if name == "xmap_readers" else sorted(got)) == want
 
+
+
+def _round_robin(lengths):
+    """The ordered merge of streams of these lengths, as (worker, its entry number), written out."""
+    out, rounds = [], max(lengths, default=0)
+    for t in range(rounds):
+        out += [(w, t) for w, k in enumerate(lengths) if t < k]
+    return out
+
+
+@given(st.lists(st.integers(0, 9), min_size=1, max_size=5), st.data())
+@settings(max_examples=200, deadline=None)
+def test_merged_cursors_inverts_the_round_robin_merge(lengths, data):
+    merged = _round_robin(lengths)
+    cursor = data.draw(st.integers(0, len(merged)))
+    asked = []
+
+    def count(w, limit):
+        asked.append(limit)
+        return min(lengths[w], limit)
+    cursors, first = merged_cursors(cursor, len(lengths), count)
+    assert cursors == [sum(1 for w2, _ in merged[:cursor] if w2 == w) for w in range(len(lengths))]
+    if cursor < len(merged):
+        assert first == merged[cursor][0]  # the merge goes on with the worker of the next entry
+    assert max(asked) <= cursor + 1  # no stream is counted past what the merge could have taken
+
+
+def test_merged_cursors_past_the_end_is_an_error():
+    with pytest.raises(ReaderkitError, match="position 7 is past the end of the pass \\(6 entries\\)"):
+        merged_cursors(7, 2, lambda w, limit: min(3, limit))

@@ -110,3 +110,27 @@ def test_train_parquet_resumes_from_its_checkpoint(table, tmp_path):
     resumed = run(*args, "--passes", "2", "--resume")
     assert resumed.exit_code == 0, resumed.output
     assert [line.split(":")[0] for line in resumed.stdout.splitlines() if line.startswith("pass ")] == ["pass 1"]
+
+
+def test_train_refuses_to_resume_with_other_columns_or_other_data_naming_what_changed(table, tmp_path):
+    args = ["train", "--reader", "parquet", "--batch-size", "8", "--checkpoint-dir", str(tmp_path / "run")]
+    assert run(*args, "--data", str(table), "--columns", "image,label", "--passes", "1").exit_code == 0
+    other_columns = run(*args, "--data", str(table), "--columns", "image,id", "--passes", "2", "--resume")
+    assert other_columns.exit_code == 1
+    assert "DecodeImages(['image', 'label'], size=None)" in other_columns.output
+    assert "now \"map_readers(DecodeImages(['image', 'id'], size=None)" in other_columns.output
+    other = tmp_path / "other.parquet"  # the same columns and length, other values
+    pq.write_table(pa.table({"image": [{"bytes": _png(i + 1), "path": None} for i in range(N)],
+                             "label": [i % 4 for i in range(N)], "id": list(range(N))}), other, row_group_size=16)
+    other_data = run(*args, "--data", str(other), "--columns", "image,label", "--passes", "2", "--resume")
+    assert other_data.exit_code == 1 and "the data itself differs" in other_data.output
+    moved = tmp_path / "moved.parquet"  # the same data at another path resumes
+    moved.write_bytes(table.read_bytes())
+    assert run(*args, "--data", str(moved), "--columns", "image,label", "--passes", "2", "--resume").exit_code == 0
+
+
+def test_bench_reads_a_format_reader_from_data(table):
+    result = run("bench", "--reader", "parquet", "--data", str(table), "--columns", "image,label", "--size", "4",
+                 "--workers", "1", "--mode", "thread", "--limit", "20", "--batch-size", "8")
+    assert result.exit_code == 0, result.output
+    assert result.stdout.startswith("bench: parquet, first 20 entries, 1 thread worker")
