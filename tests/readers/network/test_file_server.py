@@ -1,4 +1,4 @@
-"""The test HTTP server (tests/helpers/http_server.py) that the URL readers of issue 29 are tested against: ranges,
+"""readers.network.file_server, the HTTP file server that the URL readers of issue 29 are tested against: ranges,
 HEAD, ETag, injected faults and basic auth, as a plain client and fsspec's http filesystem see them."""
 import http.client
 import os
@@ -6,8 +6,8 @@ import threading
 
 import pytest
 
+from readers.network.file_server import Request, serve_folder
 from tests.helpers.fsspec_io import io_threads, stop_io
-from tests.helpers.http_server import Request, serve_folder
 
 DATA = bytes(range(256)) * 4  # 1024 bytes, each offset's byte known
 
