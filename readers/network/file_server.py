@@ -79,6 +79,7 @@ class FolderServer(http.server.ThreadingHTTPServer):
     """The server ``serve_folder`` yields: ``url``, ``requests``, ``accepted``, ``fail_next`` and ``drop_next``."""
 
     daemon_threads = True
+    request_queue_size = 128  # (socketserver's 5 drops a client's burst of connections: each retried a second later)
 
     def __init__(self, root: str, auth: tuple[str, str] | None = None):
         super().__init__(("127.0.0.1", 0), FolderHandler)
@@ -159,6 +160,7 @@ class FolderServer(http.server.ThreadingHTTPServer):
 class FolderHandler(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # keep-alive: every answer says its Content-Length
     timeout = IDLE_TIMEOUT
+    disable_nagle_algorithm = True  # headers and body are two writes: without it, each small answer waits ~40 ms
     server: FolderServer
 
     def log_message(self, format, *args):  # quiet: pytest shows what a test prints
