@@ -213,9 +213,11 @@ def _retrying(url: str, what: str, call: Callable[[], T]) -> T:
             return call()
         except ReaderkitError:
             raise
-        except FileNotFoundError:
-            raise MissingFile(f"{redact(url)}: no such file or object: check the URL") from None
         except Exception as exc:  # whatever fsspec, aiohttp or botocore raise: sorted by transient()
+            if isinstance(exc, FileNotFoundError):
+                if exc.__cause__ is None or not transient(exc.__cause__):
+                    raise MissingFile(f"{redact(url)}: no such file or object: check the URL") from None
+                exc = exc.__cause__  # fsspec's HTTP info says "not found" for a 503 (its cause): tried again
             if not transient(exc):
                 hint = ("check the credentials fsspec finds (the environment, ~/.aws, fsspec's configuration)"
                         if isinstance(exc, PermissionError) or _status(exc) in (401, 403)
