@@ -243,11 +243,13 @@ def files_identity(reader: Columns, paths: list[str]) -> str:
     return reader.title().replace(reader.path_text(), f"{len(paths)} file{'s' if len(paths) > 1 else ''}", 1)
 
 
-def files_digest(paths: list[str], seen: dict[str, Stat] | None = None, cache: Any = None) -> str:
+def files_digest(paths: list[str], seen: dict[str, Stat] | None = None, file_cache: Any = None) -> str:
     """A digest of the files' SHA-256s: the same for a local file and for the same bytes behind a URL (a URL is
-    read whole, through ``cache`` when given, so the reads after find it there; refused if it changed)."""
+    read whole, through ``file_cache``'s folder when given, so the reads after find it there; refused if it
+    changed)."""
     h = hasher()
     for p in paths:
+        cache = None if file_cache is None else file_cache.cache(p)
         if is_url(p) and cache is None:
             digest = hashlib.sha256()
             with open_checked(p, {} if seen is None else seen) as f:
@@ -313,7 +315,7 @@ class ColumnFiles(Columns):
         return files_identity(self, self.paths)
 
     def digest(self) -> str:
-        return files_digest(self.paths, self.seen, self.file_cache.cache())
+        return files_digest(self.paths, self.seen, self.file_cache)
 
 
 class ArrowFiles(ColumnFiles):
@@ -332,7 +334,7 @@ class ArrowFiles(ColumnFiles):
         k = int(self.files[g])
         table = self._tables.get(k)
         if table is None:
-            table = self._tables[k] = _mapped_table(self.paths[k], self.seen, self.file_cache.cache()).select(
+            table = self._tables[k] = _mapped_table(self.paths[k], self.seen, self.file_cache.cache(self.paths[k])).select(
                 self.columns)
             if len(self._tables) > OPEN_FILES:
                 self._tables.popitem(last=False)  # unmapped once no converted group holds its buffers
@@ -388,7 +390,7 @@ def arrow(path: str | os.PathLike | Sequence[str | os.PathLike], *, columns: Seq
     names: list[str] | None = None
     files, lengths = [], []
     for k, p in enumerate(paths):
-        table = _mapped_table(p, seen, file_cache.cache())  # over the map: the schema and the batches' lengths
+        table = _mapped_table(p, seen, file_cache.cache(p))  # over the map: the schema and the batches' lengths
         if names is None:
             names = table.schema.names
         elif table.schema.names != names:

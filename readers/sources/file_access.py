@@ -57,9 +57,10 @@ class FileCacheSetting:
         self.max_bytes = int(max_bytes)
         self._cache: Any = None
 
-    def cache(self) -> Any:
-        """This process's ``FileCache`` over the folder, or None without a ``cache_dir``."""
-        if self.folder is None:
+    def cache(self, path: str | None = None) -> Any:
+        """This process's ``FileCache`` over the folder, or None without a ``cache_dir`` (or for ``path`` local:
+        local files are never cached, and the folder is not made for them)."""
+        if self.folder is None or (path is not None and not is_url(path)):
             return None
         if self._cache is None:
             from readers.sources.file_cache import FileCache

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from readers.errors import ReaderkitError
 from readers.plugins.pairs import decode_images, parse_columns
 from readers.sources.columnar import (
     CACHE_BYTES,
@@ -46,6 +47,8 @@ def _footer(path: str, seen: dict[str, Stat], cache: Any) -> Any:
     with open_checked(path, seen, cache, buffered=False) as f:
         try:
             return pq.read_metadata(f)
+        except ReaderkitError:
+            raise
         except (pyarrow().ArrowException, OSError) as exc:
             raise ColumnarFileError(f"{redact(path)}: not a readable Parquet file ({exc}); write it again, or leave "
                                     "it out") from None
@@ -67,7 +70,7 @@ class Parquet(ColumnFiles):
     def _file(self, k: int) -> Any:
         found = self._open.get(k)
         if found is None:
-            cache = self.file_cache.cache()
+            cache = self.file_cache.cache(self.paths[k])
             handle = open_checked(self.paths[k], self.seen, cache, buffered=False)
             # a URL read by ranges: pyarrow fetches a row group's chosen column chunks in one coalesced read
             ranged = is_url(self.paths[k]) and cache is None
@@ -88,6 +91,8 @@ class Parquet(ColumnFiles):
         path = redact(self.paths[k])
         try:
             table = self._file(k).read_row_group(rg, columns=self.columns)
+        except ReaderkitError:  # a URL changed or failing: its own message says so
+            raise
         except (pa.ArrowException, OSError) as exc:
             raise ColumnarFileError(
                 f"{path}, row group {rg} (of {int((self.files == k).sum())}): cannot be decoded "
@@ -175,7 +180,7 @@ def parquet(path: str | os.PathLike | Sequence[str | os.PathLike], *, columns: S
     names: list[str] | None = None
     files, row_groups, lengths = [], [], []
     for k, p in enumerate(paths):
-        footer = _footer(p, seen, file_cache.cache())
+        footer = _footer(p, seen, file_cache.cache(p))
         here = footer.schema.to_arrow_schema().names
         if names is None:
             names = here

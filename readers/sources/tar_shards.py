@@ -176,7 +176,7 @@ class TarShards(Stage):
 
     def _open(self, path: str) -> Any:
         """A shard opened to read: a URL by ranges or from the cache, refused if it changed since first seen."""
-        return open_checked(path, self.seen, self.files.cache())
+        return open_checked(path, self.seen, self.files.cache(path))
 
     def share(self) -> Share:
         info = worker_info()
