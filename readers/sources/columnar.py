@@ -334,8 +334,8 @@ class ArrowFiles(ColumnFiles):
         k = int(self.files[g])
         table = self._tables.get(k)
         if table is None:
-            table = self._tables[k] = _mapped_table(self.paths[k], self.seen, self.file_cache.cache(self.paths[k])).select(
-                self.columns)
+            path = self.paths[k]
+            table = self._tables[k] = _mapped_table(path, self.seen, self.file_cache.cache(path)).select(self.columns)
             if len(self._tables) > OPEN_FILES:
                 self._tables.popitem(last=False)  # unmapped once no converted group holds its buffers
         self._tables.move_to_end(k)

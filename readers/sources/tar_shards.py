@@ -116,8 +116,8 @@ def _check_whole(path: str, f: Any, end: int) -> None:
     f.seek(end)
     tail = f.read(1024)
     if len(tail) < 1024 or tail.strip(b"\0"):
-        raise TarShardError(f"tar_shards: {redact(path)} is cut short (no end-of-archive after byte {end}): the shard was "
-                            "not written to its end; write it again (or drop it from the list)")
+        raise TarShardError(f"tar_shards: {redact(path)} is cut short (no end-of-archive after byte {end}): the shard "
+                            "was not written to its end; write it again (or drop it from the list)")
 
 
 def _samples(path: str, opener: Callable[[str], Any] = open_file) -> Iterator[list[tuple[str, Callable[[], bytes]]]]:
@@ -168,15 +168,15 @@ class TarShards(Stage):
     name = "tar_shards"
 
     def __init__(self, paths: list[str], decode: Any, seed: int | None, on_error: str,
-                 files: FileCacheSetting | None = None):
+                 file_cache: FileCacheSetting | None = None):
         super().__init__()
         self.paths, self.decode, self.seed, self.on_error = paths, decode, seed, on_error
-        self.files = FileCacheSetting(None, DISK_BYTES, "tar_shards") if files is None else files
+        self.file_cache = FileCacheSetting(None, DISK_BYTES, "tar_shards") if file_cache is None else file_cache
         self.seen: dict[str, Stat] = {}  # a URL's size and version when this reader first opened it
 
     def _open(self, path: str) -> Any:
         """A shard opened to read: a URL by ranges or from the cache, refused if it changed since first seen."""
-        return open_checked(path, self.seen, self.files.cache(path))
+        return open_checked(path, self.seen, self.file_cache.cache(path))
 
     def share(self) -> Share:
         info = worker_info()
@@ -303,8 +303,8 @@ def tar_shards(urls: Any, *, decode: Any = True, seed: int | None = None, on_err
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer))):
         raise BadType(f"tar_shards: seed must be an int or None, got {seed!r}")
     paths = expand_paths(urls, suffixes=[".tar"], what="tar shards")
-    files = FileCacheSetting(cache_dir, cache_bytes, "tar_shards")
-    return TarShards(paths, decode, None if seed is None else int(seed), on_error, files)
+    file_cache = FileCacheSetting(cache_dir, cache_bytes, "tar_shards")
+    return TarShards(paths, decode, None if seed is None else int(seed), on_error, file_cache)
 
 
 def from_data_dir(data_dir: str | os.PathLike | None = None, data: str | None = None, columns: Any = None,

@@ -1,4 +1,4 @@
-"""readers.sources.file_access: a reader's files opened locally, by ranges or from a cache_dir, a changed URL refused."""
+"""readers.sources.file_access: files opened locally, by ranges or from a cache_dir; a changed URL refused."""
 import os
 
 import pytest
