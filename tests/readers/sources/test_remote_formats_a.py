@@ -141,16 +141,16 @@ def test_formats_over_s3_give_the_local_entries_and_fingerprint(tmp_path, s3_her
         assert sorted(ids(readers.prefetch(readers.tar_shards(base + "/"), 2, mode="process")())) == list(range(N))
 
 
-@pytest.mark.parametrize("shuffled", ["global", "row_groups"])
-def test_parquet_over_http_shuffle_shard_workers_and_resume_give_each_entry_once(served, shuffled):
+@pytest.mark.parametrize("kind,shuffled", [("parquet", "global"), ("parquet", "row_groups"), ("arrow", "global")])
+def test_columns_over_http_shuffle_shard_workers_and_resume_give_each_entry_once(served, kind, shuffled):
     _, server = served
-    url = server.url + "/{a,b}.parquet"
+    url = server.url + ("/{a,b}.parquet" if kind == "parquet" else "/a.arrow")
 
     def make():
-        r = readers.parquet(url, columns=["id"])
+        r = getattr(readers, kind)(url, columns=["id"])
         return readers.shuffle(r, seed=3) if shuffled == "global" else readers.shuffle_row_groups(r, window=2, seed=3)
 
-    want = list(range(2 * N))
+    want = list(range(2 * N if kind == "parquet" else N))
     whole = ids(make()())
     assert sorted(whole) == want and whole != want
     assert sorted(sum((ids(readers.shard(make(), k, 3)()) for k in range(3)), [])) == want
@@ -308,3 +308,18 @@ def test_stat_of_an_http_url_outlasts_a_503_storm(served, quick_retries):
     folder, server = served
     server.fail_next(4, 503)  # fsspec asks HEAD, then GET: two storms' worth of requests
     assert locations.stat(server.url + "/a.arrow").size == os.path.getsize(folder / "a.arrow")
+
+
+def test_credentials_in_a_url_are_in_no_repr_or_message(tmp_path):
+    folder = tmp_path / "data"
+    write_data(folder)
+    with serve_folder(folder, auth=("user", "s3cret")) as server:
+        base = server.url.replace("http://", "http://user:s3cret@")
+        for make, where in [(readers.parquet, "/a.parquet"), (readers.arrow, "/a.arrow"),
+                            (readers.tar_shards, "/shard-000.tar")]:
+            r = make(base + where)
+            assert len(list(r())) and "s3cret" not in repr(r) and "s3cret" not in str(fingerprint(r))
+        (folder / "shard-000.tar").write_bytes(b"not a tar" * 200)
+        with pytest.raises(TarShardError) as info:
+            list(readers.tar_shards(base + "/shard-000.tar")())
+        assert f"{server.url}/shard-000.tar is not a tar file" in str(info.value) and "s3cret" not in str(info.value)
