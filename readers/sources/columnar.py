@@ -385,7 +385,7 @@ def arrow(path: str | os.PathLike | Sequence[str | os.PathLike], *, columns: Seq
         readers.parquet, from_hf, readers.shuffle_row_groups
     """
     paths = expand_paths(path, suffixes=(".arrow", ".feather", ".ipc"), what="Arrow files")
-    file_cache = FileCacheSetting(cache_dir, cache_dir_bytes, "arrow", "cache_dir_bytes")
+    file_cache = FileCacheSetting(cache_dir, cache_dir_bytes, "arrow")
     seen: dict[str, Stat] = {}
     names: list[str] | None = None
     files, lengths = [], []

@@ -43,10 +43,10 @@ class FileCacheSetting:
     >>> FileCacheSetting("/tmp/c", 0, "parquet")
     Traceback (most recent call last):
     ...
-    readers.errors.BadValue: parquet: cache_bytes must be an int >= 1 (the bytes cache_dir may hold), got 0
+    readers.errors.BadValue: parquet: cache_dir_bytes must be an int >= 1 (the bytes cache_dir may hold), got 0
     """
 
-    def __init__(self, folder: Any, max_bytes: Any, where: str, name: str = "cache_bytes"):
+    def __init__(self, folder: Any, max_bytes: Any, where: str, name: str = "cache_dir_bytes"):
         if folder is not None and not isinstance(folder, (str, os.PathLike)):
             raise BadType(f"{where}: cache_dir={folder!r}: give a folder (a local path) or None")
         if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 1:

@@ -175,7 +175,7 @@ def parquet(path: str | os.PathLike | Sequence[str | os.PathLike], *, columns: S
         readers.arrow, readers.from_hf, readers.shuffle_row_groups
     """
     paths = expand_paths(path, suffixes=(".parquet", ".pq"), what="Parquet files")
-    file_cache = FileCacheSetting(cache_dir, cache_dir_bytes, "parquet", "cache_dir_bytes")
+    file_cache = FileCacheSetting(cache_dir, cache_dir_bytes, "parquet")
     seen: dict[str, Stat] = {}
     names: list[str] | None = None
     files, row_groups, lengths = [], [], []

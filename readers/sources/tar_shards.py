@@ -254,7 +254,7 @@ class TarShards(Stage):
 
 
 def tar_shards(urls: Any, *, decode: Any = True, seed: int | None = None, on_error: str = "raise",
-               cache_dir: str | os.PathLike | None = None, cache_bytes: int = DISK_BYTES) -> TarShards:
+               cache_dir: str | os.PathLike | None = None, cache_dir_bytes: int = DISK_BYTES) -> TarShards:
     """A reader of the samples of WebDataset shards: dicts of fields by extension, plus ``"__key__"``.
 
     ``urls``: a shard file, a folder of them, a glob, brace patterns
@@ -272,7 +272,7 @@ def tar_shards(urls: Any, *, decode: Any = True, seed: int | None = None, on_err
     A shard may be a URL (``https://host/shard-{000..099}.tar``, ``s3://bucket/prefix/``,
     whatever fsspec reads; ``pip install 'readerkit[cloud]'``): it is streamed
     by range requests of ``locations.BLOCK`` bytes, or, with ``cache_dir``,
-    downloaded whole once into that local folder (at most ``cache_bytes``
+    downloaded whole once into that local folder (at most ``cache_dir_bytes``
     of shards kept, the least recently used dropped) and read from there
     after. A shard that changed since the reader first read it (another
     size or ETag) is refused, naming it. Local shards are never cached.
@@ -303,7 +303,7 @@ def tar_shards(urls: Any, *, decode: Any = True, seed: int | None = None, on_err
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer))):
         raise BadType(f"tar_shards: seed must be an int or None, got {seed!r}")
     paths = expand_paths(urls, suffixes=[".tar"], what="tar shards")
-    file_cache = FileCacheSetting(cache_dir, cache_bytes, "tar_shards")
+    file_cache = FileCacheSetting(cache_dir, cache_dir_bytes, "tar_shards")
     return TarShards(paths, decode, None if seed is None else int(seed), on_error, file_cache)
 
 

@@ -14,10 +14,10 @@ from readers.sources.locations import FileChanged, Stat
 
 
 def test_file_cache_setting_checks_its_options_and_makes_no_folder_for_local_paths(tmp_path):
-    with pytest.raises(ValueError, match="tar_shards: cache_bytes must be an int >= 1"):
+    with pytest.raises(ValueError, match="tar_shards: cache_dir_bytes must be an int >= 1"):
         FileCacheSetting(tmp_path, 0, "tar_shards")
     with pytest.raises(ValueError, match="parquet: cache_dir_bytes must be an int >= 1"):
-        FileCacheSetting(tmp_path, True, "parquet", "cache_dir_bytes")
+        FileCacheSetting(tmp_path, True, "parquet")
     with pytest.raises(TypeError, match=r"cache_dir=3: give a folder"):
         FileCacheSetting(3, 10, "arrow")
     with pytest.raises(ValueError, match="is a URL: give a local folder"):
@@ -39,7 +39,7 @@ def test_url_files_are_read_whole_into_the_cache_once_and_refused_when_changed(t
     pytest.importorskip("fsspec")
     pytest.importorskip("aiohttp")
     pytest.importorskip("readers.sources.file_cache")
-    from tests.helpers.fsspec_threads import stop_fsspec_io
+    from tests.helpers.fsspec_io import stop_io
     from tests.helpers.http_server import serve_folder
 
     (tmp_path / "data").mkdir()
@@ -64,5 +64,5 @@ def test_url_files_are_read_whole_into_the_cache_once_and_refused_when_changed(t
             with pytest.raises(FileChanged, match=rf"{url} changed"):
                 download(url, str(tmp_path / "dest"), Stat(5000, seen[url].version))
     finally:
-        stop_fsspec_io()
+        stop_io()
     assert locations.is_url(url)

@@ -2,9 +2,7 @@
 and by moto's S3 server give the local entries and fingerprint; shuffle, 3 shards, process workers and resume give
 each entry once; dropped connections and a 503 storm are retried; a cut or changed object is named by its URL; a
 cache_dir holds whole files only, within its bound."""
-import contextlib
 import os
-import socket
 
 import numpy as np
 import pytest
@@ -23,7 +21,7 @@ from readers.sources.locations import FileChanged, RemoteReadError  # noqa: E402
 from readers.sources.tar_shards import TarShardError  # noqa: E402
 from readers.testing import assert_resumes_at_every_step  # noqa: E402
 from tests.conftest import S3_LIBRARIES  # noqa: E402
-from tests.helpers.fsspec_threads import stop_fsspec_io  # noqa: E402
+from tests.helpers.fsspec_io import stop_io  # noqa: E402
 from tests.helpers.http_server import Request, serve_folder  # noqa: E402
 
 N = 40  # rows of each Parquet file, of the Arrow file; samples of the tar shards
@@ -45,26 +43,11 @@ def write_data(folder):
             sink.write({"__key__": f"s{i:03d}", "cls": i, "txt": f"sample {i}"})
 
 
-@contextlib.contextmanager
-def serve(folder):
-    """``serve_folder`` with TCP_NODELAY on each connection: without it each GET waits ~40 ms for a delayed ACK."""
-    with serve_folder(folder) as server:
-        accept = server.process_request
-
-        def nodelay(request, client_address):
-            with contextlib.suppress(OSError):
-                request.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            return accept(request, client_address)
-
-        server.process_request = nodelay
-        yield server
-
-
 @pytest.fixture(autouse=True, scope="module")
 def _no_fsspec_thread_after():
     """fsspec's IO thread, left running, would make later tests' process workers spawn (see the helper)."""
     yield
-    stop_fsspec_io()
+    stop_io()
 
 
 @pytest.fixture
@@ -72,7 +55,7 @@ def served(tmp_path):
     """(the local folder, the server serving it)."""
     folder = tmp_path / "data"
     write_data(folder)
-    with serve(folder) as server:
+    with serve_folder(folder) as server:
         yield folder, server
 
 
@@ -288,12 +271,12 @@ def test_cache_dir_stays_within_its_byte_bound(served, tmp_path):
     size = os.path.getsize(folder / "shard-000.tar")
     cache = tmp_path / "cache"
     r = readers.tar_shards(server.url + "/shard-{000..003}.tar", decode=False, cache_dir=cache,
-                           cache_bytes=2 * size + 100)
+                           cache_dir_bytes=2 * size + 100)
     assert ids(r()) == ids(r()) == list(range(N))
     kept = [n for n in os.listdir(cache) if n.endswith(".tar")]
     assert len(kept) == 2 and sum(os.path.getsize(cache / n) for n in kept) <= 2 * size + 100
     with pytest.raises(ValueError, match=r"shard-000.tar is .* bytes, more than the file cache's bound"):
-        list(readers.tar_shards(server.url + "/shard-000.tar", cache_dir=tmp_path / "small", cache_bytes=100)())
+        list(readers.tar_shards(server.url + "/shard-000.tar", cache_dir=tmp_path / "small", cache_dir_bytes=100)())
 
 
 def test_local_paths_are_never_cached(served, tmp_path):

@@ -11,7 +11,7 @@ pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
 
 import cli  # noqa: E402
-from tests.helpers.fsspec_threads import stop_fsspec_io  # noqa: E402
+from tests.helpers.fsspec_io import stop_io  # noqa: E402
 from tests.helpers.http_server import serve_folder  # noqa: E402
 from tests.train.commands.test_format_readers import N, _png, table  # noqa: E402,F401  (table: the fixture)
 
@@ -19,7 +19,7 @@ from tests.train.commands.test_format_readers import N, _png, table  # noqa: E40
 @pytest.fixture(autouse=True, scope="module")
 def _no_fsspec_thread_after():
     yield
-    stop_fsspec_io()  # a later test's process workers would spawn while it runs (see the helper)
+    stop_io()  # a later test's process workers would spawn while it runs (see the helper)
 
 
 def run(*args):
