@@ -513,11 +513,13 @@ def merge_ranges(ranges: Sequence[tuple[int, int]], gap: int = MERGE_GAP) -> lis
 
 
 def read_ranges(path: str, ranges: Sequence[tuple[int, int]], gap: int = MERGE_GAP,
-                seen: Stat | None = None) -> list[bytes]:
+                seen: Stat | None = None, size: int | None = None) -> list[bytes]:
     """The bytes of many ``(start, length)`` ranges of one file, in the order given (each fewer at the file's
     end). For a URL, ranges closer than ``gap`` are merged and the merged ones fetched at once (fsspec's
     concurrent ``cat_ranges``), each retried. ``seen``: the ``stat`` the reader took before; a file that
-    changed since is refused (``FileChanged``), checked with the size the read asks for anyway.
+    changed since is refused (``FileChanged``), checked with the size the read asks for anyway. ``size``
+    (without ``seen``): the object's size where the caller knows it (it checks changes its own way), which
+    saves asking for it again on every call: a batch of ranges is then the range requests alone.
 
     >>> import tempfile
     >>> with tempfile.NamedTemporaryFile() as f:
@@ -533,7 +535,10 @@ def read_ranges(path: str, ranges: Sequence[tuple[int, int]], gap: int = MERGE_G
                 out.append(f.read(length))
             return out
     fs, inner = _fsspec(path)
-    now = stat(path) if seen is not None or any(start + length > 0 for start, length in ranges) else Stat(0, "")
+    if seen is None and size is not None:
+        now = Stat(size, "")
+    else:
+        now = stat(path) if seen is not None or any(start + length > 0 for start, length in ranges) else Stat(0, "")
     if seen is not None:
         check_unchanged(path, seen, now)
     size = now.size
