@@ -213,9 +213,12 @@ def _retrying(url: str, what: str, call: Callable[[], T]) -> T:
             return call()
         except ReaderkitError:
             raise
-        except FileNotFoundError:
-            raise MissingFile(f"{redact(url)}: no such file or object: check the URL") from None
         except Exception as exc:  # whatever fsspec, aiohttp or botocore raise: sorted by transient()
+            # fsspec's HTTP stat says "not found" for any failed HEAD and GET (a 503, a 401): the cause says which
+            if isinstance(exc, FileNotFoundError) and _status(exc.__cause__ or exc) not in (None, 404, 410):
+                exc = exc.__cause__
+            if isinstance(exc, FileNotFoundError):
+                raise MissingFile(f"{redact(url)}: no such file or object: check the URL") from None
             if not transient(exc):
                 hint = ("check the credentials fsspec finds (the environment, ~/.aws, fsspec's configuration)"
                         if isinstance(exc, PermissionError) or _status(exc) in (401, 403)
@@ -257,6 +260,7 @@ def stat(path: str) -> Stat:
             raise MissingFile(f"{local}: no such file: check the path") from None
         return Stat(found.st_size, f"{found.st_mtime_ns}:{found.st_ino}")
     fs, inner = _fsspec(path)
+    fs.invalidate_cache(inner)  # s3fs answers from the listing it cached: a stat looks again, to see a change
     info = _retrying(path, "asking its size", lambda: fs.info(inner))
     if info.get("type") == "directory":
         raise FileError(f"{redact(path)} is a folder, not a file: give the files, or a glob")
