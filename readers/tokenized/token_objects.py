@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import io
+import os
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
@@ -47,8 +48,20 @@ def at_once(func: Callable[[Any], T], items: Sequence[Any]) -> list[T]:
     """
     if len(items) < 2:
         return [func(x) for x in items]
-    with concurrent.futures.ThreadPoolExecutor(min(THREADS, len(items))) as pool:
-        return list(pool.map(func, items))
+    return list(_pool().map(func, items))
+
+
+_pools: dict[int, concurrent.futures.ThreadPoolExecutor] = {}
+
+
+def _pool() -> concurrent.futures.ThreadPoolExecutor:
+    """This process's threads for ``at_once``, started on first use (a thread start costs more than a loopback
+    range read) and kept, as fsspec keeps its own I/O thread; a forked child starts its own."""
+    pool = _pools.get(os.getpid())
+    if pool is None:
+        _pools.clear()  # a parent's, inherited by fork: its threads are not in this process
+        pool = _pools[os.getpid()] = concurrent.futures.ThreadPoolExecutor(THREADS, thread_name_prefix="token-objects")
+    return pool
 
 
 def header(url: str, size: int) -> io.BytesIO:
