@@ -225,7 +225,8 @@ def _location(path: str, key: str, value: Any, seq_len: int) -> LocalData | Serv
         raise RunFileError(path, f"{key}.{variant}", f"readerkit cannot read {variant} data "
                            "(it reads Server and Local data locations)",
                            'serve the tokens from a data-provider server and write Server = "host:port", or copy '
-                           'them to a folder and write Local = "folder"')
+                           'them to a folder and write Local = "folder" (a local folder, or the URL of one holding '
+                           '.bin or .npy token files: Local = "https://host/tokens/" or "s3://bucket/tokens/")')
     if inner is None:
         raise RunFileError(path, f"{key}.{variant}", "needs a value", fix)
     if variant == "Server":

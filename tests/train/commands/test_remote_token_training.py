@@ -152,3 +152,12 @@ def test_url_data_location_faults_are_one_line_naming_the_url_without_its_passwo
         got_refused = run("train", "--config", refused)
         assert got_refused.exit_code == 1 and "check the credentials" in got_refused.output
     assert not any("pa55word" in r.output for r in (got, got_empty, got_refused))
+
+
+def test_psyche_http_location_is_refused_pointing_to_a_folder_url():
+    from pathlib import Path
+
+    path = Path(__file__).parents[2] / "readers" / "tokenized" / "runfiles" / "http" / "state.toml"
+    with pytest.raises(RunFileError, match=r"readerkit cannot read Http data .*Local = \"https://host/tokens/\" or "
+                                           r"\"s3://bucket/tokens/\""):
+        load_run(path)
