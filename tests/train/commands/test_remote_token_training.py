@@ -161,3 +161,18 @@ def test_psyche_http_location_is_refused_pointing_to_a_folder_url():
     with pytest.raises(RunFileError, match=r"readerkit cannot read Http data .*Local = \"https://host/tokens/\" or "
                                            r"\"s3://bucket/tokens/\""):
         load_run(path)
+
+
+def test_cli_serve_serves_the_token_windows_of_a_data_toml_behind_a_url(tmp_path):
+    import readers
+    from tests.test_cli_serve import cli_serve
+
+    tokens = _tokens(tmp_path / "tokens")
+    local = readers.tokens(tokens, seq_len=16)
+    with serve(tokens) as web, cli_serve(tmp_path, "--config", f"{web.url}/data.toml") as server:
+        server.announced()
+        assert server.entries == len(local) == 69
+        remote = readers.remote(server.address)
+        assert remote.info["seq_len"] == 16 and remote.info["shuffle_seed"] == 3
+        np.testing.assert_array_equal(remote.gather_columns(np.arange(69)), local.gather_columns(np.arange(69)))
+        assert server.stop() == 0, server.stderr()
