@@ -127,6 +127,11 @@ def test_remote_tokens_take_a_glob_and_a_list_of_objects(tmp_path):
         listed = tokens([f"{server.url}/c.bin", f"{server.url}/a.bin"], seq_len=8)
         assert _rows(globbed) == _rows(tokens([folder / "a.bin", folder / "c.bin"], seq_len=8))
         assert _rows(listed) == _rows(tokens([folder / "c.bin", folder / "a.bin"], seq_len=8))
+        mixed = tokens([str(folder / "b.npy"), f"{server.url}/c.bin", str(folder / "a.bin")], seq_len=8)
+        want = tokens([folder / "b.npy", folder / "c.bin", folder / "a.bin"], seq_len=8)
+        assert _rows(mixed) == _rows(want) and fingerprint(mixed) == fingerprint(want)
+        picks = np.random.default_rng(2).permutation(len(want))[:60]
+        assert np.array_equal(mixed.gather_columns(picks), want.gather_columns(picks))
         with pytest.raises(TokenFileError, match=r"^http://127\.0\.0\.1:\d+/notes\.txt: not a token file"):
             tokens(f"{server.url}/notes.txt", seq_len=8)
 
