@@ -244,6 +244,7 @@ class Tokens(IndexedReader):
         super().__init__()
         self.paths, self.seq_len, self.token_size = paths, seq_len, token_size
         self.remote = [k for k, p in enumerate(paths) if is_url(p)]  # objects read by ranges, not mapped
+        self._remote = frozenset(self.remote)
         # before the layouts: a change while they are read is seen; a URL's Stat (size, version), a request each
         self.stamps: list[Any] = [_stamp(p) if not is_url(p) else None for p in paths]
         for k, found in zip(self.remote, locations.stats([paths[k] for k in self.remote])):
@@ -383,7 +384,7 @@ class Tokens(IndexedReader):
 
     def _prepare(self, files: list[int]) -> None:
         """``_ready`` for the objects among ``files``, side by side."""
-        token_objects.at_once(self._ready, [k for k in files if k in self.remote
+        token_objects.at_once(self._ready, [k for k in files if k in self._remote
                                             and (k not in self._seen_in_pass or k not in self._sampled_files)])
 
     def check_samples(self) -> None:
@@ -494,10 +495,10 @@ class Tokens(IndexedReader):
             return rows, self._checked(token_objects.read_rows(self.paths[k], self.stamps[k].size, dtype, offset,
                                                                starts, self.seq_len + 1), k)
 
-        for rows, windows in token_objects.at_once(read, [k for k in ks if k in self.remote]):
+        for rows, windows in token_objects.at_once(read, [k for k in ks if k in self._remote]):
             out[rows] = windows
         for k in ks:
-            if k not in self.remote:
+            if k not in self._remote:
                 rows = files == k
                 out[rows] = self._checked(self._window_view(k)[indices[rows] - self.offsets[k]], k)
         return out
