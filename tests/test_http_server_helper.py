@@ -6,6 +6,7 @@ import threading
 
 import pytest
 
+from tests.helpers.fsspec_io import io_threads, stop_io
 from tests.helpers.http_server import Request, serve_folder
 
 DATA = bytes(range(256)) * 4  # 1024 bytes, each offset's byte known
@@ -127,6 +128,8 @@ def test_http_server_is_read_listed_and_globbed_by_fsspec(folder):
             with pytest.raises(Exception, match="received 10 of 100 bytes"):  # aiohttp's ClientPayloadError
                 fs.cat_file(f"{server.url}/data.bin", start=0, end=100)
         finally:
-            fs.clear_instance_cache()
+            del fs
+            stop_io()  # fsspec's IO thread and its sessions: later tests of this process fork their workers
+        assert io_threads() == []
         assert any(r.range == "bytes=100-199" for r in server.requests)
         assert server.accepted < len(server.requests)  # aiohttp kept its connections alive

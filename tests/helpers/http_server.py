@@ -235,9 +235,9 @@ def serve_folder(path, *, auth: tuple[str, str] | None = None) -> Iterator[Folde
     """Serve the folder ``path`` over HTTP on 127.0.0.1 (a free port) for the block; ``auth=(user, secret)`` asks
     for basic auth. On exit the server stops and every thread it started is joined.
 
-    >>> import tempfile, urllib.request
+    >>> import pathlib, tempfile, urllib.request
     >>> with tempfile.TemporaryDirectory() as folder:
-    ...     _ = open(os.path.join(folder, "a.bin"), "wb").write(b"0123456789")
+    ...     _ = pathlib.Path(folder, "a.bin").write_bytes(b"0123456789")
     ...     with serve_folder(folder) as server:
     ...         ask = urllib.request.Request(server.url + "/a.bin", headers={"Range": "bytes=2-4"})
     ...         with urllib.request.urlopen(ask) as answer:
