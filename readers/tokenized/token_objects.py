@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import io
-import os
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
@@ -48,20 +47,10 @@ def at_once(func: Callable[[Any], T], items: Sequence[Any]) -> list[T]:
     """
     if len(items) < 2:
         return [func(x) for x in items]
-    return list(_pool().map(func, items))
-
-
-_pools: dict[int, concurrent.futures.ThreadPoolExecutor] = {}
-
-
-def _pool() -> concurrent.futures.ThreadPoolExecutor:
-    """This process's threads for ``at_once``, started on first use (a thread start costs more than a loopback
-    range read) and kept, as fsspec keeps its own I/O thread; a forked child starts its own."""
-    pool = _pools.get(os.getpid())
-    if pool is None:
-        _pools.clear()  # a parent's, inherited by fork: its threads are not in this process
-        pool = _pools[os.getpid()] = concurrent.futures.ThreadPoolExecutor(THREADS, thread_name_prefix="token-objects")
-    return pool
+    # threads of this call alone, joined before it returns: a thread left running would make later process
+    # workers start by spawn instead of fork (readers.workers.channels.pick_start_method)
+    with concurrent.futures.ThreadPoolExecutor(min(THREADS, len(items)), thread_name_prefix="token-objects") as pool:
+        return list(pool.map(func, items))
 
 
 def header(url: str, size: int) -> io.BytesIO:

@@ -18,7 +18,16 @@ from readers.tokenized.windows import TokenFileChanged, TokenFileError, tokens
 pytest.importorskip("fsspec")
 pytest.importorskip("aiohttp")
 
+from tests.helpers.fsspec_io import stop_io  # noqa: E402
 from tests.helpers.http_server import serve_folder  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _no_io_thread_left():
+    """fsspec's IO thread stopped after each test: a thread left in the process makes later tests' process workers
+    start by spawn instead of fork."""
+    yield
+    stop_io()
 
 
 @contextlib.contextmanager

@@ -19,6 +19,8 @@ def test_at_once_keeps_the_order_and_uses_threads():
     assert token_objects.at_once(where, list(range(40))) == list(range(0, 80, 2))
     assert token_objects.at_once(where, [5]) == [10]
     assert any(name.startswith("token-objects") for name in seen)
+    # joined before it returns: a thread left behind would make later process workers spawn instead of fork
+    assert not [t.name for t in threading.enumerate() if t.name.startswith("token-objects")]
 
 
 def test_a_long_npy_header_is_read_in_a_second_range(tmp_path):

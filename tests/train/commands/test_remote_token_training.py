@@ -15,6 +15,7 @@ from readers.tokenized.runfiles import load_data, load_run
 pytest.importorskip("fsspec")
 pytest.importorskip("aiohttp")
 
+from tests.helpers.fsspec_io import stop_io  # noqa: E402
 from tests.helpers.http_server import serve_folder  # noqa: E402
 
 STATE = """[config]
@@ -27,6 +28,14 @@ max_seq_len = 16
 [model.LLM.data_location]
 {location}
 """
+
+
+@pytest.fixture(autouse=True)
+def _no_io_thread_left():
+    """fsspec's IO thread stopped after each test: a thread left in the process makes later tests' process workers
+    start by spawn instead of fork."""
+    yield
+    stop_io()
 
 
 @contextlib.contextmanager
