@@ -214,10 +214,13 @@ def _retrying(url: str, what: str, call: Callable[[], T]) -> T:
         except ReaderkitError:
             raise
         except Exception as exc:  # whatever fsspec, aiohttp or botocore raise: sorted by transient()
+            # fsspec's HTTP stat says "not found" for any failed HEAD and GET (a 503, a 401, a reset): the cause says which
+            cause = exc.__cause__
+            if isinstance(exc, FileNotFoundError) and cause is not None and (
+                    transient(cause) or _status(cause) not in (None, 404, 410)):
+                exc = cause
             if isinstance(exc, FileNotFoundError):
-                if exc.__cause__ is None or not transient(exc.__cause__):
-                    raise MissingFile(f"{redact(url)}: no such file or object: check the URL") from None
-                exc = exc.__cause__  # fsspec's HTTP info says "not found" for a 503 (its cause): tried again
+                raise MissingFile(f"{redact(url)}: no such file or object: check the URL") from None
             if not transient(exc):
                 hint = ("check the credentials fsspec finds (the environment, ~/.aws, fsspec's configuration)"
                         if isinstance(exc, PermissionError) or _status(exc) in (401, 403)
@@ -259,6 +262,7 @@ def stat(path: str) -> Stat:
             raise MissingFile(f"{local}: no such file: check the path") from None
         return Stat(found.st_size, f"{found.st_mtime_ns}:{found.st_ino}")
     fs, inner = _fsspec(path)
+    fs.invalidate_cache(inner)  # s3fs answers from the listing it cached: a stat looks again, to see a change
     info = _retrying(path, "asking its size", lambda: fs.info(inner))
     if info.get("type") == "directory":
         raise FileError(f"{redact(path)} is a folder, not a file: give the files, or a glob")
@@ -515,11 +519,13 @@ def merge_ranges(ranges: Sequence[tuple[int, int]], gap: int = MERGE_GAP) -> lis
 
 
 def read_ranges(path: str, ranges: Sequence[tuple[int, int]], gap: int = MERGE_GAP,
-                seen: Stat | None = None) -> list[bytes]:
+                seen: Stat | None = None, size: int | None = None) -> list[bytes]:
     """The bytes of many ``(start, length)`` ranges of one file, in the order given (each fewer at the file's
     end). For a URL, ranges closer than ``gap`` are merged and the merged ones fetched at once (fsspec's
     concurrent ``cat_ranges``), each retried. ``seen``: the ``stat`` the reader took before; a file that
-    changed since is refused (``FileChanged``), checked with the size the read asks for anyway.
+    changed since is refused (``FileChanged``), checked with the size the read asks for anyway. ``size``
+    (without ``seen``): the object's size where the caller knows it (it checks changes its own way), which
+    saves asking for it again on every call: a batch of ranges is then the range requests alone.
 
     >>> import tempfile
     >>> with tempfile.NamedTemporaryFile() as f:
@@ -535,7 +541,10 @@ def read_ranges(path: str, ranges: Sequence[tuple[int, int]], gap: int = MERGE_G
                 out.append(f.read(length))
             return out
     fs, inner = _fsspec(path)
-    now = stat(path) if seen is not None or any(start + length > 0 for start, length in ranges) else Stat(0, "")
+    if seen is None and size is not None:
+        now = Stat(size, "")
+    else:
+        now = stat(path) if seen is not None or any(start + length > 0 for start, length in ranges) else Stat(0, "")
     if seen is not None:
         check_unchanged(path, seen, now)
     size = now.size
