@@ -1,7 +1,5 @@
 """readers.tokens over URLs (issue 29): token files behind HTTP and S3 read by byte ranges, as the local read."""
-import contextlib
 import pickle
-import socket
 import traceback
 
 import numpy as np
@@ -30,22 +28,6 @@ def _no_io_thread_left():
     stop_io()
 
 
-@contextlib.contextmanager
-def serve(folder):
-    """``serve_folder`` with TCP_NODELAY on each connection (the helper sends headers and body apart, so each GET
-    would wait ~40 ms for a delayed ACK)."""
-    with serve_folder(folder) as server:
-        accept = server.process_request
-
-        def nodelay(request, client_address):
-            with contextlib.suppress(OSError):
-                request.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            return accept(request, client_address)
-
-        server.process_request = nodelay
-        yield server
-
-
 def _corpus(folder):
     """Three token files: two .bin, one .npy, 210 windows of 8 tokens."""
     folder.mkdir(exist_ok=True)
@@ -61,7 +43,7 @@ def remote(request, tmp_path):
     """(local folder, URL of the same folder behind HTTP or S3, the HTTP server or None)."""
     folder = _corpus(tmp_path / "tokens")
     if request.param == "http":
-        with serve(folder) as server:
+        with serve_folder(folder) as server:
             yield folder, f"{server.url}/", server
         return
     pytest.importorskip("s3fs")
@@ -131,7 +113,7 @@ def test_remote_tokens_resume_at_every_step(remote):
 
 def test_remote_tokens_take_a_glob_and_a_list_of_objects(tmp_path):
     folder = _corpus(tmp_path / "tokens")
-    with serve(folder) as server:
+    with serve_folder(folder) as server:
         globbed = tokens(f"{server.url}/*.bin", seq_len=8)
         listed = tokens([f"{server.url}/c.bin", f"{server.url}/a.bin"], seq_len=8)
         assert _rows(globbed) == _rows(tokens([folder / "a.bin", folder / "c.bin"], seq_len=8))
@@ -150,7 +132,7 @@ def test_remote_tokens_len_costs_a_stat_an_object_and_a_batch_few_range_requests
     folder.mkdir()
     np.save(folder / "a.npy", np.arange(300, dtype="<u2"))
     (np.arange(1 << 20) % 50000).astype("<u2").tofile(folder / "big.bin")  # 2 MiB: 16,383 windows of 64
-    with serve(folder) as server:
+    with serve_folder(folder) as server:
         r = tokens(f"{server.url}/", seq_len=64)
         built = server.requests
         assert len(r) == 4 + 16383
@@ -175,7 +157,7 @@ def test_remote_tokens_digest_reads_what_array_digest_reads_of_a_large_file(tmp_
     folder = tmp_path / "tokens"
     folder.mkdir()
     (np.arange(2_300_000) % 65000).astype("<u2").tofile(folder / "big.bin")  # over digests.WHOLE: sampled
-    with serve(folder) as server:
+    with serve_folder(folder) as server:
         before = fingerprint(tokens(f"{server.url}/", seq_len=512))
         assert before == fingerprint(tokens(folder, seq_len=512))
         edited = np.fromfile(folder / "big.bin", "<u2")
@@ -187,7 +169,7 @@ def test_remote_tokens_digest_reads_what_array_digest_reads_of_a_large_file(tmp_
 
 def test_remote_tokens_a_connection_dropped_mid_range_is_read_again(tmp_path):
     folder = _corpus(tmp_path / "tokens")
-    with serve(folder) as server:
+    with serve_folder(folder) as server:
         r = tokens(f"{server.url}/a.bin", seq_len=8)
         r.check_samples()
         server.drop_next(2, after_bytes=10)
@@ -196,7 +178,7 @@ def test_remote_tokens_a_connection_dropped_mid_range_is_read_again(tmp_path):
 
 def test_remote_tokens_a_503_storm_shorter_than_the_deadline_is_waited_out(tmp_path):
     folder = _corpus(tmp_path / "tokens")
-    with serve(folder) as server:
+    with serve_folder(folder) as server:
         r = tokens(f"{server.url}/", seq_len=8)
         server.fail_next(4, status=503)
         assert _rows(r) == _rows(tokens(folder, seq_len=8))
@@ -204,7 +186,7 @@ def test_remote_tokens_a_503_storm_shorter_than_the_deadline_is_waited_out(tmp_p
 
 def test_remote_tokens_a_storm_past_the_deadline_is_one_error_naming_the_url(tmp_path, short_retries):
     folder = _corpus(tmp_path / "tokens")
-    with serve(folder) as server:
+    with serve_folder(folder) as server:
         r = tokens(f"{server.url}/a.bin", seq_len=8)
         r.check_samples()
         server.fail_next(10_000, status=503)
@@ -243,7 +225,7 @@ def test_remote_tokens_a_wrong_token_size_is_refused_on_a_range_sample_naming_th
     folder = tmp_path / "tokens"
     folder.mkdir()
     np.frombuffer(b"a rose is a rose. " * 40, np.uint8).astype("<u4").tofile(folder / "wide.bin")
-    with serve(folder) as server:
+    with serve_folder(folder) as server:
         r = tokens(f"{server.url}/", seq_len=8)  # 2-byte tokens asked of 4-byte ones
         with pytest.raises(TokenFileError, match=r"^http://127\.0\.0\.1:\d+/wide\.bin: read as 2-byte tokens .*"
                                                  r"every second token is 0 .*probably 4-byte tokens"):
@@ -270,7 +252,7 @@ def test_remote_tokens_a_password_in_the_url_is_in_no_repr_fingerprint_or_messag
 
 def test_remote_tokens_check_each_object_once_a_pass_with_one_stat(tmp_path):
     folder = _corpus(tmp_path / "tokens")
-    with serve(folder) as server:
+    with serve_folder(folder) as server:
         pipeline = batching.batch(readers.shuffle(tokens(f"{server.url}/", seq_len=8), seed=4), 16)
         before = len(server.requests)
         for _ in range(3):

@@ -1,8 +1,6 @@
 """`cli.py train --config state.toml` with the run's token folder behind a URL (issue 29), as Psyche's HTTP provider
 reads token files: the same losses as the local folder, and a checkpoint made on one resumes on the other."""
-import contextlib
 import json
-import socket
 
 import numpy as np
 import pytest
@@ -38,21 +36,6 @@ def _no_io_thread_left():
     stop_io()
 
 
-@contextlib.contextmanager
-def serve(folder, **options):
-    """``serve_folder`` with TCP_NODELAY on each connection (else each GET waits ~40 ms for a delayed ACK)."""
-    with serve_folder(folder, **options) as server:
-        accept = server.process_request
-
-        def nodelay(request, client_address):
-            with contextlib.suppress(OSError):
-                request.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            return accept(request, client_address)
-
-        server.process_request = nodelay
-        yield server
-
-
 def _tokens(folder, data='dir = "."\ntoken_size = "TwoBytes"\nseq_len = 16\nshuffle_seed = 3\n'):
     folder.mkdir(parents=True, exist_ok=True)
     np.frombuffer(b"a rose is a rose is a rose. " * 40, np.uint8).astype("<u2").tofile(folder / "t.bin")
@@ -80,7 +63,7 @@ def test_a_url_data_location_trains_as_the_local_folder_and_its_data_toml_is_rea
     local = _state(tmp_path / "local", f'Local = "{tokens}"')
     want = run("train", "--config", local, "--log-every", "4", "--log-json", str(tmp_path / "local.jsonl"))
     assert want.exit_code == 0, want.output
-    with serve(tokens) as server:
+    with serve_folder(tokens) as server:
         remote = _state(tmp_path / "remote", f'Local = "{server.url}/"')
         run_file = load_run(remote)
         assert run_file.data.path == f"{server.url}/" and run_file.data.shuffle_seed == 3
@@ -101,7 +84,7 @@ def test_a_checkpoint_made_on_local_files_resumes_from_the_url_and_back(tmp_path
     local = _state(tmp_path / "local", f'Local = "{tokens}"')
     whole = run("train", "--config", local, "--log-every", "4", "--log-json", str(tmp_path / "whole.jsonl"))
     assert whole.exit_code == 0, whole.output
-    with serve(tokens) as server:
+    with serve_folder(tokens) as server:
         remote = _state(tmp_path / "remote", f'Local = "{server.url}/"')
         one, two = (local, remote) if first == "local" else (remote, local)
         ck, log = str(tmp_path / "ck"), tmp_path / "parts.jsonl"
@@ -132,7 +115,7 @@ def test_a_data_toml_behind_a_url_names_its_dir_relative_to_itself(tmp_path):
     _tokens(tmp_path / "corpus" / "tokens", data=None)
     (tmp_path / "corpus" / "data.toml").write_text('dir = "tokens"\ntoken_size = 2\nseq_len = 16\n')
     (tmp_path / "corpus" / "bad.toml").write_text('dir = "/data/tokens"\ntoken_size = 2\nseq_len = 16\n')
-    with serve(tmp_path) as server:
+    with serve_folder(tmp_path) as server:
         data = load_data(f"{server.url}/corpus/data.toml")
         assert (data.dir, data.token_size, data.seq_len, data.shuffle_seed) == (f"{server.url}/corpus/tokens/", 2,
                                                                                 16, None)
@@ -147,7 +130,7 @@ def test_a_data_toml_behind_a_url_names_its_dir_relative_to_itself(tmp_path):
 def test_url_data_location_faults_are_one_line_naming_the_url_without_its_password(tmp_path):
     _tokens(tmp_path / "tokens", data='dir = "."\ntoken_size = "TwoBytes"\nseq_len = 32\n')
     (tmp_path / "empty").mkdir()
-    with serve(tmp_path, auth=("me", "pa55word")) as server:
+    with serve_folder(tmp_path, auth=("me", "pa55word")) as server:
         hidden = server.url.replace("http://", "http://me:pa55word@")
         wrong_len = _state(tmp_path / "a", f'Local = "{hidden}/tokens/"')
         got = run("train", "--config", wrong_len)
@@ -178,7 +161,7 @@ def test_cli_serve_serves_the_token_windows_of_a_data_toml_behind_a_url(tmp_path
 
     tokens = _tokens(tmp_path / "tokens")
     local = readers.tokens(tokens, seq_len=16)
-    with serve(tokens) as web, cli_serve(tmp_path, "--config", f"{web.url}/data.toml") as server:
+    with serve_folder(tokens) as web, cli_serve(tmp_path, "--config", f"{web.url}/data.toml") as server:
         server.announced()
         assert server.entries == len(local) == 69
         remote = readers.remote(server.address)
