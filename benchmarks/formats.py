@@ -386,6 +386,7 @@ def bench_url_tokens(quick: bool = False, repeats: int = 3) -> list[Row]:
     if not _cloud():
         return []
     from readers.network.file_server import serve_folder
+    from readers.tokenized.token_objects import block_windows
 
     files, tokens_per_file, seq_len = (2, 1_000_000, 1024) if quick else (4, 8_000_000, 1024)
     rng = np.random.default_rng(0)
@@ -402,7 +403,9 @@ def bench_url_tokens(quick: bool = False, repeats: int = 3) -> list[Row]:
             return readers.tokens(url, seq_len=seq_len)
         runs = {
             "url": _batches(lambda seed: readers.shuffle_row_groups(remote(seed), window=4, seed=seed)),
-            "local": _batches(lambda seed: readers.shuffle_row_groups(local(seed), window=4, seed=seed)),
+            # mapped files have no blocks: groups of as many windows as a block of the URL's (2,048)
+            "local": _batches(lambda seed: readers.shuffle_row_groups(local(seed), window=4, seed=seed,
+                                                                      group_size=block_windows(seq_len, 2))),
             "url global": _batches(lambda seed: readers.shuffle(remote(seed), seed=seed)),
             "local global": _batches(lambda seed: readers.shuffle(local(seed), seed=seed)),
         }

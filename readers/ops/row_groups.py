@@ -118,5 +118,6 @@ def shuffle_row_groups(reader: Any, *, window: int = 4, seed: int | None = None,
         group_size = whole(group_size, "group_size", "shuffle_row_groups", 1)
     elif indexed.groups() is None:
         raise BadValue(f"shuffle_row_groups: {describe(reader)!r} has no groups of rows (only readers.parquet, "
-                       "readers.arrow and readers.from_hf do); give group_size=N to shuffle blocks of N rows")
+                       "readers.arrow, readers.from_hf and readers.tokens over URLs do); give group_size=N to shuffle "
+                       "blocks of N rows")
     return RowGroupShuffle(indexed, window, check_seed(seed, "shuffle_row_groups"), group_size)

@@ -8,15 +8,25 @@ reader, each object costs one ``stat`` (its size and version) and a
 
 A batch's windows of one object become byte ranges, merged when close and
 fetched concurrently (``read_ranges``); the objects of one batch are read
-side by side by a few threads. ``largest`` and ``digest`` read objects in
+side by side by a few threads. An object is also cut into blocks of about
+``BLOCK_BYTES`` (whole windows), which are the reader's ``groups()``: a
+pass read in batches (``batching.collated``) looks ``AHEAD_BYTES`` of
+windows ahead, fetches whole each block it needs at least ``DENSE`` of, in
+one request, and keeps it in ``Blocks``, an LRU of ``BLOCK_CACHE`` bytes per
+process. Under ``readers.shuffle_row_groups`` (blocks in a seeded order,
+windows shuffled within a few) each block is then fetched once a pass, at
+the network's bandwidth; under the global shuffle of a large corpus a
+window is one range, as before. ``largest`` and ``digest`` read objects in
 blocks by ranges; the digest reads exactly the bytes ``array_digest`` reads
 of a mapped file, so a reader over local files and one over the same files
 behind a URL have the same fingerprint.
 """
 from __future__ import annotations
 
+import collections
 import concurrent.futures
 import io
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
@@ -26,7 +36,7 @@ from readers import digests
 from readers.sources import locations
 from readers.tokenized import token_checks
 
-__all__ = ["at_once", "digest", "header", "largest", "read_rows", "sample"]
+__all__ = ["Blocks", "at_once", "block_windows", "digest", "header", "largest", "read_rows", "sample"]
 
 T = TypeVar("T")
 
@@ -37,6 +47,64 @@ THREADS = 8
 HEADER = 4096
 #: Bytes read at a time by ``largest`` (as the mapped reader's 16 MiB blocks).
 BLOCK = 16 << 20
+#: Bytes of an object's block, about (whole windows): a block needed densely is fetched in one request.
+BLOCK_BYTES = 4 << 20
+#: Bytes of fetched blocks a process keeps (the least recently used go first).
+BLOCK_CACHE = 256 << 20
+#: Bytes of windows a pass read in batches looks ahead, to find the blocks it needs densely.
+AHEAD_BYTES = 16 << 20
+#: The share of a block's windows a look-ahead needs for the block to be fetched whole: under a locality order
+#: every block is read whole in its turn; under a global shuffle, a corpus of more than about 1/DENSE blocks per
+#: look-ahead's windows (a few hundred MB at the defaults) is read window by window.
+DENSE = 1 / 32
+
+
+def block_windows(seq_len: int, itemsize: int) -> int:
+    """Windows per block: about ``BLOCK_BYTES`` of tokens, at least one window.
+
+    >>> block_windows(1024, 2)
+    2048
+    """
+    return max(1, BLOCK_BYTES // (seq_len * itemsize))
+
+
+class Blocks:
+    """Fetched blocks of token objects, by (file, block), an LRU bounded at ``limit`` bytes; a process's own
+    (a reader pickled to a worker starts with none).
+
+    >>> cache = Blocks(limit=10)
+    >>> cache.put((0, 1), np.arange(4, dtype="<u2"))
+    >>> cache.get((0, 1)).tolist(), cache.get((0, 2))
+    ([0, 1, 2, 3], None)
+    """
+
+    def __init__(self, limit: int = BLOCK_CACHE):
+        self.limit, self.held = limit, 0
+        self.blocks: collections.OrderedDict[tuple[int, int], np.ndarray] = collections.OrderedDict()
+        self.lock = threading.Lock()  # thread workers share a reader
+
+    def get(self, key: tuple[int, int]) -> np.ndarray | None:
+        with self.lock:
+            found = self.blocks.get(key)
+            if found is not None:
+                self.blocks.move_to_end(key)
+            return found
+
+    def put(self, key: tuple[int, int], tokens: np.ndarray) -> None:
+        with self.lock:
+            old = self.blocks.pop(key, None)
+            self.held -= 0 if old is None else old.nbytes
+            self.blocks[key] = tokens
+            self.held += tokens.nbytes
+            while self.held > self.limit and len(self.blocks) > 1:
+                _, dropped = self.blocks.popitem(last=False)
+                self.held -= dropped.nbytes
+
+    def __getstate__(self) -> dict:
+        return {"limit": self.limit}  # another process fetches its own
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__(state["limit"])
 
 
 def at_once(func: Callable[[Any], T], items: Sequence[Any]) -> list[T]:

@@ -271,6 +271,9 @@ class Tokens(IndexedReader):
         self._views: collections.OrderedDict[int, list] = collections.OrderedDict()
         self._sampled_files: set[int] = set()  # files whose sample passed, in this process (_sampled)
         self._seen_in_pass: set[int] = set()  # objects checked unchanged in this process since its pass began
+        self._block = token_objects.block_windows(seq_len, token_size)  # windows per block of an object
+        self._blocks = token_objects.Blocks()  # blocks of objects fetched whole, in this process
+        self._recent: dict[tuple[int, int], int] = {}  # windows the last look-ahead read by ranges, by block
 
     def _tokens(self, k: int) -> tuple[np.ndarray, mmap.mmap]:
         """File ``k``'s tokens as a read-only array over a memory map of the file, and the map, once the file is
@@ -488,20 +491,116 @@ class Tokens(IndexedReader):
         ks = np.unique(files).tolist()
         self._prepare(ks)
 
+        remote = [k for k in ks if k in self._remote]
+        held = [k for k in remote if self._all_kept(k, indices[files == k])]
+
         def read(k: int) -> tuple[np.ndarray, np.ndarray]:
             rows = files == k
-            n, dtype, offset = self.layouts[k]
-            starts = (indices[rows] - self.offsets[k]) * self.seq_len
-            return rows, self._checked(token_objects.read_rows(self.paths[k], self.stamps[k].size, dtype, offset,
-                                                               starts, self.seq_len + 1), k)
+            return rows, self._checked(self._object_windows(k, indices[rows] - self.offsets[k]), k)
 
-        for rows, windows in token_objects.at_once(read, [k for k in ks if k in self._remote]):
+        # what kept blocks hold is read here; threads only for objects whose windows are fetched
+        for rows, windows in [read(k) for k in held] + token_objects.at_once(read, [k for k in remote
+                                                                                       if k not in held]):
             out[rows] = windows
         for k in ks:
             if k not in self._remote:
                 rows = files == k
                 out[rows] = self._checked(self._window_view(k)[indices[rows] - self.offsets[k]], k)
         return out
+
+    def _all_kept(self, k: int, indices: np.ndarray) -> bool:
+        """Whether every window at ``indices`` (of object ``k``) is in a block kept whole."""
+        blocks = np.unique((indices - self.offsets[k]) // self._block).tolist()
+        return all(self._blocks.get((k, b)) is not None for b in blocks)
+
+    def _object_windows(self, k: int, windows: np.ndarray) -> np.ndarray:
+        """Windows ``windows`` of object ``k`` (numbered within it), in its dtype: from its blocks fetched whole
+        where they are kept, the others as byte ranges."""
+        n, dtype, offset = self.layouts[k]
+        width, block = self.seq_len + 1, self._block
+        out = np.empty((len(windows), width), dtype)
+        blocks = windows // block
+        missing = np.ones(len(windows), bool)
+        for b in np.unique(blocks).tolist():
+            view = self._blocks.get((k, b))  # the block's windows, a strided view of its tokens
+            if view is not None:
+                rows = blocks == b
+                out[rows] = view[windows[rows] - b * block]
+                missing[rows] = False
+        if missing.any():
+            out[missing] = token_objects.read_rows(self.paths[k], self.stamps[k].size, dtype, offset,
+                                                   windows[missing] * self.seq_len, width)
+        return out
+
+    def _fetch_blocks(self, k: int, blocks: list[int]) -> None:
+        """Fetch blocks ``blocks`` of object ``k`` whole (one range each, at once) into the process's LRU."""
+        n, dtype, offset = self.layouts[k]
+        item, step = dtype.itemsize, self._block * self.seq_len
+        spans = [(b * step, min((b + 1) * step + 1, n)) for b in blocks]  # tokens; a block's last window's target too
+        data = locations.read_ranges(self.paths[k], [(offset + a * item, (z - a) * item) for a, z in spans],
+                                     gap=-1, size=self.stamps[k].size)  # each block its own request: side by side
+        for b, (a, z), got in zip(blocks, spans, data):
+            if len(got) != (z - a) * item:  # the object is shorter than it was: reread its size to say how
+                locations.check_unchanged(self.paths[k], locations.Stat(self.stamps[k].size, "?"))
+            tokens = np.frombuffer(got, dtype=dtype)
+            self._blocks.put((k, b), np.lib.stride_tricks.as_strided(
+                tokens, shape=((len(tokens) - 1) // self.seq_len, self.seq_len + 1),
+                strides=(self.seq_len * item, item), writeable=False))
+
+    def groups(self) -> np.ndarray | None:
+        """Where objects behind URLs are read: the window offsets of their blocks (``token_objects``), which
+        ``readers.shuffle_row_groups`` keeps together; None for mapped files alone, read at any window alike.
+
+        >>> import tempfile
+        >>> folder = tempfile.TemporaryDirectory()
+        >>> np.arange(9, dtype="<u2").tofile(f"{folder.name}/a.bin")
+        >>> tokens(folder.name, seq_len=4).groups() is None
+        True
+        """
+        if not self.remote:
+            return None
+        counts = np.diff(self.offsets)
+        starts = [self.offsets[k] + np.arange(0, c, self._block) for k, c in enumerate(counts.tolist())]
+        return np.concatenate([*starts, [self.offsets[-1]]]).astype(np.int64)
+
+    def gather_ahead(self, chunks: Any) -> Any:
+        """``(indices, gather_columns(indices))`` for each chunk, read ``AHEAD_BYTES`` of windows ahead where
+        objects are behind URLs: each block those chunks need ``DENSE`` of or more is fetched whole first."""
+        if not self.remote:
+            yield from super().gather_ahead(chunks)
+            return
+        chunks, window = iter(chunks), (self.seq_len + 1) * self.token_size
+        while True:
+            ahead, size = [], 0
+            for indices in chunks:
+                ahead.append(np.asarray(indices, np.int64))
+                size += len(ahead[-1]) * window
+                if size >= token_objects.AHEAD_BYTES:
+                    break
+            if not ahead:
+                return
+            self._fetch_dense(np.concatenate(ahead))
+            for indices in ahead:
+                yield indices, self.gather_columns(indices)
+
+    def _fetch_dense(self, indices: np.ndarray) -> None:
+        """Fetch whole, at once, the blocks of objects that ``indices`` need ``DENSE`` of or more and are not kept."""
+        files = np.searchsorted(self.offsets, indices, side="right") - 1
+        keys, counts = np.unique(np.stack([files, (indices - self.offsets[files]) // self._block]), axis=1,
+                                 return_counts=True)
+        # DENSE of a block or more, counting what the look-ahead before this one took of it by ranges (a
+        # block that a locality order begins at the end of one look-ahead is fetched whole in the next)
+        recent, self._recent = self._recent, {}
+        wanted: dict[int, list[int]] = {}
+        for (k, b), count in zip(keys.T.tolist(), counts.tolist()):
+            if k not in self._remote or self._blocks.get((k, b)) is not None:
+                continue
+            if (count + recent.get((k, b), 0)) >= token_objects.DENSE * self._block:
+                wanted.setdefault(k, []).append(b)
+            else:
+                self._recent[(k, b)] = count
+        self._prepare(list(wanted))
+        token_objects.at_once(lambda k: self._fetch_blocks(k, wanted[k]), list(wanted))
 
     def _checked(self, windows: np.ndarray, k: int) -> np.ndarray:
         """Windows as int32; a token that int32 cannot hold (a negative or a 4-byte id >= 2**31) names its file,
