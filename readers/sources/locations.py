@@ -31,6 +31,7 @@ or a list of any of these. What matches nothing is an error naming it.
 from __future__ import annotations
 
 import bisect
+import concurrent.futures
 import errno
 import glob
 import io
@@ -46,7 +47,7 @@ from readers.errors import BadType, FileError, MissingFile, ReaderkitError
 
 __all__ = ["BLOCK", "MERGE_GAP", "RETRY", "FileChanged", "RangeFile", "RemoteReadError", "Retry", "Stat",
            "check_unchanged", "expand_braces", "expand_paths", "is_url", "merge_ranges", "open_file", "read_range",
-           "read_ranges", "redact", "stat", "transient"]
+           "read_ranges", "redact", "stat", "stats", "transient"]
 
 T = TypeVar("T")
 
@@ -268,6 +269,22 @@ def stat(path: str) -> Stat:
     return Stat(int(size), version)
 
 
+def stats(paths: Sequence[str], threads: int = 16) -> list[Stat]:
+    """The ``stat`` of each of ``paths``, in order; a URL's asked for ``threads`` at a time (a web server's
+    listing says no sizes, so a folder of objects costs one request an object, best made together).
+
+    >>> import tempfile
+    >>> with tempfile.NamedTemporaryFile() as f:
+    ...     _ = f.write(b"abc"); f.flush()
+    ...     [s.size for s in stats([f.name, f.name])]
+    [3, 3]
+    """
+    if not any(is_url(p) for p in paths):
+        return [stat(p) for p in paths]
+    with concurrent.futures.ThreadPoolExecutor(max(1, min(threads, len(paths)))) as pool:
+        return list(pool.map(stat, paths))
+
+
 def check_unchanged(path: str, seen: Stat, now: Stat | None = None) -> None:
     """Refuse ``path`` when it is no longer the file ``seen`` described (``stat``): another size or version.
 
@@ -348,7 +365,7 @@ def _remote_matches(url: str, suffixes: Sequence[str]) -> list[str]:
         info = _retrying(url, "asking what it is", lambda: fs.info(inner))
     except MissingFile:
         return []
-    if info.get("type") != "directory":
+    if info.get("type") != "directory" and not _web_folder(url, info, suffixes):
         return [url]
     found = _retrying(url, "listing", lambda: fs.find(inner, detail=True))
     names = []
@@ -359,6 +376,15 @@ def _remote_matches(url: str, suffixes: Sequence[str]) -> list[str]:
         if not suffixes or base.lower().endswith(tuple(suffixes)):
             names.append(fs.unstrip_protocol(p) if not is_url(p) else p)
     return sorted(names)
+
+
+def _web_folder(url: str, info: dict, suffixes: Sequence[str]) -> bool:
+    """Whether an HTTP answer is a folder's index page: a web server says no "directory", only an HTML page of
+    links (which fsspec lists), so a page is a folder when its URL ends in "/" or lacks the suffixes asked for."""
+    if not str(info.get("mimetype") or "").startswith("text/html"):
+        return False
+    path = urllib.parse.urlsplit(url).path
+    return path.endswith("/") or bool(suffixes) and not path.lower().endswith(tuple(suffixes))
 
 
 #: Bytes a remote file object fetches at a time when read in sequence (a tar shard streamed, a line index built).
@@ -455,7 +481,7 @@ def open_file(path: str, mode: str = "rb", seen: Stat | None = None) -> IO:
     return f
 
 
-def read_range(path: str, start: int, length: int) -> bytes:
+def read_range(path: str, start: int, length: int, seen: Stat | None = None) -> bytes:
     """``length`` bytes of ``path`` from byte ``start`` (fewer at its end): a byte range, as a remote store serves.
 
     >>> import tempfile
@@ -464,7 +490,7 @@ def read_range(path: str, start: int, length: int) -> bytes:
     ...     read_range(f.name, 3, 4)
     b'3456'
     """
-    return read_ranges(path, [(start, length)])[0]
+    return read_ranges(path, [(start, length)], seen=seen)[0]
 
 
 #: Ranges of one file closer than this many bytes are fetched as one request (the bytes between are read and dropped).
@@ -486,10 +512,12 @@ def merge_ranges(ranges: Sequence[tuple[int, int]], gap: int = MERGE_GAP) -> lis
     return [(a, n) for a, n in merged]
 
 
-def read_ranges(path: str, ranges: Sequence[tuple[int, int]], gap: int = MERGE_GAP) -> list[bytes]:
+def read_ranges(path: str, ranges: Sequence[tuple[int, int]], gap: int = MERGE_GAP,
+                seen: Stat | None = None) -> list[bytes]:
     """The bytes of many ``(start, length)`` ranges of one file, in the order given (each fewer at the file's
     end). For a URL, ranges closer than ``gap`` are merged and the merged ones fetched at once (fsspec's
-    concurrent ``cat_ranges``), each retried.
+    concurrent ``cat_ranges``), each retried. ``seen``: the ``stat`` the reader took before; a file that
+    changed since is refused (``FileChanged``), checked with the size the read asks for anyway.
 
     >>> import tempfile
     >>> with tempfile.NamedTemporaryFile() as f:
@@ -498,14 +526,17 @@ def read_ranges(path: str, ranges: Sequence[tuple[int, int]], gap: int = MERGE_G
     [b'78', b'012', b'89']
     """
     if not is_url(path):
-        with open_file(path) as f:
+        with open_file(path, seen=seen) as f:
             out = []
             for start, length in ranges:
                 f.seek(start)
                 out.append(f.read(length))
             return out
     fs, inner = _fsspec(path)
-    size = stat(path).size if any(start + length > 0 for start, length in ranges) else 0
+    now = stat(path) if seen is not None or any(start + length > 0 for start, length in ranges) else Stat(0, "")
+    if seen is not None:
+        check_unchanged(path, seen, now)
+    size = now.size
     wanted = [(min(start, size), max(0, min(length, size - start))) for start, length in ranges]
     spans = [span for span in merge_ranges(wanted, gap) if span[1] > 0]
     fetched = _fetch_spans(fs, inner, path, spans)
