@@ -18,6 +18,7 @@ the package doctests too; these helpers are for the test suite only.)
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import multiprocessing
 import signal
 import threading
@@ -28,6 +29,11 @@ from typing import Any
 import pytest
 
 from tests.helpers.certificates import make_certificate
+
+#: The libraries tests/helpers/s3_server.py imports: where one is missing, its doctest is not collected (the tests that
+#: use it skip, through the ``s3_service`` fixture or their own importorskip).
+S3_LIBRARIES = ("fsspec", "s3fs", "aiohttp", "boto3", "moto", "flask")
+collect_ignore = [] if all(importlib.util.find_spec(name) for name in S3_LIBRARIES) else ["helpers/s3_server.py"]
 
 HANG = 10.0  # seconds: generous bound for "stops, raises or cleans up without hanging"
 TEST_LIMIT = 60  # seconds a test may run unless its limit mark says otherwise; then it fails rather than stall the suite
@@ -91,6 +97,37 @@ def certificate(tmp_path_factory) -> tuple[str, str]:
     """(certificate, key): PEM files of one self-signed certificate for 127.0.0.1 and localhost, made once a session
     (a worker process) for the tests of TLS; skips them where there is no openssl command."""
     return make_certificate(tmp_path_factory.mktemp("tls"))
+
+
+@pytest.fixture(scope="session")
+def s3_service():
+    """One moto S3 server a test process (tests/helpers/s3_server.py), checking signatures; no environment set.
+
+    Session-scoped: moto's first start in a process takes about 0.5 s (its imports and the IAM user), and each stop
+    up to 0.5 s (werkzeug looks for a shutdown every half second). Skips where the test extra's S3 libraries are
+    missing.
+    """
+    for name in S3_LIBRARIES:
+        pytest.importorskip(name)
+    from tests.helpers.s3_server import serve_s3
+
+    with serve_s3() as server:
+        yield server
+
+
+@pytest.fixture
+def s3_server(s3_service):
+    """The test process's moto S3 server (an ``S3Server``), with the environment a user sets for it during the test
+    (key, secret, region, ``AWS_ENDPOINT_URL_S3``), so ``fsspec.open("s3://...")`` reaches it; s3fs's cached
+    filesystems are dropped before and after. ``with s3_server.wrong_credentials():`` for a wrong secret."""
+    with s3_service.environment():
+        yield s3_service
+
+
+@pytest.fixture
+def s3_bucket(s3_server) -> str:
+    """The name of a fresh, empty bucket on ``s3_server``, for this test only."""
+    return s3_server.make_bucket()
 
 
 @pytest.fixture
