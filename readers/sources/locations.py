@@ -257,7 +257,11 @@ def stat(path: str) -> Stat:
             raise MissingFile(f"{local}: no such file: check the path") from None
         return Stat(found.st_size, f"{found.st_mtime_ns}:{found.st_ino}")
     fs, inner = _fsspec(path)
-    info = _retrying(path, "asking its size", lambda: fs.info(inner))
+
+    def ask() -> dict:
+        fs.invalidate_cache(inner)  # s3fs answers from its listing of the prefix, however old: ask the store
+        return fs.info(inner)
+    info = _retrying(path, "asking its size", ask)
     if info.get("type") == "directory":
         raise FileError(f"{redact(path)} is a folder, not a file: give the files, or a glob")
     size = info.get("size")
@@ -439,13 +443,20 @@ class RangeFile(io.RawIOBase):
 
 def _fetch(fs: Any, inner: str, url: str, start: int, length: int) -> bytes:
     """``length`` bytes of the object from ``start`` (which must be within it), retried; a short answer (a
-    connection dropped mid-range) is a transient failure, tried again."""
+    connection dropped mid-range) is a transient failure, tried again, unless the object is now shorter
+    (``FileChanged``: it would never come whole)."""
     def once() -> bytes:
         data = fs.cat_file(inner, start=start, end=start + length)
         if len(data) != length:
             if len(data) > length:  # the whole object: a server that ignores Range
                 raise RemoteReadError(f"{redact(url)}: the server answered a byte range with {len(data):,} bytes "
                                       f"instead of {length:,}: serve it with Range support (HTTP 206)")
+            now = stat(url)
+            if now.size < start + length:
+                raise FileChanged(f"{redact(url)} changed while it was being read: bytes {start:,}-"
+                                  f"{start + length - 1:,} were asked for, and it has {now.size:,} now (version "
+                                  f"{now.version}): data must not change under a reader; write new files under new "
+                                  "names, then build the reader again")
             raise ConnectionResetError(f"short read: {len(data)} of {length} bytes")
         return data
     return _retrying(url, f"reading bytes {start:,}-{start + length - 1:,}", once)
