@@ -49,7 +49,7 @@ from typing import Any
 import numpy as np
 
 from readers.digests import hasher, value_digest
-from readers.errors import BadType, BadValue, MissingFile
+from readers.errors import BadType, BadValue, MissingFile, ReaderkitError
 from readers.plugins.pairs import PillowMissing, mark_roles, parse_columns, pillow
 from readers.sources.locations import (
     Stat,
@@ -110,6 +110,8 @@ def decode_image(path: str, size: tuple[int, int] | None = None, mode: str = "RG
                 image = opened.convert(mode)  # reads the whole file: truncated or corrupt data fails here
             if size is not None and image.size != (size[1], size[0]):
                 image = image.resize((size[1], size[0]), Image.Resampling.BILINEAR)
+        except ReaderkitError:  # the file could not be read (a remote failure, a changed object): not a bad image
+            raise
         except Exception as exc:  # whatever Pillow raises about a file's bytes (OSError, SyntaxError, zlib.error...)
             raise ImageDecodeError(f"{redact(path)} does not decode as an image ({type(exc).__name__}: {exc}): replace "
                                    "the file, or remove it from the folder") from exc
