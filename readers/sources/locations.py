@@ -203,6 +203,15 @@ def _failure(exc: BaseException) -> str:
     return type(exc).__name__
 
 
+def _answer(exc: BaseException) -> BaseException:
+    """The failure to judge: fsspec's http file system says FileNotFoundError whenever asking a size fails, the
+    server's answer (a 503, a 401) being its cause; a cause with a status other than 404 is the failure."""
+    cause = exc.__cause__
+    if isinstance(exc, FileNotFoundError) and cause is not None and (_status(cause) or 404) != 404:
+        return cause
+    return exc
+
+
 def _retrying(url: str, what: str, call: Callable[[], T]) -> T:
     """``call()``, tried again on a transient failure until ``RETRY.deadline``; then one ``RemoteReadError``.
     A missing object is ``MissingFile``; a refused credential is a ``RemoteReadError`` at once."""
@@ -213,9 +222,10 @@ def _retrying(url: str, what: str, call: Callable[[], T]) -> T:
             return call()
         except ReaderkitError:
             raise
-        except FileNotFoundError:
-            raise MissingFile(f"{redact(url)}: no such file or object: check the URL") from None
-        except Exception as exc:  # whatever fsspec, aiohttp or botocore raise: sorted by transient()
+        except Exception as raised:  # whatever fsspec, aiohttp or botocore raise: sorted by transient()
+            exc = _answer(raised)
+            if isinstance(exc, FileNotFoundError):
+                raise MissingFile(f"{redact(url)}: no such file or object: check the URL") from None
             if not transient(exc):
                 hint = ("check the credentials fsspec finds (the environment, ~/.aws, fsspec's configuration)"
                         if isinstance(exc, PermissionError) or _status(exc) in (401, 403)
@@ -384,11 +394,11 @@ def _remote_matches(url: str, suffixes: Sequence[str]) -> list[str]:
 
 def _web_folder(url: str, info: dict, suffixes: Sequence[str]) -> bool:
     """Whether an HTTP answer is a folder's index page: a web server says no "directory", only an HTML page of
-    links (which fsspec lists), so a page is a folder when its URL ends in "/" or lacks the suffixes asked for."""
+    links (which fsspec lists), so a page is a folder unless its name ends in a suffix asked for, or .html."""
     if not str(info.get("mimetype") or "").startswith("text/html"):
         return False
-    path = urllib.parse.urlsplit(url).path
-    return path.endswith("/") or bool(suffixes) and not path.lower().endswith(tuple(suffixes))
+    path = urllib.parse.urlsplit(url).path.lower()
+    return path.endswith("/") or not path.endswith((*suffixes, ".html", ".htm"))
 
 
 #: Bytes a remote file object fetches at a time when read in sequence (a tar shard streamed, a line index built).
