@@ -30,7 +30,7 @@ import numpy as np
 from readers.digests import file_digest, hasher
 from readers.errors import BadType, BadValue
 from readers.plugins.pairs import decode_images, parse_columns
-from readers.sources.locations import expand_paths, open_file
+from readers.sources.locations import expand_paths, open_file, redact
 from readers.stage import IndexedReader
 
 __all__ = ["ArrowFiles", "ColumnFiles", "ColumnarFileError", "Columns", "HFDataset", "arrow", "choose_columns", "convert_column",
@@ -267,7 +267,8 @@ class ColumnFiles(Columns):
         self.paths, self.files = paths, files
 
     def path_text(self) -> str:
-        return repr(self.paths[0]) if len(self.paths) == 1 else f"{len(self.paths)} files from {self.paths[0]!r}"
+        first = redact(self.paths[0])  # a URL without its user:password@ and query string
+        return repr(first) if len(self.paths) == 1 else f"{len(self.paths)} files from {first!r}"
 
     def identity(self) -> str:
         return files_identity(self, self.paths)
