@@ -20,6 +20,7 @@ shuffles group by group, so each group is converted once a pass.
 from __future__ import annotations
 
 import collections
+import hashlib
 import mmap
 import os
 from collections.abc import Sequence
@@ -30,7 +31,7 @@ import numpy as np
 from readers.digests import file_digest, hasher
 from readers.errors import BadType, BadValue
 from readers.plugins.pairs import decode_images, parse_columns
-from readers.sources.locations import expand_paths, open_file, redact
+from readers.sources.locations import BLOCK, expand_paths, is_url, open_file, redact
 from readers.stage import IndexedReader
 
 __all__ = ["ArrowFiles", "ColumnFiles", "ColumnarFileError", "Columns", "HFDataset", "arrow", "choose_columns", "convert_column",
@@ -232,8 +233,17 @@ def files_identity(reader: Columns, paths: list[str]) -> str:
 def files_digest(paths: list[str]) -> str:
     h = hasher()
     for p in paths:
-        h.update(f"{file_digest(p)};".encode())
+        h.update(f"{file_digest(p) if not is_url(p) else _url_digest(p)};".encode())
     return h.hexdigest()
+
+
+def _url_digest(url: str) -> str:
+    """The SHA-256 of a URL's object, as ``file_digest`` of a local copy: a fingerprint by content, not location."""
+    digest = hashlib.sha256()
+    with open_file(url) as f:
+        for block in iter(lambda: f.read(BLOCK), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def _mapped_table(path: str) -> Any:
