@@ -14,6 +14,7 @@ pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
 
 import cli  # noqa: E402
+from readers.plugins.registry import reader_splits  # noqa: E402
 from tests.helpers.fast_http import serve_quickly  # noqa: E402
 
 N = 24
@@ -48,12 +49,22 @@ def write_formats(root) -> None:
 
 
 @pytest.fixture(scope="module")
-def site(tmp_path_factory):
-    """The URL (with user:secret@) of a folder of every format, served with basic auth."""
+def formats(tmp_path_factory):
+    """(the URL, with user:secret@, of a folder of every format served with basic auth; the local folder)."""
     root = tmp_path_factory.mktemp("formats")
     write_formats(root)
     with serve_quickly(root, auth=("user", "secret")) as server:
-        yield server.url.replace("http://", "http://user:secret@")
+        yield server.url.replace("http://", "http://user:secret@"), str(root)
+
+
+@pytest.fixture
+def site(formats):
+    return formats[0]
+
+
+@pytest.fixture
+def local_site(formats):
+    return formats[1]
 
 
 FORMATS = {  # reader: (--data below the site, more arguments, what inspect shows of column 0)
@@ -93,3 +104,33 @@ def test_a_url_naming_nothing_is_one_clean_line_naming_it(site, reader, command)
     assert len(errors) == 1 and "Traceback" not in result.output, result.output
     shown = site.replace("user:secret@", "") + "/nothing"  # (inspect prints the pipeline first: a folder is listed late)
     assert shown in errors[0] and "secret" not in result.output, result.output
+
+
+@pytest.mark.parametrize("reader", FORMATS)
+def test_a_password_in_the_url_reaches_no_checkpoint_file_output_or_repr(site, reader, tmp_path, capfd):
+    below, more, _ = FORMATS[reader]
+    args = ["train", "--reader", reader, "--data", site + below, *more, "--batch-size", "8",
+            "--checkpoint-dir", str(tmp_path / "run"), "--checkpoint-every", "1"]
+    first = run(*args, "--passes", "1")
+    assert first.exit_code == 0, first.output
+    resumed = run(*args, "--passes", "2", "--resume")
+    assert resumed.exit_code == 0, resumed.output
+    captured = capfd.readouterr()
+    for text in (first.output, resumed.output, captured.out, captured.err):
+        assert "secret" not in text, text
+    files = [p for p in (tmp_path / "run").rglob("*") if p.is_file()]
+    assert files and not [p for p in files if b"secret" in p.read_bytes()]
+    options = {"columns": more[1]} if more[0] == "--columns" else {"size": int(more[1])}
+    built, _ = reader_splits(reader, data=site + below, **options)
+    assert "secret" not in repr(built)
+
+
+@pytest.mark.parametrize("reader", FORMATS)
+def test_a_checkpoint_made_on_local_files_resumes_from_their_url(site, local_site, reader, tmp_path):
+    below, more, _ = FORMATS[reader]
+    args = [*more, "--batch-size", "8", "--checkpoint-dir", str(tmp_path / "run")]
+    local = run("train", "--reader", reader, "--data", local_site + below, *args, "--passes", "1")
+    assert local.exit_code == 0, local.output
+    remote = run("train", "--reader", reader, "--data", site + below, *args, "--passes", "2", "--resume")
+    assert remote.exit_code == 0, remote.output
+    assert [line.split(":")[0] for line in remote.stdout.splitlines() if line.startswith("pass ")] == ["pass 1"]
