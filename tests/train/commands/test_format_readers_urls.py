@@ -134,3 +134,13 @@ def test_a_checkpoint_made_on_local_files_resumes_from_their_url(site, local_sit
     remote = run("train", "--reader", reader, "--data", site + below, *args, "--passes", "2", "--resume")
     assert remote.exit_code == 0, remote.output
     assert [line.split(":")[0] for line in remote.stdout.splitlines() if line.startswith("pass ")] == ["pass 1"]
+
+
+def test_the_resume_command_printed_on_a_stop_holds_no_password():
+    from train.commands.training import resume_command
+
+    with cli.main.make_context("readerkit", ["train"]) as root:
+        given = ["--reader", "jsonl", "--data", "https://user:secret@host/rows.jsonl?sig=secret", "--passes", "3"]
+        with cli.train.make_context("train", given, parent=root):
+            line = resume_command(None)
+    assert "secret" not in line and "--data https://host/rows.jsonl" in line and line.endswith(" --resume")
