@@ -144,3 +144,10 @@ def test_the_resume_command_printed_on_a_stop_holds_no_password():
         with cli.train.make_context("train", given, parent=root):
             line = resume_command(None)
     assert "secret" not in line and "--data https://host/rows.jsonl" in line and line.endswith(" --resume")
+
+
+def test_train_first_line_names_the_image_folder_by_its_redacted_url(site):
+    result = run("train", "--reader", "image-folder", "--data", site + "/images", "--size", "8", "--passes", "1")
+    assert result.exit_code == 0, result.output
+    shown = site.replace("user:secret@", "") + "/images"
+    assert result.stdout.splitlines()[0].startswith(f"model mlp: image = the image files under {shown} (uint8[8, 8, 3]")
