@@ -63,11 +63,6 @@ class Died(Exception):
         self.worker, self.how = worker, how
 
 
-def _fsspec_io(thread: threading.Thread) -> bool:
-    """Whether ``thread`` is fsspec's IO loop or a thread of that loop's default executor."""
-    return thread.name == "fsspecIO" or thread.name.startswith("asyncio_")
-
-
 def pick_start_method(requested: str | None) -> str:
     """``requested``, or fork when this process has no other threads to break, else spawn.
 
@@ -78,11 +73,9 @@ def pick_start_method(requested: str | None) -> str:
     """
     if requested is not None:
         return requested
-    # (a kept worker's thread that waits for its parent's end holds no lock: forking past it is safe; so is
-    # fsspec's event loop thread, with its executor's, which every URL read starts and nothing stops: fsspec
-    # drops its loop, lock and file systems in a forked child, which makes its own)
+    # (a kept worker's thread that waits for its parent's end holds no lock: forking past it is safe)
     others = [t for t in threading.enumerate()
-              if t is not threading.main_thread() and t.name != worker_process.WATCH_THREAD and not _fsspec_io(t)]
+              if t is not threading.main_thread() and t.name != worker_process.WATCH_THREAD]
     if sys.platform.startswith("linux") and not others:
         return "fork"
     return "spawn"

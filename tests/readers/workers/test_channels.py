@@ -13,7 +13,6 @@ import multiprocessing
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 import warnings
@@ -23,7 +22,6 @@ import pytest
 
 from readers import (
     from_sequence,
-    map_readers,
     multiprocess_reader,
     np_array,
     prefetch,
@@ -88,29 +86,6 @@ def test_pick_start_method_forks_only_while_no_other_thread_runs():
     finally:
         release.set()
         other.join()
-
-
-def test_pick_start_method_forks_past_fsspecs_io_thread(tmp_path):
-    """Issue 29: a URL read starts fsspec's IO loop thread, which nothing stops; process workers then chose spawn,
-    so a reader of lambdas that forked before failed to pickle in every later test of the process. fsspec drops
-    that loop in a forked child."""
-    pytest.importorskip("fsspec")
-    pytest.importorskip("aiohttp")
-    from readers.sources import locations
-    from tests.helpers.fast_http import serve_quickly
-
-    (tmp_path / "a.bin").write_bytes(b"0123456789")
-    with serve_quickly(tmp_path) as server:
-        assert locations.read_range(server.url + "/a.bin", 2, 3) == b"234"
-    if not sys.platform.startswith("linux"):
-        pytest.skip("fork is chosen on Linux only")
-    others = [t.name for t in threading.enumerate() if t is not threading.main_thread()]
-    assert "fsspecIO" in others
-    if set(others) - {"fsspecIO"}:
-        pytest.skip(f"other threads of this test process run: {others}")
-    assert pick_start_method(None) == "fork"
-    got = list(prefetch(map_readers(lambda x: x * 2, from_sequence(range(6))), 2, mode="process")())
-    assert sorted(got) == [0, 2, 4, 6, 8, 10]
 
 
 @pytest.mark.parametrize("use_pipe", [True, False])
