@@ -1,4 +1,4 @@
-"""Users' formats (issue 28): each reader against the loader a user would otherwise write, ratios in one run.
+"""Users' formats (issues 28, 29): each reader against the loader a user would otherwise write, ratios in one run.
 
 Each ``bench_<format>()`` makes its data with the format's own writer in a
 temporary folder, times readerkit and its baseline in turns (the best of
@@ -41,6 +41,17 @@ process workers: ``prefetch(tar_shards(paths), 2, mode="process")`` against
 ``num_workers=2``, as samples (``batch_size=None``) and as collated batches of
 64 made in the workers. Each worker reads its own shard files in both.
 Goal: >= 1x. Skipped without torch, webdataset or Pillow.
+
+``bench_url_tokens()`` and ``bench_url_parquet()`` (issue 29): the same data read
+by URL from ``readers.network.file_server.serve_folder`` on loopback, against the
+same pipeline over the local files, in one run:
+  - token windows (four 16 MB ``.bin`` files of 2-byte tokens, seq_len 1024), a
+    pass of collated batches of 64 windows in the locality order
+    ``shuffle_row_groups(tokens(...), window=4)``: goal >= 0.5x the local read;
+    the global shuffle is shown too;
+  - Parquet (the file of ``bench_parquet``) with ``cache_dir=`` warm (one pass
+    before timing), ``shuffle_row_groups`` and batches of 64: goal >= 0.9x.
+Skipped without fsspec and aiohttp (``pip install 'readerkit[cloud]'``).
 
 Usage: python benchmarks/formats.py [--quick] [--repeats 3]
 """
@@ -334,6 +345,94 @@ def bench_tar_shards(quick: bool = False, repeats: int = 3) -> list[Row]:
             rows.append(Row(f"tar shards, {images} 64x64 JPEGs in {len(paths)} shards, {what}, 2 processes",
                             readerkit, baseline, 1.0))
     return rows
+
+
+# -- over HTTP ------------------------------------------------------------------------------------
+
+
+def _cloud() -> bool:
+    try:
+        import aiohttp  # noqa: F401
+        import fsspec  # noqa: F401
+    except ImportError as exc:
+        print(f"over HTTP: skipped ({exc}); pip install 'readerkit[cloud]'", file=sys.stderr)
+        return False
+    return True
+
+
+def _batches(make: Callable[[int], Any]) -> Callable[[int], int]:
+    """A pass of collated batches of ``BATCH`` over ``make(seed)``; the number of batches."""
+    def run(seed: int) -> int:
+        n = 0
+        for columns in batching.collated(batching.batch(make(seed), BATCH))():
+            n += 1
+        return n
+    return run
+
+
+def _best(runs: dict[str, Callable[[int], int]], repeats: int) -> dict[str, float]:
+    """Entries per second of each run, the best of ``repeats`` passes taken in turns, after one warm pass each."""
+    for run in runs.values():
+        run(99)
+    best = dict.fromkeys(runs, 0.0)
+    for k in range(repeats):
+        for name, run in runs.items():
+            best[name] = max(best[name], _rate(run, k) * BATCH)
+    return best
+
+
+def bench_url_tokens(quick: bool = False, repeats: int = 3) -> list[Row]:
+    """Token windows over HTTP on loopback against the same windows from the local files."""
+    if not _cloud():
+        return []
+    from readers.network.file_server import serve_folder
+
+    files, tokens_per_file, seq_len = (2, 1_000_000, 1024) if quick else (4, 8_000_000, 1024)
+    rng = np.random.default_rng(0)
+    with tempfile.TemporaryDirectory() as folder, serve_folder(folder) as server:
+        for k in range(files):
+            rng.integers(0, 50_000, tokens_per_file, dtype=np.uint16).tofile(os.path.join(folder, f"part-{k}.bin"))
+        url = f"{server.url}/"
+        assert len(readers.tokens(folder, seq_len=seq_len)) == len(readers.tokens(url, seq_len=seq_len))
+
+        def local(seed: int) -> Any:  # built afresh each pass: nothing a pass fetched is kept for the next
+            return readers.tokens(folder, seq_len=seq_len)
+
+        def remote(seed: int) -> Any:
+            return readers.tokens(url, seq_len=seq_len)
+        runs = {
+            "url": _batches(lambda seed: readers.shuffle_row_groups(remote(seed), window=4, seed=seed)),
+            "local": _batches(lambda seed: readers.shuffle_row_groups(local(seed), window=4, seed=seed)),
+            "url global": _batches(lambda seed: readers.shuffle(remote(seed), seed=seed)),
+            "local global": _batches(lambda seed: readers.shuffle(local(seed), seed=seed)),
+        }
+        best = _best(runs, repeats)
+    what = f"token windows, {files} x {tokens_per_file * 2 // 10**6} MB .bin, seq_len {seq_len}, batches of {BATCH}"
+    return [Row(f"{what}: http on loopback / local files, shuffle_row_groups", best["url"], best["local"], 0.5),
+            Row(f"{what}: http on loopback / local files, global shuffle", best["url global"], best["local global"],
+                None)]
+
+
+def bench_url_parquet(quick: bool = False, repeats: int = 3) -> list[Row]:
+    """Parquet over HTTP with the local cache warm against the local file."""
+    if not _cloud():
+        return []
+    from readers.network.file_server import serve_folder
+
+    rows, row_group = (6_000, 1024) if quick else (60_000, 4096)
+    with tempfile.TemporaryDirectory() as folder, serve_folder(folder) as server, \
+            tempfile.TemporaryDirectory() as cache:
+        _write_parquet(os.path.join(folder, "train.parquet"), rows, row_group)
+        url = f"{server.url}/train.parquet"
+        runs = {
+            "url": _batches(lambda seed: readers.shuffle_row_groups(
+                readers.parquet(url, cache_dir=cache), window=4, seed=seed)),
+            "local": _batches(lambda seed: readers.shuffle_row_groups(
+                readers.parquet(os.path.join(folder, "train.parquet")), window=4, seed=seed)),
+        }
+        best = _best(runs, repeats)
+    what = f"parquet, {rows:,} rows, shuffle_row_groups, batches of {BATCH}"
+    return [Row(f"{what}: http, cache_dir warm / local file", best["url"], best["local"], 0.9)]
 
 
 # -- the table ------------------------------------------------------------------------------------

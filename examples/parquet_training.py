@@ -20,16 +20,24 @@ group's rows in one take. This example
    same permutation as the built-in reader's, so the same entries in the same
    order, and checks that the accuracy is exactly the built-in reader's.
 
-From the repository root, with readerkit installed (``pip install -e .[arrow]``)
-or on ``PYTHONPATH``::
+With ``--url``, the Parquet files are served over HTTP on 127.0.0.1
+(``readers.network.file_server.serve_folder``, a server that answers byte
+ranges, as a web server or object storage does) and every Parquet reader
+reads ``http://127.0.0.1:PORT/train.parquet``: the footers and row groups
+come as byte-range requests, through fsspec, and the accuracies are the same
+(the files are the same data wherever they are read from).
 
-    python examples/parquet_training.py [mnist-dir] [--passes N] [--samples N]
+From the repository root, with readerkit installed (``pip install -e .[arrow]``,
+and ``.[cloud]`` for ``--url``) or on ``PYTHONPATH``::
+
+    python examples/parquet_training.py [mnist-dir] [--passes N] [--samples N] [--url]
 
 The MNIST files come from ``mnist-dir``, else ``$READERKIT_DATA``, else the
 repository's sibling ``../shared/data/mnist``, else readerkit's download cache.
 It exits non-zero with one line when pyarrow is missing or the accuracies differ.
 """
 import argparse
+import contextlib
 import os
 import sys
 import tempfile
@@ -90,11 +98,18 @@ def main(argv=None):
     parser.add_argument("data_dir", nargs="?", help="the folder of the MNIST files")
     parser.add_argument("--passes", type=int, default=2, help="training passes (default 2)")
     parser.add_argument("--samples", type=int, default=None, help="train on the first N samples only")
+    parser.add_argument("--url", action="store_true", help="serve the Parquet files over HTTP and read them by URL")
     args = parser.parse_args(argv)
     try:
         import pyarrow  # noqa: F401
     except ImportError:
         sys.exit("parquet_training: this example needs pyarrow: pip install 'readerkit[arrow]' (or pyarrow)")
+    if args.url:
+        try:
+            import aiohttp  # noqa: F401
+            import fsspec  # noqa: F401
+        except ImportError:
+            sys.exit("parquet_training: --url needs fsspec and aiohttp: pip install 'readerkit[cloud]'")
 
     data_dir = data_dir_of(args.data_dir)
     built_in = {"train": mnist.train(data_dir), "test": mnist.test(data_dir)}
@@ -106,8 +121,15 @@ def main(argv=None):
             print(f"{split}.parquet: {rows} rows in {groups} row groups, {size / 1e6:.1f} MB")
 
         # the Parquet files, as readers: nothing but the footers is read here
-        parquet_train = readers.parquet(Path(folder, "train.parquet"))
-        parquet_test = readers.map_readers(scaled, readers.parquet(Path(folder, "test.parquet")))
+        stack = contextlib.ExitStack()
+        where = folder
+        if args.url:
+            from readers.network.file_server import serve_folder
+
+            where = stack.enter_context(serve_folder(folder)).url
+            print(f"serving {folder} at {where}")
+        parquet_train = readers.parquet(f"{where}/train.parquet")
+        parquet_test = readers.map_readers(scaled, readers.parquet(f"{where}/test.parquet"))
         built_in_train = built_in["train"]
         if args.samples is not None:
             built_in_train = readers.firstn(built_in_train, args.samples)
@@ -123,6 +145,7 @@ def main(argv=None):
         same_order, same_order_s = fit(readers.map_readers(scaled, readers.shuffle(parquet_train, seed=0)),
                                        parquet_test, args.passes)
         print(f"readers.parquet, global shuffle:       test accuracy {same_order:.2%} ({same_order_s:.1f} s)")
+        stack.close()  # the server stops
 
     if same_order != mnist_accuracy:
         sys.exit(f"parquet_training: in the same order, the Parquet copy gave {same_order:.2%} and the built-in "

@@ -103,9 +103,8 @@ def certificate(tmp_path_factory) -> tuple[str, str]:
 def s3_service():
     """One moto S3 server a test process (tests/helpers/s3_server.py), checking signatures; no environment set.
 
-    Session-scoped: moto's first start in a process takes about 0.5 s (its imports and the IAM user), and each stop
-    up to 0.5 s (werkzeug looks for a shutdown every half second). Skips where the test extra's S3 libraries are
-    missing.
+    Session-scoped: a server takes about 0.5 s to start (moto's imports in its child process, the IAM user). Skips
+    where the test extra's S3 libraries are missing.
     """
     for name in S3_LIBRARIES:
         pytest.importorskip(name)
@@ -119,9 +118,17 @@ def s3_service():
 def s3_server(s3_service):
     """The test process's moto S3 server (an ``S3Server``), with the environment a user sets for it during the test
     (key, secret, region, ``AWS_ENDPOINT_URL_S3``), so ``fsspec.open("s3://...")`` reaches it; s3fs's cached
-    filesystems are dropped before and after. ``with s3_server.wrong_credentials():`` for a wrong secret."""
-    with s3_service.environment():
-        yield s3_service
+    filesystems are dropped before and after. ``with s3_server.wrong_credentials():`` for a wrong secret.
+
+    After the test, fsspec's IO thread is stopped (tests/helpers/fsspec_io.py), so that later tests of the process
+    still fork their process workers: make filesystems inside the test, not in a longer-lived fixture."""
+    from tests.helpers.fsspec_io import stop_io
+
+    try:
+        with s3_service.environment():
+            yield s3_service
+    finally:
+        stop_io()
 
 
 @pytest.fixture

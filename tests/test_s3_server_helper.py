@@ -3,6 +3,7 @@ that the URL readers of issue 29 are tested against: plain ``fsspec`` reaches it
 checks signatures (a wrong secret is refused), and nothing reaches past this machine."""
 import os
 import socket
+import urllib.request
 
 import pytest
 
@@ -10,8 +11,8 @@ for _name in ("fsspec", "s3fs", "aiohttp", "boto3", "moto.server"):
     pytest.importorskip(_name)
 
 import fsspec  # noqa: E402
-import s3fs  # noqa: E402
 
+from tests.helpers.fsspec_io import io_threads, stop_io  # noqa: E402
 from tests.helpers.s3_server import serve_s3  # noqa: E402
 
 DATA = bytes(range(256)) * 4
@@ -64,10 +65,10 @@ def test_s3_server_environment_is_set_for_its_block_only(s3_service, monkeypatch
     assert os.environ["AWS_PROFILE"] == "someones-own"
     assert os.environ["AWS_ENDPOINT_URL_S3"] == "https://elsewhere.example"
     assert "AWS_SECRET_ACCESS_KEY" not in os.environ
-    s3fs.S3FileSystem.clear_instance_cache()
+    stop_io()
 
 
-def test_s3_server_never_reaches_past_this_machine(monkeypatch, folder):
+def test_s3_server_never_reaches_past_this_machine(s3_server, s3_bucket, monkeypatch, folder):
     local = {"127.0.0.1", "localhost", "::1"}
     tried = []
 
@@ -82,9 +83,23 @@ def test_s3_server_never_reaches_past_this_machine(monkeypatch, folder):
                         if not isinstance(address, tuple) or address[0] in local else refuse(address))
     monkeypatch.setattr(socket.socket, "connect_ex", lambda self, address: connect_ex(self, address)
                         if not isinstance(address, tuple) or address[0] in local else refuse(address))
-    with serve_s3() as server, server.environment():
-        bucket = server.make_bucket()
-        server.upload(folder, bucket)
-        fs = fsspec.filesystem("s3")
-        assert fs.cat_file(f"{bucket}/shard-0.tar", start=0, end=4) == DATA[:4] and fs.glob(f"{bucket}/*.tar")
-    assert tried == []
+    s3_server.upload(folder, s3_bucket)
+    fs = fsspec.filesystem("s3")
+    assert fs.cat_file(f"{s3_bucket}/shard-0.tar", start=0, end=4) == DATA[:4] and fs.glob(f"{s3_bucket}/*.tar")
+    assert tried == []  # the test process's side: boto3 and s3fs went to the server only
+    assert s3_server.refused() == []  # the server's side: moto's child process refuses and records any other
+
+
+def test_stop_io_ends_fsspecs_threads_and_fsspec_starts_afresh(s3_server, s3_bucket):
+    fsspec.filesystem("s3").pipe(f"{s3_bucket}/x", b"x")
+    assert "fsspecIO" in io_threads()
+    stop_io()
+    assert io_threads() == []
+    assert fsspec.filesystem("s3").cat(f"{s3_bucket}/x") == b"x"  # a new filesystem, on a new loop
+
+
+def test_serve_s3_ends_its_child_process():
+    with serve_s3() as server:
+        assert server.refused() == []
+    with pytest.raises(OSError):
+        urllib.request.urlopen(server.url, timeout=5)

@@ -7,5 +7,6 @@ opens its files through ``locations``;
 ``mnist`` (MNIST and files in its IDX format, ``idx``; found or downloaded by
 ``datafiles``), ``split_mnist`` (a timestamped stream of MNIST's tasks), ``columnar``
 (Arrow files, Hugging Face datasets, and the entry rules of columnar data) and ``parquet``;
-``locations`` is where every format reader expands and opens its paths.
+``locations`` is where every format reader expands and opens its paths, local or
+URLs (through fsspec), and ``file_cache`` keeps a URL's whole files on local disk.
 """

@@ -18,6 +18,7 @@ import multiprocessing
 import os
 import pickle
 import queue
+import re
 import signal
 import sys
 import threading
@@ -63,6 +64,10 @@ class Died(Exception):
         self.worker, self.how = worker, how
 
 
+#: Threads of others that a fork may leave behind: fsspec's IO loop and the executor threads of that loop.
+_FORK_SAFE = re.compile(r"^(fsspecIO|asyncio_\d+)$")
+
+
 def pick_start_method(requested: str | None) -> str:
     """``requested``, or fork when this process has no other threads to break, else spawn.
 
@@ -73,9 +78,12 @@ def pick_start_method(requested: str | None) -> str:
     """
     if requested is not None:
         return requested
-    # (a kept worker's thread that waits for its parent's end holds no lock: forking past it is safe)
+    # Forking past these is safe: a kept worker's thread that waits for its parent's end holds no lock;
+    # fsspec's IO loop thread (and its resolver's executor threads), which any read of a URL starts and
+    # keeps, is replaced in a forked child by fsspec itself (os.register_at_fork)
     others = [t for t in threading.enumerate()
-              if t is not threading.main_thread() and t.name != worker_process.WATCH_THREAD]
+              if t is not threading.main_thread() and t.name != worker_process.WATCH_THREAD
+              and not _FORK_SAFE.match(t.name)]
     if sys.platform.startswith("linux") and not others:
         return "fork"
     return "spawn"

@@ -22,6 +22,7 @@ import pytest
 
 from readers import (
     from_sequence,
+    map_readers,
     multiprocess_reader,
     np_array,
     prefetch,
@@ -86,6 +87,29 @@ def test_pick_start_method_forks_only_while_no_other_thread_runs():
     finally:
         release.set()
         other.join()
+
+
+def test_process_workers_fork_after_a_url_was_read(tmp_path):
+    """Regression from issue 29: reading a URL leaves fsspec's IO thread running for good, which made every
+    later prefetch(mode="process") spawn its workers: slower, and a lambda in the reader no longer worked."""
+    pytest.importorskip("fsspec")
+    pytest.importorskip("aiohttp")
+    from readers.sources.locations import read_range
+    from tests.helpers.fsspec_io import io_threads, stop_io
+    from tests.helpers.http_server import serve_folder
+
+    (tmp_path / "a.bin").write_bytes(b"0123456789")
+    try:
+        with serve_folder(tmp_path) as server:
+            assert read_range(f"{server.url}/a.bin", 2, 3) == b"234"
+        assert "fsspecIO" in io_threads()
+        if [t for t in threading.enumerate() if t is not threading.main_thread() and t.name not in io_threads()]:
+            pytest.skip("another thread runs in this test process")
+        assert pick_start_method(None) == "fork"
+        r = prefetch(map_readers(lambda x: x * 2, from_sequence(range(6))), 2, mode="process")  # spawn: no lambdas
+        assert list(r()) == [0, 2, 4, 6, 8, 10]
+    finally:
+        stop_io()
 
 
 @pytest.mark.parametrize("use_pipe", [True, False])

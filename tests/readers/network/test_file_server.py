@@ -1,4 +1,4 @@
-"""The test HTTP server (tests/helpers/http_server.py) that the URL readers of issue 29 are tested against: ranges,
+"""readers.network.file_server, the HTTP file server that the URL readers of issue 29 are tested against: ranges,
 HEAD, ETag, injected faults and basic auth, as a plain client and fsspec's http filesystem see them."""
 import http.client
 import os
@@ -6,7 +6,8 @@ import threading
 
 import pytest
 
-from tests.helpers.http_server import Request, serve_folder
+from readers.network.file_server import Request, serve_folder
+from tests.helpers.fsspec_io import io_threads, stop_io
 
 DATA = bytes(range(256)) * 4  # 1024 bytes, each offset's byte known
 
@@ -127,6 +128,8 @@ def test_http_server_is_read_listed_and_globbed_by_fsspec(folder):
             with pytest.raises(Exception, match="received 10 of 100 bytes"):  # aiohttp's ClientPayloadError
                 fs.cat_file(f"{server.url}/data.bin", start=0, end=100)
         finally:
-            fs.clear_instance_cache()
+            del fs
+            stop_io()  # fsspec's IO thread and its sessions: later tests of this process fork their workers
+        assert io_threads() == []
         assert any(r.range == "bytes=100-199" for r in server.requests)
         assert server.accepted < len(server.requests)  # aiohttp kept its connections alive
