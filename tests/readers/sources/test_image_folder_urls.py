@@ -22,7 +22,7 @@ from readers.sources import locations  # noqa: E402
 from readers.sources.image_folder import ImageDecodeError, image_folder  # noqa: E402
 from readers.sources.locations import FileChanged, redact  # noqa: E402
 from readers.testing import assert_resumes_at_every_step  # noqa: E402
-from tests.helpers.fast_http import serve_quickly  # noqa: E402
+from tests.helpers.http_server import serve_folder  # noqa: E402
 from tests.readers.sources.test_image_folder import every_key, key, write_folder  # noqa: E402
 
 
@@ -41,7 +41,7 @@ def serving(kind: str, request, tmp_path) -> Iterator[Served]:
     written = write_folder(root)
     (root / "notes.txt").write_text("not an image")  # neither listed nor read
     if kind == "http":
-        with serve_quickly(tmp_path, auth=("user", "secret")) as server:
+        with serve_folder(tmp_path, auth=("user", "secret")) as server:
             url = server.url.replace("http://", "http://user:secret@") + "/images"
             yield Served(root, url, server, written, lambda below: None)
         return

@@ -21,7 +21,7 @@ from readers.sources import locations  # noqa: E402
 from readers.sources.jsonl import JsonlError, jsonl  # noqa: E402
 from readers.sources.locations import FileChanged, redact  # noqa: E402
 from readers.testing import assert_resumes_at_every_step  # noqa: E402
-from tests.helpers.fast_http import serve_quickly  # noqa: E402
+from tests.helpers.http_server import serve_folder  # noqa: E402
 from tests.readers.sources.test_jsonl import ROWS, ids, write_jsonl  # noqa: E402
 
 
@@ -40,7 +40,7 @@ def serving(kind: str, request, tmp_path) -> Iterator[Served]:
     write_jsonl(folder / "a.jsonl", ROWS[:10])
     write_jsonl(folder / "b.jsonl", ROWS[10:])
     if kind == "http":
-        with serve_quickly(tmp_path, auth=("user", "secret")) as server:
+        with serve_folder(tmp_path, auth=("user", "secret")) as server:
             yield Served(folder, server.url.replace("http://", "http://user:secret@") + "/rows/", server,
                          lambda name: None)
         return

@@ -68,9 +68,9 @@ def store(kind: str, request, tmp_path) -> Iterator[tuple[str, Any]]:
     write_tree(root)
     if kind == "http":
         pytest.importorskip("aiohttp")
-        from tests.helpers.fast_http import serve_quickly
+        from tests.helpers.http_server import serve_folder
 
-        with serve_quickly(tmp_path, auth=("user", "secret")) as server:
+        with serve_folder(tmp_path, auth=("user", "secret")) as server:
             yield server.url.replace("http://", "http://user:secret@") + "/tree", server
         return
     pytest.importorskip("s3fs")

@@ -15,7 +15,7 @@ pq = pytest.importorskip("pyarrow.parquet")
 
 import cli  # noqa: E402
 from readers.plugins.registry import reader_splits  # noqa: E402
-from tests.helpers.fast_http import serve_quickly  # noqa: E402
+from tests.helpers.http_server import serve_folder  # noqa: E402
 
 N = 24
 
@@ -53,7 +53,7 @@ def formats(tmp_path_factory):
     """(the URL, with user:secret@, of a folder of every format served with basic auth; the local folder)."""
     root = tmp_path_factory.mktemp("formats")
     write_formats(root)
-    with serve_quickly(root, auth=("user", "secret")) as server:
+    with serve_folder(root, auth=("user", "secret")) as server:
         yield server.url.replace("http://", "http://user:secret@"), str(root)
 
 
