@@ -175,7 +175,8 @@ def test_a_503_storm_past_the_deadline_is_one_error_naming_the_url_and_status(ht
 def test_wrong_s3_credentials_fail_at_once_without_the_secret(s3_server, tmp_path, monkeypatch, call):
     pytest.importorskip("s3fs")
     bucket = s3_server.make_bucket()
-    s3_server.upload(write_tree(tmp_path) or tmp_path, bucket, "tree")
+    write_tree(tmp_path)
+    s3_server.upload(tmp_path, bucket, "tree")
     url = f"s3://{bucket}/tree/top.bin"
     judged = []  # whether each failure was taken as transient (retried): a refusal must not be
     real = locations.transient
