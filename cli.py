@@ -26,6 +26,7 @@ from train.commands.cache_folders import cache_group
 from train.commands.console import fail_cleanly
 from train.commands.continual import pipeline_group
 from train.commands.options import (
+    FileOrURL,
     TrainSettings,
     as_settings,
     batch_size_option,
@@ -269,8 +270,9 @@ SECONDS = click.FloatRange(min=0, min_open=True)  # a timeout of serve's
 
 @main.command("serve")
 @reader_options(formats=True)
-@click.option("--config", type=click.Path(exists=True, dir_okay=False), default=None,
-              help="A data.toml: serve its token windows (instead of --reader).")
+@click.option("--config", type=FileOrURL(), default=None,
+              help="A data.toml (a path, or a URL beside token objects: http(s)://, s3://): serve its token windows "
+                   "(instead of --reader).")
 @click.option("--split", type=click.Choice(["train", "test"]), default="train", show_default=True,
               help="Which split of --reader to serve.")
 @click.option("--host", default="127.0.0.1", show_default=True,

@@ -31,7 +31,20 @@ import numpy as np
 from readers.digests import file_digest, hasher
 from readers.errors import BadType, BadValue
 from readers.plugins.pairs import decode_images, parse_columns
-from readers.sources.locations import BLOCK, expand_paths, is_url, open_file, redact
+from readers.sources.file_access import (
+    DISK_BYTES,
+    FileCacheSetting,
+    open_checked,
+    whole_file,
+)
+from readers.sources.locations import (
+    BLOCK,
+    Stat,
+    expand_paths,
+    is_url,
+    open_file,
+    redact,
+)
 from readers.stage import IndexedReader
 
 __all__ = ["ArrowFiles", "ColumnFiles", "ColumnarFileError", "Columns", "HFDataset", "arrow", "choose_columns", "convert_column",
@@ -230,40 +243,54 @@ def files_identity(reader: Columns, paths: list[str]) -> str:
     return reader.title().replace(reader.path_text(), f"{len(paths)} file{'s' if len(paths) > 1 else ''}", 1)
 
 
-def files_digest(paths: list[str]) -> str:
+def files_digest(paths: list[str], seen: dict[str, Stat] | None = None, file_cache: Any = None) -> str:
+    """A digest of the files' SHA-256s: the same for a local file and for the same bytes behind a URL (a URL is
+    read whole, through ``file_cache``'s folder when given, so the reads after find it there; refused if it
+    changed)."""
     h = hasher()
     for p in paths:
-        h.update(f"{file_digest(p) if not is_url(p) else _url_digest(p)};".encode())
+        cache = None if file_cache is None else file_cache.cache(p)
+        if is_url(p) and cache is None:
+            digest = hashlib.sha256()
+            with open_checked(p, {} if seen is None else seen) as f:
+                for block in iter(lambda: f.read(BLOCK), b""):
+                    digest.update(block)
+            h.update(f"{digest.hexdigest()};".encode())
+        else:
+            h.update(f"{file_digest(whole_file(p, {} if seen is None else seen, cache))};".encode())
     return h.hexdigest()
 
 
-def _url_digest(url: str) -> str:
-    """The SHA-256 of a URL's object, as ``file_digest`` of a local copy: a fingerprint by content, not location."""
-    digest = hashlib.sha256()
-    with open_file(url) as f:
-        for block in iter(lambda: f.read(BLOCK), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def _mapped_table(path: str) -> Any:
+def _mapped_table(path: str, seen: dict[str, Stat] | None = None, cache: Any = None) -> Any:
     """The Arrow IPC file (random-access "file" format or the "stream" format ``datasets`` writes) at
-    ``path`` as a table over a memory map of it: nothing is copied, pages are read as rows are."""
+    ``path`` as a table over a memory map of it: nothing is copied, pages are read as rows are. A URL is
+    mapped from its copy in ``cache``, or without one read whole into memory (by ranges); one that changed
+    since ``seen`` is refused."""
     pa = pyarrow()
-    with open_file(path) as f:  # the map holds a descriptor of its own
-        try:
-            mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-        except ValueError:  # an empty file cannot be mapped
-            raise ColumnarFileError(f"{path}: the file is empty, not an Arrow IPC file; write it again or leave "
-                                    "it out") from None
-    source = pa.py_buffer(mapped)
+    seen = {} if seen is None else seen
+    local = whole_file(path, seen, cache) if cache is not None else path
+    if is_url(local):
+        with open_checked(path, seen) as f:
+            data = f.read()
+        if not data:
+            raise ColumnarFileError(f"{redact(path)}: the file is empty, not an Arrow IPC file; write it again or "
+                                    "leave it out")
+        source = pa.py_buffer(data)
+    else:
+        with open_file(local) as f:  # the map holds a descriptor of its own
+            try:
+                mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+            except ValueError:  # an empty file cannot be mapped
+                raise ColumnarFileError(f"{redact(path)}: the file is empty, not an Arrow IPC file; write it again "
+                                        "or leave it out") from None
+        source = pa.py_buffer(mapped)
     try:
         try:
             return pa.ipc.open_file(source).read_all()
         except pa.ArrowInvalid:
             return pa.ipc.open_stream(source).read_all()
     except (pa.ArrowException, OSError) as exc:
-        raise ColumnarFileError(f"{path}: not a readable Arrow IPC file ({exc}); give Arrow IPC files (.arrow, "
+        raise ColumnarFileError(f"{redact(path)}: not a readable Arrow IPC file ({exc}); give Arrow IPC files (.arrow, "
                                 ".feather, as pyarrow or datasets' save_to_disk write them)") from None
 
 
@@ -272,19 +299,23 @@ class ColumnFiles(Columns):
     repr, their identity and their digest come from the files."""
 
     def __init__(self, paths: list[str], columns: list[str], files: np.ndarray, offsets: np.ndarray,
-                 cache_bytes: int):
+                 cache_bytes: int, file_cache: FileCacheSetting | None = None, seen: dict[str, Stat] | None = None):
         super().__init__(offsets, columns, cache_bytes)
         self.paths, self.files = paths, files
+        # a URL's whole copies (cache_dir): not the data's identity; seen: each URL's size and version when the
+        # reader was built, by which a file opened again is known to be the same
+        self.file_cache = FileCacheSetting(None, DISK_BYTES, self.name) if file_cache is None else file_cache
+        self.seen: dict[str, Stat] = {} if seen is None else seen
 
     def path_text(self) -> str:
-        first = redact(self.paths[0])  # a URL without its user:password@ and query string
-        return repr(first) if len(self.paths) == 1 else f"{len(self.paths)} files from {first!r}"
+        first = repr(redact(self.paths[0]))
+        return first if len(self.paths) == 1 else f"{len(self.paths)} files from {first}"
 
     def identity(self) -> str:
         return files_identity(self, self.paths)
 
     def digest(self) -> str:
-        return files_digest(self.paths)
+        return files_digest(self.paths, self.seen, self.file_cache)
 
 
 class ArrowFiles(ColumnFiles):
@@ -293,8 +324,9 @@ class ArrowFiles(ColumnFiles):
     name = "arrow"
 
     def __init__(self, paths: list[str], columns: list[str], files: np.ndarray, offsets: np.ndarray,
-                 cache_bytes: int):
-        super().__init__(paths, columns, files, offsets, cache_bytes)  # starts[k]: the row where file k starts
+                 cache_bytes: int, file_cache: FileCacheSetting | None = None, seen: dict[str, Stat] | None = None):
+        super().__init__(paths, columns, files, offsets, cache_bytes, file_cache, seen)
+        # starts[k]: the row where file k starts
         self.starts = offsets[np.searchsorted(files, np.arange(len(paths)))]
         self._tables: collections.OrderedDict[int, Any] = collections.OrderedDict()  # file -> its mapped table
 
@@ -302,7 +334,8 @@ class ArrowFiles(ColumnFiles):
         k = int(self.files[g])
         table = self._tables.get(k)
         if table is None:
-            table = self._tables[k] = _mapped_table(self.paths[k]).select(self.columns)
+            path = self.paths[k]
+            table = self._tables[k] = _mapped_table(path, self.seen, self.file_cache.cache(path)).select(self.columns)
             if len(self._tables) > OPEN_FILES:
                 self._tables.popitem(last=False)  # unmapped once no converted group holds its buffers
         self._tables.move_to_end(k)
@@ -319,7 +352,8 @@ class ArrowFiles(ColumnFiles):
 
 
 def arrow(path: str | os.PathLike | Sequence[str | os.PathLike], *, columns: Sequence[str] | None = None,
-          cache_bytes: int = CACHE_BYTES) -> ArrowFiles:
+          cache_bytes: int = CACHE_BYTES, cache_dir: str | os.PathLike | None = None,
+          cache_dir_bytes: int = DISK_BYTES) -> ArrowFiles:
     """An indexed reader over Arrow IPC files, memory-mapped: ``path`` is one file, a folder, a glob or a list.
 
     An entry is the tuple of the chosen ``columns`` (every column by
@@ -331,6 +365,13 @@ def arrow(path: str | os.PathLike | Sequence[str | os.PathLike], *, columns: Seq
     reader maps the files and reads their schemas and batch lengths; rows are
     read as they are asked for. ``cache_bytes`` bounds the converted record
     batches kept (string columns become Python objects).
+
+    A file may be a URL (``https://``, ``s3://``, what fsspec reads; ``pip
+    install 'readerkit[cloud]'``): with ``cache_dir`` it is downloaded whole
+    once into that local folder (at most ``cache_dir_bytes`` kept) and
+    mapped from there; without, it is read whole into memory (by range
+    requests) each time the reader opens it (at most 16 files held at once).
+    A URL that changed since the reader was built is refused, naming it.
 
     >>> import pyarrow as pa, pyarrow.feather, tempfile
     >>> folder = tempfile.TemporaryDirectory()
@@ -344,22 +385,26 @@ def arrow(path: str | os.PathLike | Sequence[str | os.PathLike], *, columns: Seq
         readers.parquet, from_hf, readers.shuffle_row_groups
     """
     paths = expand_paths(path, suffixes=(".arrow", ".feather", ".ipc"), what="Arrow files")
+    file_cache = FileCacheSetting(cache_dir, cache_dir_bytes, "arrow")
+    seen: dict[str, Stat] = {}
     names: list[str] | None = None
     files, lengths = [], []
     for k, p in enumerate(paths):
-        table = _mapped_table(p)  # over the map: the schema and the batches' lengths, no column read
+        table = _mapped_table(p, seen, file_cache.cache(p))  # over the map: the schema and the batches' lengths
         if names is None:
             names = table.schema.names
         elif table.schema.names != names:
-            raise ColumnarFileError(f"{p}: its columns {table.schema.names} differ from {paths[0]}'s {names}; "
+            raise ColumnarFileError(f"{redact(p)}: its columns {table.schema.names} differ from {redact(paths[0])}'s "
+                                    f"{names}; "
                                     "give files of one schema")
         sizes = [b.num_rows for b in table.to_batches()] or [0]
         files += [k] * len(sizes)
         lengths += sizes
-    where = f"arrow({os.fspath(path)!r})" if isinstance(path, (str, os.PathLike)) else f"arrow({path!r})"
+    where = f"arrow({redact(os.fspath(path))!r})" if isinstance(path, (str, os.PathLike)) else f"arrow({path!r})"
     chosen = choose_columns(names or [], columns, where)
     offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
-    return ArrowFiles(paths, chosen, np.array(files, np.int64), offsets, whole_bytes(cache_bytes, "arrow"))
+    return ArrowFiles(paths, chosen, np.array(files, np.int64), offsets, whole_bytes(cache_bytes, "arrow"),
+                      file_cache, seen)
 
 
 def from_data_dir(data_dir: str | None = None, data: str | None = None, columns: Any = None,

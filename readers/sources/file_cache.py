@@ -151,7 +151,7 @@ class FileCache:
     Traceback (most recent call last):
     ...
     readers.errors.BadValue: https://example.com/shard-0.tar is 2,097,152 bytes, more than the file cache's bound
-    of 1,048,576 bytes (.../cache): raise the bound (cache_bytes=) or drop cache_dir= to read it uncached
+    of 1,048,576 bytes (.../cache): raise the bound (cache_dir_bytes=) or drop cache_dir= to read it uncached
     >>> cache.close(); home.cleanup()
     """
 
@@ -214,7 +214,7 @@ class FileCache:
             raise BadValue(f"{_redact(url)}: size={size!r}: give the object's size in bytes, an int >= 0")
         if size > self.max_bytes:
             raise BadValue(f"{_redact(url)} is {size:,} bytes, more than the file cache's bound of {self.max_bytes:,} "
-                           f"bytes ({self.folder}): raise the bound (cache_bytes=) or drop cache_dir= to read it "
+                           f"bytes ({self.folder}): raise the bound (cache_dir_bytes=) or drop cache_dir= to read it "
                            "uncached")
         key = _key(url)
         path = self._hit(key, version, size)

@@ -203,15 +203,6 @@ def _failure(exc: BaseException) -> str:
     return type(exc).__name__
 
 
-def _answer(exc: BaseException) -> BaseException:
-    """The failure to judge: fsspec's http file system says FileNotFoundError whenever asking a size fails, the
-    server's answer (a 503, a 401) being its cause; a cause with a status other than 404 is the failure."""
-    cause = exc.__cause__
-    if isinstance(exc, FileNotFoundError) and cause is not None and (_status(cause) or 404) != 404:
-        return cause
-    return exc
-
-
 def _retrying(url: str, what: str, call: Callable[[], T]) -> T:
     """``call()``, tried again on a transient failure until ``RETRY.deadline``; then one ``RemoteReadError``.
     A missing object is ``MissingFile``; a refused credential is a ``RemoteReadError`` at once."""
@@ -222,8 +213,12 @@ def _retrying(url: str, what: str, call: Callable[[], T]) -> T:
             return call()
         except ReaderkitError:
             raise
-        except Exception as raised:  # whatever fsspec, aiohttp or botocore raise: sorted by transient()
-            exc = _answer(raised)
+        except Exception as exc:  # whatever fsspec, aiohttp or botocore raise: sorted by transient()
+            # fsspec's HTTP stat says "not found" for any failed HEAD and GET (a 503, a 401, a reset): the cause says which
+            cause = exc.__cause__
+            if isinstance(exc, FileNotFoundError) and cause is not None and (
+                    transient(cause) or _status(cause) not in (None, 404, 410)):
+                exc = cause
             if isinstance(exc, FileNotFoundError):
                 raise MissingFile(f"{redact(url)}: no such file or object: check the URL") from None
             if not transient(exc):
@@ -267,11 +262,8 @@ def stat(path: str) -> Stat:
             raise MissingFile(f"{local}: no such file: check the path") from None
         return Stat(found.st_size, f"{found.st_mtime_ns}:{found.st_ino}")
     fs, inner = _fsspec(path)
-
-    def ask() -> dict:
-        fs.invalidate_cache(inner)  # s3fs answers from its listing of the prefix, however old: ask the store
-        return fs.info(inner)
-    info = _retrying(path, "asking its size", ask)
+    fs.invalidate_cache(inner)  # s3fs answers from the listing it cached: a stat looks again, to see a change
+    info = _retrying(path, "asking its size", lambda: fs.info(inner))
     if info.get("type") == "directory":
         raise FileError(f"{redact(path)} is a folder, not a file: give the files, or a glob")
     size = info.get("size")
@@ -534,11 +526,13 @@ def merge_ranges(ranges: Sequence[tuple[int, int]], gap: int = MERGE_GAP) -> lis
 
 
 def read_ranges(path: str, ranges: Sequence[tuple[int, int]], gap: int = MERGE_GAP,
-                seen: Stat | None = None) -> list[bytes]:
+                seen: Stat | None = None, size: int | None = None) -> list[bytes]:
     """The bytes of many ``(start, length)`` ranges of one file, in the order given (each fewer at the file's
     end). For a URL, ranges closer than ``gap`` are merged and the merged ones fetched at once (fsspec's
     concurrent ``cat_ranges``), each retried. ``seen``: the ``stat`` the reader took before; a file that
-    changed since is refused (``FileChanged``), checked with the size the read asks for anyway.
+    changed since is refused (``FileChanged``), checked with the size the read asks for anyway. ``size``
+    (without ``seen``): the object's size where the caller knows it (it checks changes its own way), which
+    saves asking for it again on every call: a batch of ranges is then the range requests alone.
 
     >>> import tempfile
     >>> with tempfile.NamedTemporaryFile() as f:
@@ -554,7 +548,10 @@ def read_ranges(path: str, ranges: Sequence[tuple[int, int]], gap: int = MERGE_G
                 out.append(f.read(length))
             return out
     fs, inner = _fsspec(path)
-    now = stat(path) if seen is not None or any(start + length > 0 for start, length in ranges) else Stat(0, "")
+    if seen is None and size is not None:
+        now = Stat(size, "")
+    else:
+        now = stat(path) if seen is not None or any(start + length > 0 for start, length in ranges) else Stat(0, "")
     if seen is not None:
         check_unchanged(path, seen, now)
     size = now.size

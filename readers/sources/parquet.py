@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from readers.errors import ReaderkitError
 from readers.plugins.pairs import decode_images, parse_columns
 from readers.sources.columnar import (
     CACHE_BYTES,
@@ -28,7 +29,8 @@ from readers.sources.columnar import (
     pyarrow,
     whole_bytes,
 )
-from readers.sources.locations import expand_paths, open_file
+from readers.sources.file_access import DISK_BYTES, FileCacheSetting, open_checked
+from readers.sources.locations import Stat, expand_paths, is_url, redact
 
 __all__ = ["Parquet", "from_data_dir", "parquet"]
 
@@ -39,14 +41,17 @@ def _parquet() -> Any:
     return pq
 
 
-def _footer(path: str) -> Any:
+def _footer(path: str, seen: dict[str, Stat], cache: Any) -> Any:
+    """The file's metadata: a URL's read by one range request at its end (or from its whole copy in ``cache``)."""
     pq = _parquet()
-    with open_file(path) as f:
+    with open_checked(path, seen, cache, buffered=False) as f:
         try:
             return pq.read_metadata(f)
+        except ReaderkitError:
+            raise
         except (pyarrow().ArrowException, OSError) as exc:
-            raise ColumnarFileError(f"{path}: not a readable Parquet file ({exc}); write it again, or leave it "
-                                    "out") from None
+            raise ColumnarFileError(f"{redact(path)}: not a readable Parquet file ({exc}); write it again, or leave "
+                                    "it out") from None
 
 
 class Parquet(ColumnFiles):
@@ -55,8 +60,9 @@ class Parquet(ColumnFiles):
     name = "parquet"
 
     def __init__(self, paths: list[str], columns: list[str], files: np.ndarray, row_groups: np.ndarray,
-                 offsets: np.ndarray, cache_bytes: int):
-        super().__init__(paths, columns, files, offsets, cache_bytes)
+                 offsets: np.ndarray, cache_bytes: int, file_cache: FileCacheSetting | None = None,
+                 seen: dict[str, Stat] | None = None):
+        super().__init__(paths, columns, files, offsets, cache_bytes, file_cache, seen)
         self.row_groups = row_groups  # group g is row group row_groups[g] of file files[g]
         self._open: collections.OrderedDict[int, tuple[Any, Any]] = collections.OrderedDict()  # file -> (handle,
         # its ParquetFile): a few open at once, as a shuffle moves between files
@@ -64,9 +70,13 @@ class Parquet(ColumnFiles):
     def _file(self, k: int) -> Any:
         found = self._open.get(k)
         if found is None:
-            handle = open_file(self.paths[k])
+            cache = self.file_cache.cache(self.paths[k])
+            handle = open_checked(self.paths[k], self.seen, cache, buffered=False)
+            # a URL read by ranges: pyarrow fetches a row group's chosen column chunks in one coalesced read
+            ranged = is_url(self.paths[k]) and cache is None
             try:
-                found = self._open[k] = (handle, _parquet().ParquetFile(handle, page_checksum_verification=True))
+                found = self._open[k] = (handle, _parquet().ParquetFile(handle, page_checksum_verification=True,
+                                                                        pre_buffer=ranged))
             except BaseException:
                 handle.close()
                 raise
@@ -78,9 +88,11 @@ class Parquet(ColumnFiles):
     def _load(self, g: int) -> Any:
         pa = pyarrow()
         k, rg = int(self.files[g]), int(self.row_groups[g])
-        path = self.paths[k]
+        path = redact(self.paths[k])
         try:
             table = self._file(k).read_row_group(rg, columns=self.columns)
+        except ReaderkitError:  # a URL changed or failing: its own message says so
+            raise
         except (pa.ArrowException, OSError) as exc:
             raise ColumnarFileError(
                 f"{path}, row group {rg} (of {int((self.files == k).sum())}): cannot be decoded "
@@ -104,6 +116,12 @@ class Parquet(ColumnFiles):
         while self._open:
             self._open.popitem()[1][0].close()
 
+    def finish_pass(self) -> None:
+        """Close the URLs this copy has open, so that the next pass opens each again and refuses one that changed
+        (a local file stays open: its own checks are the footer's row counts)."""
+        for k in [k for k in self._open if is_url(self.paths[k])]:
+            self._open.pop(k)[0].close()
+
     def __getstate__(self) -> dict[str, Any]:
         state = super().__getstate__()
         state["_open"] = collections.OrderedDict()
@@ -114,7 +132,8 @@ class Parquet(ColumnFiles):
 
 
 def parquet(path: str | os.PathLike | Sequence[str | os.PathLike], *, columns: Sequence[str] | None = None,
-            cache_bytes: int = CACHE_BYTES) -> Parquet:
+            cache_bytes: int = CACHE_BYTES, cache_dir: str | os.PathLike | None = None,
+            cache_dir_bytes: int = DISK_BYTES) -> Parquet:
     """An indexed reader over Parquet files: ``path`` is one file, a folder (its ``.parquet`` files), a glob or a list.
 
     An entry is the tuple of the chosen ``columns`` (every column by default),
@@ -129,6 +148,15 @@ def parquet(path: str | os.PathLike | Sequence[str | os.PathLike], *, columns: S
     a row group, and ``readers.shuffle_row_groups(r, seed=...)`` (row groups in
     a random order, rows shuffled within a window of a few) decodes each row
     group once a pass.
+
+    A file may be a URL (``https://``, ``s3://``, what fsspec reads; ``pip
+    install 'readerkit[cloud]'``). Without ``cache_dir``, building reads each
+    footer with one range request, and a row group costs one request for
+    its chosen column chunks (one per run of adjacent chosen columns); with
+    ``cache_dir``, each file is downloaded whole once into that local folder
+    (at most ``cache_dir_bytes`` kept, the least recently used dropped) and
+    read from there. A URL that changed since the reader was built is
+    refused in a later pass, naming it.
 
     >>> import pyarrow as pa, pyarrow.parquet as pq, tempfile
     >>> folder = tempfile.TemporaryDirectory()
@@ -147,25 +175,27 @@ def parquet(path: str | os.PathLike | Sequence[str | os.PathLike], *, columns: S
         readers.arrow, readers.from_hf, readers.shuffle_row_groups
     """
     paths = expand_paths(path, suffixes=(".parquet", ".pq"), what="Parquet files")
+    file_cache = FileCacheSetting(cache_dir, cache_dir_bytes, "parquet")
+    seen: dict[str, Stat] = {}
     names: list[str] | None = None
     files, row_groups, lengths = [], [], []
     for k, p in enumerate(paths):
-        footer = _footer(p)
+        footer = _footer(p, seen, file_cache.cache(p))
         here = footer.schema.to_arrow_schema().names
         if names is None:
             names = here
         elif here != names:
-            raise ColumnarFileError(f"{p}: its columns {here} differ from {paths[0]}'s {names}; give files of one "
-                                    "schema")
+            raise ColumnarFileError(f"{redact(p)}: its columns {here} differ from {redact(paths[0])}'s {names}; give "
+                                    "files of one schema")
         for rg in range(footer.num_row_groups):
             files.append(k)
             row_groups.append(rg)
             lengths.append(footer.row_group(rg).num_rows)
-    where = f"parquet({os.fspath(path)!r})" if isinstance(path, (str, os.PathLike)) else f"parquet({path!r})"
+    where = f"parquet({redact(os.fspath(path))!r})" if isinstance(path, (str, os.PathLike)) else f"parquet({path!r})"
     chosen = choose_columns(names or [], columns, where)
     offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
     return Parquet(paths, chosen, np.array(files, np.int64), np.array(row_groups, np.int64), offsets,
-                   whole_bytes(cache_bytes, "parquet"))
+                   whole_bytes(cache_bytes, "parquet"), file_cache, seen)
 
 
 def from_data_dir(data_dir: str | None = None, data: str | None = None, columns: Any = None,

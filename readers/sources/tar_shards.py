@@ -43,7 +43,8 @@ from readers.graph import Share
 from readers.identity import function_identity
 from readers.launch import worker_info
 from readers.plugins.pairs import parse_columns, pick_fields, pillow
-from readers.sources.locations import expand_paths, open_file
+from readers.sources.file_access import DISK_BYTES, FileCacheSetting, open_checked
+from readers.sources.locations import Stat, expand_paths, open_file, redact
 from readers.stage import Stage
 
 __all__ = ["TarMemberError", "TarShardError", "decode_field", "from_data_dir", "split_name", "tar_shards"]
@@ -115,17 +116,18 @@ def _check_whole(path: str, f: Any, end: int) -> None:
     f.seek(end)
     tail = f.read(1024)
     if len(tail) < 1024 or tail.strip(b"\0"):
-        raise TarShardError(f"tar_shards: {path} is cut short (no end-of-archive after byte {end}): the shard was "
-                            "not written to its end; write it again (or drop it from the list)")
+        raise TarShardError(f"tar_shards: {redact(path)} is cut short (no end-of-archive after byte {end}): the shard "
+                            "was not written to its end; write it again (or drop it from the list)")
 
 
-def _samples(path: str) -> Iterator[list[tuple[str, Callable[[], bytes]]]]:
-    """The samples of one shard, each a list of (member name, a function reading its bytes), in order."""
-    with open_file(path) as f:
+def _samples(path: str, opener: Callable[[str], Any] = open_file) -> Iterator[list[tuple[str, Callable[[], bytes]]]]:
+    """The samples of one shard, each a list of (member name, a function reading its bytes), in order;
+    ``opener(path)`` opens it (a reader's opens through its cache and checks a URL is unchanged)."""
+    with opener(path) as f:
         try:
             archive = tarfile.open(fileobj=f, mode="r:")
         except tarfile.TarError as exc:
-            raise TarShardError(f"tar_shards: {path} is not a tar file ({exc}); check the path") from None
+            raise TarShardError(f"tar_shards: {redact(path)} is not a tar file ({exc}); check the path") from None
         members: list = []
         key = None
         try:
@@ -139,7 +141,7 @@ def _samples(path: str) -> Iterator[list[tuple[str, Callable[[], bytes]]]]:
                 key = this
                 members.append((info.name, _reader(archive, info, path)))
         except tarfile.TarError as exc:
-            raise TarShardError(f"tar_shards: {path} is cut short or damaged after member "
+            raise TarShardError(f"tar_shards: {redact(path)} is cut short or damaged after member "
                                 f"{members[-1][0] if members else '(none)'!r} ({exc}); write the shard again") from None
         if members:
             yield members
@@ -151,10 +153,11 @@ def _reader(archive: tarfile.TarFile, info: tarfile.TarInfo, path: str) -> Calla
         try:
             data = archive.extractfile(info).read()  # type: ignore[union-attr]
         except tarfile.TarError as exc:
-            raise TarShardError(f"tar_shards: {path} is cut short in member {info.name!r} ({exc}); "
+            raise TarShardError(f"tar_shards: {redact(path)} is cut short in member {info.name!r} ({exc}); "
                                 "write the shard again") from None
         if len(data) != info.size:
-            raise TarShardError(f"tar_shards: {path} is cut short in member {info.name!r}; write the shard again")
+            raise TarShardError(f"tar_shards: {redact(path)} is cut short in member {info.name!r}; write the shard "
+                                "again")
         return data
     return read
 
@@ -164,9 +167,16 @@ class TarShards(Stage):
 
     name = "tar_shards"
 
-    def __init__(self, paths: list[str], decode: Any, seed: int | None, on_error: str):
+    def __init__(self, paths: list[str], decode: Any, seed: int | None, on_error: str,
+                 file_cache: FileCacheSetting | None = None):
         super().__init__()
         self.paths, self.decode, self.seed, self.on_error = paths, decode, seed, on_error
+        self.file_cache = FileCacheSetting(None, DISK_BYTES, "tar_shards") if file_cache is None else file_cache
+        self.seen: dict[str, Stat] = {}  # a URL's size and version when this reader first opened it
+
+    def _open(self, path: str) -> Any:
+        """A shard opened to read: a URL by ranges or from the cache, refused if it changed since first seen."""
+        return open_checked(path, self.seen, self.file_cache.cache(path))
 
     def share(self) -> Share:
         info = worker_info()
@@ -191,7 +201,7 @@ class TarShards(Stage):
             except ImportError:
                 raise
             except Exception as exc:
-                error = TarMemberError(f"tar_shards: member {name!r} of {path} does not decode as .{ext} "
+                error = TarMemberError(f"tar_shards: member {name!r} of {redact(path)} does not decode as .{ext} "
                                        f"({type(exc).__name__}: {exc}); fix or drop that sample, or pass "
                                        "on_error='skip' to skip it with a warning")
                 if self.on_error == "raise":
@@ -208,7 +218,7 @@ class TarShards(Stage):
         if self.on_error == "skip":
             samples: Iterator = self._seek(pass_id, 0)
         else:
-            samples = (sample for path in self._mine(pass_id) for sample in _samples(path))
+            samples = (sample for path in self._mine(pass_id) for sample in _samples(path, self._open))
         with contextlib.closing(samples):  # the last shard opened is closed now
             return sum(1 for _ in itertools.islice(samples, limit))
 
@@ -217,7 +227,7 @@ class TarShards(Stage):
 
     def _seek(self, pass_id: int, cursor: int) -> Iterator[dict]:
         for path in self._mine(pass_id):
-            for members in _samples(path):
+            for members in _samples(path, self._open):
                 if cursor and self.on_error == "raise":  # no sample is skipped: pass them unread
                     cursor -= 1
                     continue
@@ -243,7 +253,8 @@ class TarShards(Stage):
         return title
 
 
-def tar_shards(urls: Any, *, decode: Any = True, seed: int | None = None, on_error: str = "raise") -> TarShards:
+def tar_shards(urls: Any, *, decode: Any = True, seed: int | None = None, on_error: str = "raise",
+               cache_dir: str | os.PathLike | None = None, cache_dir_bytes: int = DISK_BYTES) -> TarShards:
     """A reader of the samples of WebDataset shards: dicts of fields by extension, plus ``"__key__"``.
 
     ``urls``: a shard file, a folder of them, a glob, brace patterns
@@ -257,6 +268,14 @@ def tar_shards(urls: Any, *, decode: Any = True, seed: int | None = None, on_err
     naming the shard and member ("raise"), or its sample is skipped with a
     warning ("skip"). A shard cut short always raises ``TarShardError``.
     Nothing is opened until a pass starts; each global worker reads its own files.
+
+    A shard may be a URL (``https://host/shard-{000..099}.tar``, ``s3://bucket/prefix/``,
+    whatever fsspec reads; ``pip install 'readerkit[cloud]'``): it is streamed
+    by range requests of ``locations.BLOCK`` bytes, or, with ``cache_dir``,
+    downloaded whole once into that local folder (at most ``cache_dir_bytes``
+    of shards kept, the least recently used dropped) and read from there
+    after. A shard that changed since the reader first read it (another
+    size or ETag) is refused, naming it. Local shards are never cached.
 
     >>> import tempfile, os, webdataset as wds, readers
     >>> folder = tempfile.mkdtemp()
@@ -284,7 +303,8 @@ def tar_shards(urls: Any, *, decode: Any = True, seed: int | None = None, on_err
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer))):
         raise BadType(f"tar_shards: seed must be an int or None, got {seed!r}")
     paths = expand_paths(urls, suffixes=[".tar"], what="tar shards")
-    return TarShards(paths, decode, None if seed is None else int(seed), on_error)
+    file_cache = FileCacheSetting(cache_dir, cache_dir_bytes, "tar_shards")
+    return TarShards(paths, decode, None if seed is None else int(seed), on_error, file_cache)
 
 
 def from_data_dir(data_dir: str | os.PathLike | None = None, data: str | None = None, columns: Any = None,

@@ -9,18 +9,22 @@ from __future__ import annotations
 
 import difflib
 import os
+import posixpath
 import re
+import urllib.parse
 from collections.abc import Collection
 from typing import Any
 
-from readers.errors import BadValue
+from readers.errors import BadValue, MissingFile
+from readers.sources import locations
+from readers.sources.locations import is_url, redact
 
 try:
     import tomllib
 except ModuleNotFoundError:  # Python 3.10: tomli is the same parser, published on its own
     import tomli as tomllib
 
-__all__ = ["EXAMPLES", "RunFileError", "check_keys", "folder", "host_port", "integer", "read_toml", "seed",
+__all__ = ["EXAMPLES", "RunFileError", "check_keys", "folder", "folder_url", "host_port", "integer", "read_toml", "seed",
            "shuffle", "subtable", "token_size", "unknown", "vocab_size"]
 
 #: Psyche's TokenSize spellings; the byte counts 2 and 4 are accepted too.
@@ -88,11 +92,19 @@ def read_toml(path: str, kind: str) -> dict[str, Any]:
     readers.tokenized.runfile_fields.RunFileError: .../state.toml: line 3, column 13: not valid TOML (Expected '=' after a key in a key/value pair); correct the TOML syntax of that line: 'total_steps 10'
     >>> tmp.cleanup()
     """
-    if not os.path.isfile(path):
-        problem = "is a folder, not a file" if os.path.isdir(path) else "no such file"
-        raise RunFileError(path, None, problem, f"give the path of the {kind} file")
-    with open(path, "rb") as f:
-        raw = f.read()
+    if is_url(path):  # a data.toml behind a URL, beside its tokens: two requests (its size, its bytes)
+        try:
+            with locations.open_file(path) as f:
+                raw = f.read()
+        except MissingFile:
+            raise RunFileError(redact(path), None, "no such object", f"give the URL of the {kind} file") from None
+        path = redact(path)
+    else:
+        if not os.path.isfile(path):
+            problem = "is a folder, not a file" if os.path.isdir(path) else "no such file"
+            raise RunFileError(path, None, problem, f"give the path of the {kind} file")
+        with open(path, "rb") as f:
+            raw = f.read()
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -346,14 +358,39 @@ def folder(path: str, key: str, value: Any) -> str:
     >>> tmp.cleanup()
     """
     if not isinstance(value, str) or not value:
-        raise RunFileError(path, key, f"must be a folder path (a string), got {value!r}",
+        raise RunFileError(redact(path), key, f"must be a folder path (a string), got {value!r}",
                            "give the folder of the token files, relative to this file's folder or absolute")
+    if is_url(value) or is_url(path):
+        return folder_url(path, key, value)
     found = os.path.normpath(os.path.join(os.path.dirname(path), value))
     if not os.path.isdir(found):
         problem = "is a file, not a folder" if os.path.exists(found) else "no such folder"
         raise RunFileError(path, key, f"{value!r} ({found}) {problem}",
                            "give the folder of the .bin/.npy token files, relative to this file's folder")
     return found
+
+
+def folder_url(path: str, key: str, value: str) -> str:
+    """A token folder given as a URL (``value``), or relative to a file behind one (``path``), as a URL ending in
+    "/"; nothing is asked of the server here (the token reader lists the folder, and names it if it holds no tokens).
+
+    >>> folder_url("/runs/state.toml", "data_location.Local", "https://host/corpus/tokens")
+    'https://host/corpus/tokens/'
+    >>> folder_url("s3://bucket/corpus/data.toml", "dir", "."), folder_url("https://h/a/data.toml", "dir", "../b")
+    ('s3://bucket/corpus/', 'https://h/b/')
+    >>> folder_url("https://h/a/data.toml", "dir", "/data/tokens")
+    Traceback (most recent call last):
+    ...
+    readers.tokenized.runfile_fields.RunFileError: https://h/a/data.toml: dir: '/data/tokens' is a local folder, named by a file behind a URL; give the folder relative to the data.toml (dir = ".") or as a URL
+    """
+    if is_url(value):
+        return value if value.endswith("/") or "?" in value else value + "/"
+    if os.path.isabs(value):
+        raise RunFileError(redact(path), key, f"{value!r} is a local folder, named by a file behind a URL",
+                           'give the folder relative to the data.toml (dir = ".") or as a URL')
+    parts = urllib.parse.urlsplit(path)
+    inner = posixpath.normpath(posixpath.join(posixpath.dirname(parts.path), value))
+    return urllib.parse.urlunsplit((parts.scheme, parts.netloc, inner.rstrip("/") + "/", "", ""))
 
 
 def host_port(path: str, key: str, value: Any) -> tuple[str, int]:

@@ -27,6 +27,14 @@ state.toml
     Psyche's Http location. Psyche's Dummy, Http, WeightedHttp and
     Preprocessed locations are refused with a clear error.
 
+A Local folder (and a data.toml's ``dir``) may be a URL, ``http(s)://`` or
+``s3://`` (what ``readers.tokens`` reads): its token objects are read by byte
+ranges, as Psyche's HTTP provider reads them, and a ``data.toml`` beside them
+(fetched with one request for its size and one for its bytes) describes them
+as a local folder's does; its ``dir`` is relative to its own URL. A
+``load_data`` of a URL reads it the same way. Messages show URLs without
+their passwords or query strings.
+
 ``load_data`` and ``load_run`` read them with the standard library's
 ``tomllib`` and check every key before returning a frozen dataclass. Keys
 Psyche knows and readerkit has no use for (timings, checkpoint, optimizer,
@@ -48,12 +56,15 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from readers.errors import MissingFile
 from readers.network.wire import show_address
+from readers.sources import locations
+from readers.sources.locations import is_url, redact
 from readers.tokenized import runfile_fields as fields
 from readers.tokenized.runfile_fields import RunFileError
 
-__all__ = ["DataConfig", "LocalData", "RunConfig", "RunFileError", "ServerData", "data_text", "kind_of", "load_data",
-           "load_run", "write_data"]
+__all__ = ["DataConfig", "LocalData", "RunConfig", "RunFileError", "ServerData", "data_text", "data_toml_of", "kind_of",
+           "load_data", "load_run", "write_data"]
 
 #: A Local folder without a data.toml holds 2-byte tokens, read in order (Psyche's Shuffle::default()).
 DEFAULT_TOKEN_SIZE = 2
@@ -95,7 +106,7 @@ class DataConfig:
 
 @dataclass(frozen=True)
 class LocalData:
-    """Token data in a local folder (absolute path): bytes per token, shuffle seed (None: in order), the
+    """Token data in a local folder (absolute path) or a folder URL (ending in "/"): bytes per token, shuffle seed (None: in order), the
     run's sequence length, the vocabulary size its data.toml records (None: not recorded) and that data.toml's
     path (None: the folder has none, or the run file's Local table describes it)."""
 
@@ -147,14 +158,36 @@ def _local(path: str, key: str, value: Any, seq_len: int) -> LocalData:
                          fields.token_size(path, f"{key}.token_size_in_bytes", value["token_size_in_bytes"]),
                          fields.shuffle(path, f"{key}.shuffle", value["shuffle"]), seq_len)
     found = fields.folder(path, key, value)
-    described = os.path.join(found, "data.toml")
-    if not os.path.isfile(described):
+    described = data_toml_of(found)
+    if described is None:
         return LocalData(found, DEFAULT_TOKEN_SIZE, None, seq_len)
     data = load_data(described, caller=f"the Local data location of {path}")
     if data.seq_len != seq_len:
-        raise RunFileError(described, "seq_len", f"is {data.seq_len}, but model.LLM.max_seq_len is {seq_len} in {path}",
+        raise RunFileError(redact(described), "seq_len", f"is {data.seq_len}, but model.LLM.max_seq_len is {seq_len} in {path}",
                            "make the two equal")
-    return LocalData(data.dir, data.token_size, data.shuffle_seed, seq_len, data.vocab_size, described)
+    return LocalData(data.dir, data.token_size, data.shuffle_seed, seq_len, data.vocab_size, redact(described))
+
+
+def data_toml_of(folder: str) -> str | None:
+    """The data.toml of a token folder (a local path, or a URL ending in "/": one ``stat``), or None if it has none.
+
+    >>> import tempfile
+    >>> tmp = tempfile.TemporaryDirectory()
+    >>> data_toml_of(tmp.name) is None
+    True
+    >>> _ = open(os.path.join(tmp.name, "data.toml"), "w").write('dir = "."')
+    >>> data_toml_of(tmp.name) == os.path.join(tmp.name, "data.toml")
+    True
+    """
+    if not is_url(folder):
+        described = os.path.join(folder, "data.toml")
+        return described if os.path.isfile(described) else None
+    described = folder.split("?")[0].rstrip("/") + "/data.toml"
+    try:
+        locations.stat(described)
+    except MissingFile:
+        return None
+    return described
 
 
 def _find_location(path: str, llm: dict[str, Any], extra: dict[str, Any]) -> tuple[str, Any]:
@@ -192,7 +225,8 @@ def _location(path: str, key: str, value: Any, seq_len: int) -> LocalData | Serv
         raise RunFileError(path, f"{key}.{variant}", f"readerkit cannot read {variant} data "
                            "(it reads Server and Local data locations)",
                            'serve the tokens from a data-provider server and write Server = "host:port", or copy '
-                           'them to a folder and write Local = "folder"')
+                           'them to a folder and write Local = "folder" (a local folder, or the URL of one holding '
+                           '.bin or .npy token files: Local = "https://host/tokens/" or "s3://bucket/tokens/")')
     if inner is None:
         raise RunFileError(path, f"{key}.{variant}", "needs a value", fix)
     if variant == "Server":
@@ -224,6 +258,8 @@ def _run_data_toml(path: str, doc: dict[str, Any]) -> str:
             return (f"this run reads its tokens from the server at {inner}: give the data.toml that server was "
                     "started with")
         inner = inner.get("path") if variant == "Local" and isinstance(inner, dict) else inner
+        if variant == "Local" and isinstance(inner, str) and is_url(inner):
+            return f"this run's tokens are at {redact(inner)}: give the data.toml there"
         if variant == "Local" and isinstance(inner, str) and inner:
             folder = os.path.normpath(os.path.join(os.path.dirname(path), inner))
             described = os.path.join(folder, "data.toml")
@@ -280,17 +316,19 @@ def load_data(path: str | os.PathLike, *, caller: str = "load_data") -> DataConf
 
     See Also: load_run
     """
-    path = os.path.abspath(os.fspath(path))
+    path = os.fspath(path)
+    path = path if is_url(path) else os.path.abspath(path)
     doc = fields.read_toml(path, "data.toml")
+    shown = redact(path)  # a URL's password or signature stays out of every message
     if kind_of(doc) == "state.toml":
-        raise _wrong_kind(path, doc, "data.toml", caller)
-    fields.check_keys(path, doc, "", DATA_KEYS, required=DATA_KEYS[:3])
+        raise _wrong_kind(shown, doc, "data.toml", caller)
+    fields.check_keys(shown, doc, "", DATA_KEYS, required=DATA_KEYS[:3])
     seed = doc.get("shuffle_seed", "DontShuffle")
-    size = fields.token_size(path, "token_size", doc["token_size"])
+    size = fields.token_size(shown, "token_size", doc["token_size"])
     return DataConfig(dir=fields.folder(path, "dir", doc["dir"]), token_size=size,
-                      seq_len=fields.integer(path, doc, "", "seq_len", 1),
-                      shuffle_seed=None if seed == "DontShuffle" else fields.seed(path, "shuffle_seed", seed),
-                      vocab_size=fields.vocab_size(path, doc, size))
+                      seq_len=fields.integer(shown, doc, "", "seq_len", 1),
+                      shuffle_seed=None if seed == "DontShuffle" else fields.seed(shown, "shuffle_seed", seed),
+                      vocab_size=fields.vocab_size(shown, doc, size))
 
 
 def data_text(*, token_size: int, vocab_size: int, seq_len: int, shuffle_seed: int | None = None) -> str:

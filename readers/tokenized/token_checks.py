@@ -25,7 +25,7 @@ import numpy as np
 
 from readers.tokenized.runfile_fields import TOKEN_SIZE_NAMES
 
-__all__ = ["four_byte_problem", "four_byte_shape", "looks_four_byte", "sample", "too_large", "vocabulary_problem"]
+__all__ = ["four_byte_problem", "four_byte_shape", "looks_four_byte", "sample", "sample_spans", "too_large", "vocabulary_problem"]
 
 #: Blocks sampled per file, and tokens per block: even, so the two halves of a 4-byte token stay in one block.
 BLOCKS, BLOCK = 32, 64
@@ -47,11 +47,22 @@ def sample(tokens: np.ndarray) -> np.ndarray:
     >>> len(s), s[:2].tolist(), s[-1].item()
     (2048, [0, 1], 99999)
     """
-    n = len(tokens)
+    spans = sample_spans(len(tokens))
+    if len(spans) == 1:
+        return np.asarray(tokens[:spans[0][1]])
+    return np.concatenate([tokens[s:s + k] for s, k in spans])
+
+
+def sample_spans(n: int) -> list[tuple[int, int]]:
+    """The ``(start, count)`` runs of tokens that ``sample`` takes of ``n`` tokens (a remote file reads these).
+
+    >>> sample_spans(5), len(sample_spans(100_000)), sample_spans(100_000)[-1]
+    ([(0, 4)], 32, (99936, 64))
+    """
     if n <= BLOCKS * BLOCK:
-        return np.asarray(tokens[:n - n % 2])
+        return [(0, n - n % 2)]
     starts = np.linspace(0, n - BLOCK, BLOCKS).astype(np.int64) & ~1
-    return np.concatenate([tokens[s:s + BLOCK] for s in starts.tolist()])
+    return [(s, BLOCK) for s in starts.tolist()]
 
 
 def four_byte_shape(tokens: np.ndarray) -> str | None:

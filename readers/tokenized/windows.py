@@ -35,6 +35,16 @@ checked (``readers.tokenized.token_checks``), once: a 2-byte read of a
 given, and an id beyond a given ``vocab_size`` as a wrong token size or a
 stale data.toml. A file passed stays passed in that process (its stamp is
 checked on every mapping), so a file mapped again is not sampled again.
+
+Any path may also be a URL (``http(s)://``, ``s3://``, whatever fsspec
+reads): a folder or prefix URL, a glob, or object URLs, read by byte ranges
+(``readers.tokenized.token_objects``) beside the mapped files, with the same
+layouts, checks, entries and digest. Building the reader costs one ``stat``
+per object (and a small header read per ``.npy``). An object is compared with
+its first ``stat`` (size and ETag or version) on its first read in each pass
+in each process, one request per object read, so one rewritten between passes
+is refused with ``TokenFileChanged`` naming its URL before anything of it is
+read again; a rewrite in the middle of a pass is seen at the next pass.
 """
 from __future__ import annotations
 
@@ -48,9 +58,11 @@ from typing import Any
 import numpy as np
 
 from readers.digests import array_digest, hasher
-from readers.errors import BadType, BadValue, FileError, make_folder
+from readers.errors import BadType, BadValue, FileError, MissingFile, make_folder
+from readers.sources import locations
+from readers.sources.locations import is_url, redact
 from readers.stage import IndexedReader
-from readers.tokenized import token_checks
+from readers.tokenized import token_checks, token_objects
 from readers.tokenized.runfile_fields import MOST_IDS
 
 __all__ = ["TokenFileChanged", "TokenFileError", "Tokens", "check_new_corpus", "tokenize_bytes", "tokens"]
@@ -77,7 +89,9 @@ def _files(path: Any) -> list[str]:
         raise BadType(f"tokens: path must be a file, a folder or a non-empty list of them, got {path!r}")
     found = []
     for item in map(os.fspath, path):
-        if os.path.isdir(item):
+        if is_url(item):
+            found += _objects(item)
+        elif os.path.isdir(item):
             names = sorted(os.listdir(item))
             inside = [os.path.join(item, n) for n in names if n.endswith(SUFFIXES) and not n.startswith(".")
                       and os.path.isfile(os.path.join(item, n))]
@@ -96,42 +110,58 @@ def _files(path: Any) -> list[str]:
     return found
 
 
-def _layout(path: str, token_size: int) -> tuple[int, np.dtype, int]:
+def _objects(url: str) -> list[str]:
+    """The token objects a URL names: itself, a folder's (prefix's) or a glob's .bin and .npy objects."""
+    found = locations.expand_paths(url, suffixes=SUFFIXES, what=".bin or .npy token files")
+    wrong = [u for u in found if not _suffix(u).endswith(SUFFIXES)]
+    if wrong:
+        raise TokenFileError(f"{redact(wrong[0])}: not a token file: give .bin objects (raw little-endian tokens) or "
+                             ".npy objects, or a folder (prefix) of them")
+    return found
+
+
+def _suffix(path: str) -> str:
+    """The name a suffix is read from: a URL's path, without its query string (a signed URL's)."""
+    return redact(path) if is_url(path) else path
+
+
+def _layout(path: str, token_size: int, size: int | None = None) -> tuple[int, np.dtype, int]:
     """(tokens, dtype, byte offset of the first token) of one file, from its size or its .npy header alone,
-    checked against ``token_size``; nothing is mapped or read past the header."""
-    if path.endswith(".npy"):
+    checked against ``token_size``; nothing is mapped or read past the header. ``size``: a URL's, from its
+    ``stat`` (its header is read by a range request)."""
+    remote, shown = is_url(path), redact(path)
+    if _suffix(path).endswith(".npy"):
         try:
-            with open(path, "rb") as f:
+            with (token_objects.header(path, size) if remote else open(path, "rb")) as f:
                 version = np.lib.format.read_magic(f)
                 shape, fortran, dtype = (np.lib.format.read_array_header_1_0(f) if version == (1, 0)
                                          else np.lib.format.read_array_header_2_0(f))
                 offset = f.tell()
         except ValueError as exc:
-            raise TokenFileError(f"{path}: not a readable .npy file ({exc}); save tokens with np.save") from None
+            raise TokenFileError(f"{shown}: not a readable .npy file ({exc}); save tokens with np.save") from None
         if dtype.kind not in "iu" or dtype.itemsize != token_size:
             name = TOKEN_DTYPES[token_size].name
             raise TokenFileError(
-                f"{path} holds {dtype} values ({dtype.itemsize} bytes each), which disagrees with "
+                f"{shown} holds {dtype} values ({dtype.itemsize} bytes each), which disagrees with "
                 f"token_size={token_size}: save the tokens as {name} (np.save(path, tokens.astype(np.{name}))), "
                 "or pass the token_size they were saved with")
         if len(shape) != 1:
-            raise TokenFileError(f"{path} holds an array of shape {shape}; token files hold one sequence "
+            raise TokenFileError(f"{shown} holds an array of shape {shape}; token files hold one sequence "
                                  "(1-D): save tokens.reshape(-1)")
-        _check_npy_size(path, shape[0], dtype, offset)
+        _check_npy_size(shown, shape[0], dtype, offset, os.path.getsize(path) if size is None else size)
         return shape[0], dtype, offset
-    size = os.path.getsize(path)
+    size = os.path.getsize(path) if size is None else size
     if size % token_size:
         other = 6 - token_size
         hint = f" (try token_size={other})" if size % other == 0 else ""
-        raise TokenFileError(f"{path} has {size:,} bytes, not a multiple of token_size={token_size}: it was "
+        raise TokenFileError(f"{shown} has {size:,} bytes, not a multiple of token_size={token_size}: it was "
                              f"cut short, or written with another token size{hint}")
     return size // token_size, TOKEN_DTYPES[token_size], 0
 
 
-def _check_npy_size(path: str, n: int, dtype: np.dtype, offset: int) -> None:
-    """Refuse a .npy file whose header announces more tokens than its bytes hold (cut short, or its header
-    edited): mapping it would fail, and reading past its end would kill the process."""
-    size = os.path.getsize(path)
+def _check_npy_size(path: str, n: int, dtype: np.dtype, offset: int, size: int) -> None:
+    """Refuse a .npy file of ``size`` bytes whose header announces more tokens than its bytes hold (cut short, or
+    its header edited): mapping it would fail, and reading past its end would kill the process."""
     if offset + n * dtype.itemsize > size:
         held = max(size - offset, 0) // dtype.itemsize
         raise TokenFileError(f"{path}: its .npy header announces {n:,} tokens ({n * dtype.itemsize:,} bytes after "
@@ -213,11 +243,22 @@ class Tokens(IndexedReader):
     def __init__(self, paths: list[str], seq_len: int, token_size: int, vocab_size: int | None = None):
         super().__init__()
         self.paths, self.seq_len, self.token_size = paths, seq_len, token_size
-        self.stamps = [_stamp(p) for p in paths]  # before the layouts: a change while they are read is seen
+        self.remote = [k for k, p in enumerate(paths) if is_url(p)]  # objects read by ranges, not mapped
+        self._remote = frozenset(self.remote)
+        # before the layouts: a change while they are read is seen; a URL's Stat (size, version), a request each
+        self.stamps: list[Any] = [_stamp(p) if not is_url(p) else None for p in paths]
+        for k, found in zip(self.remote, locations.stats([paths[k] for k in self.remote])):
+            self.stamps[k] = found
         self.vocab_size = vocab_size
-        self.layouts = [_layout(p, token_size) for p in paths]
+        self.layouts: list[tuple[int, np.dtype, int]] = [None] * len(paths)  # type: ignore[list-item]
+        for k, p in enumerate(paths):
+            if not is_url(p):
+                self.layouts[k] = _layout(p, token_size)
+        found = token_objects.at_once(lambda k: _layout(paths[k], token_size, self.stamps[k].size), self.remote)
+        for k, layout in zip(self.remote, found):
+            self.layouts[k] = layout
         self.sizes = [n for n, _, _ in self.layouts]
-        short = [(p, n) for p, n in zip(paths, self.sizes) if n < seq_len + 1]
+        short = [(redact(p), n) for p, n in zip(paths, self.sizes) if n < seq_len + 1]
         if short:
             shown = "; ".join(f"{p} holds {n:,}" for p, n in short[:3]) + ("; ..." if len(short) > 3 else "")
             raise TokenFileError(
@@ -229,6 +270,7 @@ class Tokens(IndexedReader):
         # file k -> [its windows' view, its map, when it was last checked unchanged (time.monotonic)]
         self._views: collections.OrderedDict[int, list] = collections.OrderedDict()
         self._sampled_files: set[int] = set()  # files whose sample passed, in this process (_sampled)
+        self._seen_in_pass: set[int] = set()  # objects checked unchanged in this process since its pass began
 
     def _tokens(self, k: int) -> tuple[np.ndarray, mmap.mmap]:
         """File ``k``'s tokens as a read-only array over a memory map of the file, and the map, once the file is
@@ -292,7 +334,9 @@ class Tokens(IndexedReader):
         readers.tokenized.windows.TokenFileChanged: .../a.bin changed while it was being read: it is gone (No such file or directory); ...
         """
         for path, stamp in zip(self.paths, self.stamps):
-            _check_unchanged(path, stamp)
+            if not isinstance(stamp, locations.Stat):
+                _check_unchanged(path, stamp)
+        self._seen_in_pass = set()  # each object is compared with its stat again on its first read in this pass
         return super().for_pass(pass_id)
 
     def _sampled(self, k: int) -> tuple[np.ndarray, mmap.mmap]:
@@ -310,6 +354,39 @@ class Tokens(IndexedReader):
         self._sampled_files.add(k)
         return a, mapped
 
+    def _ready(self, k: int) -> None:
+        """Object ``k`` (a URL) compared with its first ``stat`` on its first read in this pass in this process,
+        and its sample checked on its first read in this process, as a mapped file's (``_sampled``)."""
+        url, seen = self.paths[k], self.stamps[k]
+        if k not in self._seen_in_pass:
+            try:
+                now = locations.stat(url)
+            except MissingFile:
+                now = None
+            if now != seen:
+                change = ("it is gone (no such object)" if now is None else
+                          f"it had {seen.size:,} bytes (version {seen.version or '?'}) when the reader opened it and "
+                          f"has {now.size:,} bytes (version {now.version or '?'}) now")
+                raise TokenFileChanged(f"{redact(url)} changed while it was being read: {change}; a token file must "
+                                       "stay as it is while a reader or server uses it: write new tokens to new "
+                                       "objects, then build the reader (or restart the server) again")
+            self._seen_in_pass.add(k)
+        if k in self._sampled_files:
+            return
+        n, dtype, offset = self.layouts[k]
+        a = token_objects.sample(url, seen.size, dtype, offset, n)
+        name = redact(url)
+        problem = ((n % 2 == 0 and token_checks.four_byte_problem(name, a, self.token_size, self.vocab_size))
+                   or token_checks.vocabulary_problem(name, a, self.vocab_size))
+        if problem:
+            raise TokenFileError(problem)
+        self._sampled_files.add(k)
+
+    def _prepare(self, files: list[int]) -> None:
+        """``_ready`` for the objects among ``files``, side by side."""
+        token_objects.at_once(self._ready, [k for k in files if k in self._remote
+                                            and (k not in self._seen_in_pass or k not in self._sampled_files)])
+
     def check_samples(self) -> None:
         """Check a sample of every file as its first read does (the token size, ``vocab_size``), so that a wrong
         token size is refused before anything is built on the tokens; raises ``TokenFileError``.
@@ -323,8 +400,10 @@ class Tokens(IndexedReader):
         ...
         readers.tokenized.windows.TokenFileError: .../a.bin: read as 2-byte tokens (token_size = "TwoBytes"), every second token is 0 in a sample of 144: probably 4-byte tokens; ...
         """
+        self._prepare(list(range(len(self.paths))))
         for k in range(len(self.paths)):
-            self._sampled(k)
+            if not is_url(self.paths[k]):
+                self._sampled(k)
 
     def max_token(self) -> int:
         """The largest token id in all the files, read in 16 MiB blocks (to size a vocabulary).
@@ -354,7 +433,13 @@ class Tokens(IndexedReader):
         readers.tokenized.windows.TokenFileError: .../b.bin holds the token id 901, beyond vocab_size = 901 ...
         """
         top, where = -1, 0
+        self._prepare(list(range(len(self.paths))))
         for k, n in enumerate(self.sizes):
+            if is_url(self.paths[k]):
+                block = token_objects.largest(self.paths[k], self.stamps[k].size, *self.layouts[k][1:], n)
+                if block > top:
+                    top, where = block, k
+                continue
             a = self._sampled(k)[0]
             for lo in range(0, n, 1 << 23):
                 block = int(a[lo:lo + (1 << 23)].max())
@@ -362,13 +447,14 @@ class Tokens(IndexedReader):
                     top, where = block, k
             del a
         if self.vocab_size is not None and top >= self.vocab_size:
-            raise TokenFileError(token_checks.too_large(self.paths[where], top, self.vocab_size))
-        return max(top, 0), self.paths[where]
+            raise TokenFileError(token_checks.too_large(redact(self.paths[where]), top, self.vocab_size))
+        return max(top, 0), redact(self.paths[where])
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state["_views"] = collections.OrderedDict()  # another process maps the files itself
         state["_sampled_files"] = set()  # and checks their samples itself
+        state["_seen_in_pass"] = set()  # and compares the objects it reads with their stat itself
         return state
 
     def __len__(self) -> int:
@@ -383,6 +469,8 @@ class Tokens(IndexedReader):
     def gather_columns(self, indices: np.ndarray) -> np.ndarray:
         """The windows at ``indices`` as one int32 array (len(indices), seq_len + 1)."""
         indices = np.asarray(indices, np.int64)
+        if self.remote:
+            return self._gather_objects(indices)
         if len(self.paths) == 1:
             return self._checked(self._window_view(0)[indices], 0)
         out = np.empty((len(indices), self.seq_len + 1), np.int32)
@@ -390,6 +478,29 @@ class Tokens(IndexedReader):
         for k in np.unique(files).tolist():
             rows = files == k
             out[rows] = self._checked(self._window_view(k)[indices[rows] - self.offsets[k]], k)
+        return out
+
+    def _gather_objects(self, indices: np.ndarray) -> np.ndarray:
+        """``gather_columns`` where some files are URLs: each object's windows as byte ranges, merged when close
+        and fetched at once, the objects of the batch side by side; mapped files as ``gather_columns`` reads them."""
+        out = np.empty((len(indices), self.seq_len + 1), np.int32)
+        files = np.searchsorted(self.offsets, indices, side="right") - 1
+        ks = np.unique(files).tolist()
+        self._prepare(ks)
+
+        def read(k: int) -> tuple[np.ndarray, np.ndarray]:
+            rows = files == k
+            n, dtype, offset = self.layouts[k]
+            starts = (indices[rows] - self.offsets[k]) * self.seq_len
+            return rows, self._checked(token_objects.read_rows(self.paths[k], self.stamps[k].size, dtype, offset,
+                                                               starts, self.seq_len + 1), k)
+
+        for rows, windows in token_objects.at_once(read, [k for k in ks if k in self._remote]):
+            out[rows] = windows
+        for k in ks:
+            if k not in self._remote:
+                rows = files == k
+                out[rows] = self._checked(self._window_view(k)[indices[rows] - self.offsets[k]], k)
         return out
 
     def _checked(self, windows: np.ndarray, k: int) -> np.ndarray:
@@ -402,11 +513,11 @@ class Tokens(IndexedReader):
         high = int(windows.max())
         low = int(windows.min()) if windows.dtype.kind == "i" else 0
         if low < 0 or high > _INT32_MAX:
-            raise TokenFileError(f"{self.paths[k]} holds the token id {low if low < 0 else high}, outside "
+            raise TokenFileError(f"{redact(self.paths[k])} holds the token id {low if low < 0 else high}, outside "
                                  f"0..{_INT32_MAX:,}: token ids are non-negative and fit in int32 (is "
                                  "token_size right?)")
         if self.vocab_size is not None and high >= self.vocab_size:
-            raise TokenFileError(token_checks.too_large(self.paths[k], high, self.vocab_size))
+            raise TokenFileError(token_checks.too_large(redact(self.paths[k]), high, self.vocab_size))
         return windows.astype(np.int32)
 
     def sample_ids(self, indices: np.ndarray) -> np.ndarray:
@@ -421,6 +532,12 @@ class Tokens(IndexedReader):
         """The files' token counts and a sampled digest of each (``array_digest``): their content, not their names."""
         h = hasher()
         for k in range(len(self.paths)):
+            if is_url(self.paths[k]):  # the same bytes as a mapped file's array_digest, read by ranges
+                self._seen_in_pass.discard(k)
+                self._ready(k)
+                n, dtype, offset = self.layouts[k]
+                h.update(f"{n}:{token_objects.digest(self.paths[k], self.stamps[k].size, dtype, offset, n)};".encode())
+                continue
             array = self._tokens(k)[0]
             h.update(f"{len(array)}:{array_digest(array)};".encode())
             del array  # one file mapped at a time

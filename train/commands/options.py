@@ -25,7 +25,7 @@ from typing import Any
 import click
 from click.core import ParameterSource
 
-__all__ = ["BlasThreads", "PipelineRunSettings", "TrainSettings", "as_settings", "batch_size_option",
+__all__ = ["BlasThreads", "FileOrURL", "PipelineRunSettings", "TrainSettings", "as_settings", "batch_size_option",
            "blas_threads_option", "classes_option", "given_flags", "log_json_option", "lr_option", "model_option", "passes_option",
            "reader_options", "seed_option"]
 
@@ -161,6 +161,27 @@ def lr_option(help_text: str) -> Callable:
 def seed_option(help_text: str) -> Callable:
     """``--seed``: an int from 0 (0 when not given)."""
     return click.option("--seed", default=0, show_default=True, type=click.IntRange(min=0), help=help_text)
+
+
+class FileOrURL(click.Path):
+    """A file that must exist, as ``click.Path(exists=True, dir_okay=False)`` checks it, or a URL (``http(s)://``,
+    ``s3://``...) taken as it is: the command reads it, and names it if it is not there.
+
+    >>> FileOrURL().convert("https://host/tokens/data.toml", None, None)
+    'https://host/tokens/data.toml'
+    >>> FileOrURL().convert("/no/such/data.toml", None, None)
+    Traceback (most recent call last):
+    ...
+    click.exceptions.BadParameter: File '/no/such/data.toml' does not exist.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(exists=True, dir_okay=False)
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        from readers.sources.locations import is_url
+
+        return value if is_url(value) else super().convert(value, param, ctx)
 
 
 class BlasThreads(click.ParamType):

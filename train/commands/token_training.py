@@ -18,8 +18,9 @@ import click
 import numpy as np
 
 import readers
+from readers.sources.locations import redact
 from readers.tokenized.run_limits import check_run
-from readers.tokenized.runfiles import LocalData, load_run
+from readers.tokenized.runfiles import LocalData, data_toml_of, load_run
 from readers.tokenized.schedule import BatchSchedule
 from readers.tokenized.windows import Tokens
 from train.checkpoints.resume import ResumeRefused
@@ -64,8 +65,8 @@ def _token_data(run: Any, settings: TrainSettings) -> tuple[Any, int | None, Any
     data.toml records is taken as it is; else the files are read."""
     config = settings.config
     if isinstance(run.data, LocalData):
-        if not os.path.isfile(os.path.join(run.data.path, "data.toml")) and run.data.shuffle_seed is None:
-            click.echo(f"warning: {run.data.path} has no data.toml, so its tokens are read as {run.data.token_size}-"
+        if run.data.shuffle_seed is None and data_toml_of(run.data.path) is None:
+            click.echo(f"warning: {redact(run.data.path)} has no data.toml, so its tokens are read as {run.data.token_size}-"
                        "byte ids, in order (the reference's defaults); write one there to say token_size and "
                        "shuffle_seed", err=True)
         tokens = readers.tokens(run.data.path, seq_len=run.seq_len, token_size=run.data.token_size,

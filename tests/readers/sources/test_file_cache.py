@@ -157,7 +157,7 @@ def test_file_cache_too_large_object_names_url_and_sizes(folder):
     with FileCache(folder, 1000) as cache, pytest.raises(BadValue) as caught:
         cache.get(url(0), "v1", 1001, Store().fetch(0))
     assert str(caught.value) == (f"{shown(0)} is 1,001 bytes, more than the file cache's bound of 1,000 bytes "
-                                 f"({folder}): raise the bound (cache_bytes=) or drop cache_dir= to read it uncached")
+                                 f"({folder}): raise the bound (cache_dir_bytes=) or drop cache_dir= to read it uncached")
     assert entries(folder) == []
 
 
