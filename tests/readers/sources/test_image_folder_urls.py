@@ -22,8 +22,15 @@ from readers.sources import locations  # noqa: E402
 from readers.sources.image_folder import ImageDecodeError, image_folder  # noqa: E402
 from readers.sources.locations import FileChanged, redact  # noqa: E402
 from readers.testing import assert_resumes_at_every_step  # noqa: E402
+from tests.helpers.fsspec_io import stop_io  # noqa: E402
 from tests.helpers.http_server import serve_folder  # noqa: E402
 from tests.readers.sources.test_image_folder import every_key, key, write_folder  # noqa: E402
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _no_fsspec_thread_after():
+    yield
+    stop_io()  # a later test's process workers would spawn while it runs (tests/helpers/fsspec_io.py)
 
 
 class Served(NamedTuple):

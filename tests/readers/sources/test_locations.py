@@ -59,6 +59,14 @@ def write_tree(root) -> None:
         (root / name).write_bytes(bytes(range(256)) * (k + 1))
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _no_fsspec_thread_after():
+    yield
+    from tests.helpers.fsspec_io import stop_io
+
+    stop_io()  # a later test's process workers would spawn while it runs (tests/helpers/fsspec_io.py)
+
+
 @contextlib.contextmanager
 def store(kind: str, request, tmp_path) -> Iterator[tuple[str, Any]]:
     """(the URL of tmp_path/tree behind HTTP, with user:secret@ and no trailing "/", or in S3; the HTTP server)."""

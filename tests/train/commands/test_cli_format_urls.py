@@ -15,9 +15,16 @@ pq = pytest.importorskip("pyarrow.parquet")
 
 import cli  # noqa: E402
 from readers.plugins.registry import reader_splits  # noqa: E402
+from tests.helpers.fsspec_io import stop_io  # noqa: E402
 from tests.helpers.http_server import serve_folder  # noqa: E402
 
 N = 24
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _no_fsspec_thread_after():
+    yield
+    stop_io()  # a later test's process workers would spawn while it runs (tests/helpers/fsspec_io.py)
 
 
 def run(*args):
