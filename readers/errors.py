@@ -25,16 +25,30 @@ pickle.
 from __future__ import annotations
 
 import os
+import re
 
 __all__ = ["BadType", "BadValue", "FileError", "MissingFile", "NotFound", "ReaderkitError", "TimedOut", "make_folder"]
+
+#: A URL's scheme and its ``user:password@`` (or ``token@``), which a message must not show.
+_USERINFO = re.compile(r"\b([A-Za-z][A-Za-z0-9+.-]*://)[^/\s@'\"]+@")
 
 
 class ReaderkitError(Exception):
     """An expected failure: the message names what was wrong and says what to change.
 
+    A URL's ``user:password@`` never reaches a message: it is taken out of
+    every URL in the message when the error is made (the messages of
+    readerkit show URLs through ``readers.sources.locations.redact``; this
+    catches one that does not).
+
     >>> issubclass(BadValue, ReaderkitError), issubclass(BadValue, ValueError)
     (True, True)
+    >>> str(BadValue("https://me:secret@host/a.tar: not a tar file; check the path"))
+    'https://host/a.tar: not a tar file; check the path'
     """
+
+    def __init__(self, *args: object):
+        super().__init__(*(_USERINFO.sub(r"\1", a) if isinstance(a, str) else a for a in args))
 
 
 class BadValue(ReaderkitError, ValueError):

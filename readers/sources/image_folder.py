@@ -30,19 +30,35 @@ in both sides is first decoded at a reduced scale (1/2, 1/4 or 1/8, never
 below ``size``; Pillow's ``draft``, as its ``thumbnail`` does), which is
 several times faster than decoding it whole; its pixels then differ slightly
 from a full decode's resized (a reduced decode averages blocks of pixels).
+
+``root`` may be a URL of a folder or prefix (``http(s)://``, ``s3://``,
+through fsspec): it is listed once (recursively; a web server's index pages
+of links), each image's ``stat`` taken then, and each image is read with one
+request for its bytes after one for its size and version: an image that
+changed since the listing is refused (``FileChanged``, naming it). The
+digest is by content, so a folder and its copy behind a URL have one.
+Messages and the repr show a URL through ``redact``.
 """
 from __future__ import annotations
 
 import os
+import urllib.parse
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 from readers.digests import hasher, value_digest
-from readers.errors import BadType, BadValue, MissingFile
+from readers.errors import BadType, BadValue, MissingFile, ReaderkitError
 from readers.plugins.pairs import PillowMissing, mark_roles, parse_columns, pillow
-from readers.sources.locations import expand_paths, open_file
+from readers.sources.locations import (
+    Stat,
+    expand_paths,
+    is_url,
+    open_file,
+    redact,
+    stats,
+)
 from readers.stage import IndexedReader
 
 __all__ = [
@@ -64,9 +80,11 @@ def _pil() -> Any:
     return pillow("image_folder decodes images")
 
 
-def decode_image(path: str, size: tuple[int, int] | None = None, mode: str = "RGB") -> np.ndarray:
+def decode_image(path: str, size: tuple[int, int] | None = None, mode: str = "RGB",
+                 seen: Stat | None = None) -> np.ndarray:
     """The image file at ``path`` as a ``uint8`` array (height, width, channels) in ``mode``, resized to
     ``size`` = (height, width) when given; a file that does not decode raises ``ImageDecodeError`` naming it.
+    ``seen``: its ``stat`` when listed; a file changed since raises ``FileChanged``.
 
     >>> import tempfile
     >>> from PIL import Image
@@ -84,7 +102,7 @@ def decode_image(path: str, size: tuple[int, int] | None = None, mode: str = "RG
     readers.sources.image_folder.ImageDecodeError: .../gray.png does not decode as an image (UnidentifiedImageError: ...): replace the file, or remove it from the folder
     """
     Image = _pil()
-    with open_file(path) as f:  # a missing file is a MissingFile, not a bad image
+    with open_file(path, seen=seen) as f:  # a missing file is a MissingFile, not a bad image
         try:
             with Image.open(f) as opened:
                 if size is not None:  # a JPEG at least twice too big decodes at 1/2, 1/4 or 1/8 of its size
@@ -92,8 +110,10 @@ def decode_image(path: str, size: tuple[int, int] | None = None, mode: str = "RG
                 image = opened.convert(mode)  # reads the whole file: truncated or corrupt data fails here
             if size is not None and image.size != (size[1], size[0]):
                 image = image.resize((size[1], size[0]), Image.Resampling.BILINEAR)
+        except ReaderkitError:  # the file could not be read (a remote failure, a changed object): not a bad image
+            raise
         except Exception as exc:  # whatever Pillow raises about a file's bytes (OSError, SyntaxError, zlib.error...)
-            raise ImageDecodeError(f"{path} does not decode as an image ({type(exc).__name__}: {exc}): replace "
+            raise ImageDecodeError(f"{redact(path)} does not decode as an image ({type(exc).__name__}: {exc}): replace "
                                    "the file, or remove it from the folder") from exc
     array = np.asarray(image)
     return array[:, :, None] if array.ndim == 2 else array
@@ -108,12 +128,22 @@ class ImageFolder(IndexedReader):
         super().__init__()
         self.root, self.size, self.mode, self.given_classes = root, size, mode, classes
         self._listing: tuple[tuple[str, ...], list[str], np.ndarray] | None = None
+        self._stats: list[Stat] | None = None
 
     def listing(self) -> tuple[tuple[str, ...], list[str], np.ndarray]:
         """(class names, each image's path below ``root``, each image's label), listed on first use."""
         if self._listing is None:
-            self._listing = _list(self.root, self.given_classes)
+            listing = _list(self.root, self.given_classes)
+            if is_url(self.root):  # a URL's images are checked against these when read
+                self._stats = stats([_join(self.root, below) for below in listing[1]])
+            self._listing = listing
         return self._listing
+
+    def _decode(self, i: int) -> np.ndarray:
+        """The image of entry ``i``."""
+        files = self.listing()[1]
+        seen = None if self._stats is None else self._stats[i]
+        return decode_image(_join(self.root, files[i]), self.size, self.mode, seen)
 
     @property
     def classes(self) -> list[str]:
@@ -127,14 +157,13 @@ class ImageFolder(IndexedReader):
 
     def path(self, i: int) -> str:
         """The file of entry ``i``."""
-        return os.path.join(self.root, self.listing()[1][i])
+        return _join(self.root, self.listing()[1][i])
 
     def __len__(self) -> int:
         return len(self.listing()[1])
 
     def _get(self, i: int) -> tuple[np.ndarray, int]:
-        _, files, labels = self.listing()
-        return decode_image(os.path.join(self.root, files[i]), self.size, self.mode), int(labels[i])
+        return self._decode(i), int(self.listing()[2][i])
 
     def gather_columns(self, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
         if self.size is None:  # images of their own sizes do not stack
@@ -142,17 +171,17 @@ class ImageFolder(IndexedReader):
         _, files, labels = self.listing()
         images = np.empty((len(indices), *self.size, MODES[self.mode]), np.uint8)
         for k, i in enumerate(indices.tolist()):
-            images[k] = decode_image(os.path.join(self.root, files[i]), self.size, self.mode)
+            images[k] = self._decode(i)
         return images, labels[indices].astype(np.int64)
 
     def _options(self) -> str:
-        opts = repr(self.root)
+        opts = repr(redact(self.root))
         opts += "" if self.size is None else f", size={self.size}"
         opts += "" if self.mode == "RGB" else f", mode={self.mode!r}"
         return opts + ("" if self.given_classes is None else f", classes={list(self.given_classes)}")
 
     def identity(self) -> str:
-        return self.title().replace(repr(self.root), "folder", 1)  # the digest says which images; not where
+        return self.title().replace(repr(redact(self.root)), "folder", 1)  # the digest says which images; not where
 
     def digest(self) -> str:
         """The classes, every image's name below ``root`` and label, and the bytes of DIGEST_FILES of them."""
@@ -160,10 +189,26 @@ class ImageFolder(IndexedReader):
         h = hasher()
         h.update(str(value_digest([list(classes), list(files), labels])).encode())
         for k in np.unique(np.linspace(0, len(files) - 1, min(DIGEST_FILES, len(files))).round().astype(int)):
-            with open_file(os.path.join(self.root, files[k])) as f:
+            with open_file(_join(self.root, files[k])) as f:
                 for block in iter(lambda: f.read(1 << 20), b""):
                     h.update(block)
         return h.hexdigest()
+
+
+def _join(root: str, below: str) -> str:
+    """The path of a file ``below`` root (a relative path with "/"), root a folder or a URL."""
+    return root.rstrip("/") + "/" + below if is_url(root) else os.path.join(root, below)
+
+
+def _below(root: str, path: str) -> str:
+    """``path`` relative to ``root``: a local relative path, or a URL's part after root's, with "/"."""
+    if not is_url(root):
+        return os.path.relpath(path, root)
+    for prefix, name in ((root.rstrip("/") + "/", path), (redact(root).rstrip("/") + "/", redact(path))):
+        if name.startswith(prefix):
+            return urllib.parse.unquote(name[len(prefix):])
+    raise BadValue(f"image_folder: {redact(path)} was listed under {redact(root)} but does not start with it; "
+                   "give the folder's URL as the server lists it")
 
 
 def _list(root: str, given: tuple[str, ...] | None) -> tuple[tuple[str, ...], list[str], np.ndarray]:
@@ -171,18 +216,18 @@ def _list(root: str, given: tuple[str, ...] | None) -> tuple[tuple[str, ...], li
     found = expand_paths(root, suffixes=EXTENSIONS, what="image files (" + ", ".join(EXTENSIONS) + ")")
     by_class: dict[str, list[str]] = {}
     for path in found:
-        below = os.path.relpath(path, root)
-        head, sep, _ = below.partition(os.sep)
+        below = _below(root, path)
+        head, sep, _ = below.partition("/" if is_url(root) else os.sep)
         if sep:  # an image directly in root has no class
             by_class.setdefault(head, []).append(below)
     if not by_class:
-        raise MissingFile(f"{root}: no class sub-folders with images; image_folder reads root/<class>/<image>, "
+        raise MissingFile(f"{redact(root)}: no class sub-folders with images; image_folder reads root/<class>/<image>, "
                           "so give the folder that holds one sub-folder per class")
     classes = tuple(sorted(by_class)) if given is None else given
     if given is not None:
         unknown = sorted(set(by_class) - set(given))
         if unknown:
-            raise BadValue(f"{root}: the sub-folders {unknown} hold images but are not in classes={list(given)}; "
+            raise BadValue(f"{redact(root)}: the sub-folders {unknown} hold images but are not in classes={list(given)}; "
                            "add them to classes, or move them out of the folder")
     files: list[str] = []
     labels: list[int] = []
@@ -272,5 +317,5 @@ def from_data_dir(data_dir: str | os.PathLike | None = None, data: str | os.Path
     if names not in (None, ("image", "label")):
         raise BadValue(f"image-folder: no columns {', '.join(map(repr, names))}; its entries are (image, label): "
                        "leave --columns out")
-    return mark_roles(image_folder(root, size=size), f"the image files under {os.fspath(root)}",
+    return mark_roles(image_folder(root, size=size), f"the image files under {redact(os.fspath(root))}",
                       "the index of the class sub-folder")

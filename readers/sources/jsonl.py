@@ -7,6 +7,13 @@ travel with it into worker processes. Entry i then reads line i alone, so a
 global shuffle, a shard or a batch reads only the lines it needs. Empty lines
 (a file's last newline, a blank line between records) are no entries;
 a line that does not parse raises ``JsonlError`` naming its file and line.
+
+A path may be a URL (``http(s)://``, ``s3://``, through fsspec): the index is
+built in one streamed pass over each object, then a line is one byte-range
+request and a batch's lines of one object are few (``read_ranges`` merges
+close ones). Each file's ``stat`` taken while indexing goes with the index, and
+every read compares it with the file's now: a file that changed is refused
+(``FileChanged``, naming it). Messages show a URL through ``redact``.
 """
 from __future__ import annotations
 
@@ -21,7 +28,16 @@ import numpy as np
 from readers.digests import hasher
 from readers.errors import BadType, BadValue
 from readers.plugins.pairs import mark_roles, parse_columns
-from readers.sources.locations import expand_paths, open_file, read_range
+from readers.sources.locations import (
+    Stat,
+    expand_paths,
+    is_url,
+    open_file,
+    read_range,
+    read_ranges,
+    redact,
+    stat,
+)
 from readers.stage import IndexedReader
 
 __all__ = ["Jsonl", "JsonlError", "LineIndex", "SUFFIXES", "from_data_dir", "jsonl", "line_index"]
@@ -40,10 +56,13 @@ class JsonlError(BadValue):
 
 class LineIndex:
     """Where each non-empty line of some files is: ``starts`` and ``ends`` (byte offsets, the end before the
-    newline) and, per file, ``bounds`` (file k holds entries ``bounds[k]:bounds[k + 1]``) and its SHA-256."""
+    newline) and, per file, ``bounds`` (file k holds entries ``bounds[k]:bounds[k + 1]``), its SHA-256 and its
+    ``stat`` when indexed (so a read can tell that it changed)."""
 
-    def __init__(self, starts: np.ndarray, ends: np.ndarray, bounds: np.ndarray, digests: list[str]):
+    def __init__(self, starts: np.ndarray, ends: np.ndarray, bounds: np.ndarray, digests: list[str],
+                 stats: list[Stat] | None = None):
         self.starts, self.ends, self.bounds, self.digests = starts, ends, bounds, digests
+        self.stats: list[Stat | None] = list(stats) if stats is not None else [None] * len(digests)
 
     def __len__(self) -> int:
         return len(self.starts)
@@ -53,8 +72,8 @@ class LineIndex:
         return np.searchsorted(self.bounds, indices, side="right") - 1
 
 
-def _scan(path: str) -> tuple[np.ndarray, np.ndarray, str]:
-    """(starts, ends, SHA-256) of the non-empty lines of one file, read once in blocks; a line ending in
+def _scan(path: str) -> tuple[np.ndarray, np.ndarray, str, Stat]:
+    """(starts, ends, SHA-256, stat) of the non-empty lines of one file, read once in blocks; a line ending in
     \\r\\n (Windows) ends before its \\r."""
     starts: list[np.ndarray] = []
     ends: list[np.ndarray] = []
@@ -62,7 +81,8 @@ def _scan(path: str) -> tuple[np.ndarray, np.ndarray, str]:
     begin = 0  # where the line under way started
     offset = 0
     last = 0  # the byte before this block
-    with open_file(path) as f:
+    seen = stat(path)
+    with open_file(path, seen=seen) as f:
         for block in iter(lambda: f.read(BLOCK), b""):
             sha.update(block)
             data = np.frombuffer(block, np.uint8)
@@ -81,7 +101,7 @@ def _scan(path: str) -> tuple[np.ndarray, np.ndarray, str]:
     start = np.concatenate(starts).astype(np.int64) if starts else np.zeros(0, np.int64)
     end = np.concatenate(ends).astype(np.int64) if ends else np.zeros(0, np.int64)
     keep = end > start
-    return start[keep], end[keep], sha.hexdigest()
+    return start[keep], end[keep], sha.hexdigest(), seen
 
 
 def line_index(paths: Sequence[str]) -> LineIndex:
@@ -95,18 +115,23 @@ def line_index(paths: Sequence[str]) -> LineIndex:
     (3, [0, 10, 21], [8, 19, 24], [0, 3])
     """
     parts = [_scan(path) for path in paths]
-    counts = [len(starts) for starts, _, _ in parts]
+    counts = [len(part[0]) for part in parts]
     bounds = np.concatenate(([0], np.cumsum(counts))).astype(np.int64)
-    starts = np.concatenate([s for s, _, _ in parts]) if parts else np.zeros(0, np.int64)
-    ends = np.concatenate([e for _, e, _ in parts]) if parts else np.zeros(0, np.int64)
-    return LineIndex(starts, ends, bounds, [d for _, _, d in parts])
+    starts = np.concatenate([part[0] for part in parts]) if parts else np.zeros(0, np.int64)
+    ends = np.concatenate([part[1] for part in parts]) if parts else np.zeros(0, np.int64)
+    return LineIndex(starts, ends, bounds, [part[2] for part in parts], [part[3] for part in parts])
 
 
-def _lines(path: str, index: LineIndex, mine: np.ndarray) -> Iterator[tuple[int, bytes]]:
-    """(i, the bytes of line i) for the sorted entries ``mine`` of one file, the file opened once."""
+def _lines(path: str, index: LineIndex, mine: np.ndarray, k: int) -> Iterator[tuple[int, bytes]]:
+    """(i, the bytes of line i) for the sorted entries ``mine`` of file ``k``: a local file opened once, a URL's
+    lines fetched as few merged byte ranges at once."""
     starts, ends = index.starts[mine], index.ends[mine]
+    if is_url(path):
+        texts = read_ranges(path, list(zip(starts.tolist(), (ends - starts).tolist())), seen=index.stats[k])
+        yield from zip(mine.tolist(), texts)
+        return
     low, high = int(starts.min()), int(ends.max())
-    with open_file(path) as f:
+    with open_file(path, seen=index.stats[k]) as f:
         if high - low <= max(SPAN * int((ends - starts).sum()), 1 << 16):
             f.seek(low)
             span = f.read(high - low)
@@ -164,13 +189,13 @@ class Jsonl(IndexedReader):
     def _error(self, k: int, i: int, what: str, advice: str) -> JsonlError:
         path = self.paths[k]
         line = _line_number(path, int(self.index().starts[i]))
-        return JsonlError(f"jsonl: {path}, line {line} {what}; {advice}")
+        return JsonlError(f"jsonl: {redact(path)}, line {line} {what}; {advice}")
 
     def _get(self, i: int) -> Any:
         index = self.index()
         k = int(index.file_of(np.array([i]))[0])
         start, end = int(index.starts[i]), int(index.ends[i])
-        return self._entry(read_range(self.paths[k], start, end - start), k, i)
+        return self._entry(read_range(self.paths[k], start, end - start, seen=index.stats[k]), k, i)
 
     def gather(self, indices: np.ndarray) -> Iterator:
         """The entries at ``indices``, in order: each file of the chunk is opened once and its lines read in
@@ -179,16 +204,16 @@ class Jsonl(IndexedReader):
         texts: dict[int, bytes] = {}
         files = index.file_of(indices)
         for k in np.unique(files).tolist():
-            texts.update(_lines(self.paths[k], index, np.unique(indices[files == k])))
+            texts.update(_lines(self.paths[k], index, np.unique(indices[files == k]), k))
         for i, k in zip(indices.tolist(), files.tolist()):
             yield self._entry(texts[i], k, i)
 
     def _options(self) -> str:
-        opts = repr(self.given)
+        opts = repr(_shown(self.given))
         return opts + ("" if self.fields is None else f", fields={list(self.fields)}")
 
     def identity(self) -> str:
-        return self.title().replace(repr(self.given), "files", 1)  # the digest says which lines; not where
+        return self.title().replace(repr(_shown(self.given)), "files", 1)  # the digest says which lines; not where
 
     def digest(self) -> str:
         """One digest of the files' SHA-256s, in order (taken while indexing)."""
@@ -196,6 +221,11 @@ class Jsonl(IndexedReader):
         for d in self.index().digests:
             h.update(d.encode() + b";")
         return h.hexdigest()
+
+
+def _shown(given: Any) -> Any:
+    """The paths a reader was given, as its repr shows them: URLs without credentials or query strings."""
+    return redact(given) if isinstance(given, str) else [redact(p) for p in given]
 
 
 def jsonl(path: str | os.PathLike | Iterable[str | os.PathLike], *, fields: Sequence[str] | None = None) -> Jsonl:

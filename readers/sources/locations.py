@@ -386,11 +386,11 @@ def _remote_matches(url: str, suffixes: Sequence[str]) -> list[str]:
 
 def _web_folder(url: str, info: dict, suffixes: Sequence[str]) -> bool:
     """Whether an HTTP answer is a folder's index page: a web server says no "directory", only an HTML page of
-    links (which fsspec lists), so a page is a folder when its URL ends in "/" or lacks the suffixes asked for."""
+    links (which fsspec lists), so a page is a folder unless its name ends in a suffix asked for, or .html."""
     if not str(info.get("mimetype") or "").startswith("text/html"):
         return False
-    path = urllib.parse.urlsplit(url).path
-    return path.endswith("/") or bool(suffixes) and not path.lower().endswith(tuple(suffixes))
+    path = urllib.parse.urlsplit(url).path.lower()
+    return path.endswith("/") or not path.endswith((*suffixes, ".html", ".htm"))
 
 
 #: Bytes a remote file object fetches at a time when read in sequence (a tar shard streamed, a line index built).
@@ -445,13 +445,20 @@ class RangeFile(io.RawIOBase):
 
 def _fetch(fs: Any, inner: str, url: str, start: int, length: int) -> bytes:
     """``length`` bytes of the object from ``start`` (which must be within it), retried; a short answer (a
-    connection dropped mid-range) is a transient failure, tried again."""
+    connection dropped mid-range) is a transient failure, tried again, unless the object is now shorter
+    (``FileChanged``: it would never come whole)."""
     def once() -> bytes:
         data = fs.cat_file(inner, start=start, end=start + length)
         if len(data) != length:
             if len(data) > length:  # the whole object: a server that ignores Range
                 raise RemoteReadError(f"{redact(url)}: the server answered a byte range with {len(data):,} bytes "
                                       f"instead of {length:,}: serve it with Range support (HTTP 206)")
+            now = stat(url)
+            if now.size < start + length:
+                raise FileChanged(f"{redact(url)} changed while it was being read: bytes {start:,}-"
+                                  f"{start + length - 1:,} were asked for, and it has {now.size:,} now (version "
+                                  f"{now.version}): data must not change under a reader; write new files under new "
+                                  "names, then build the reader again")
             raise ConnectionResetError(f"short read: {len(data)} of {length} bytes")
         return data
     return _retrying(url, f"reading bytes {start:,}-{start + length - 1:,}", once)

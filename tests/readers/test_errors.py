@@ -57,3 +57,11 @@ def test_readerkits_error_classes_are_expected_failures_and_keep_their_builtin(c
 def test_a_text_decode_error_is_expected_and_still_a_unicode_error():
     exc = TextDecodeError("utf-8", b"\xff", 0, 1, "invalid start byte", "rows.txt, line 1: not UTF-8")
     assert isinstance(exc, readers.ReaderkitError) and isinstance(exc, ValueError) and str(exc) == "rows.txt, line 1: not UTF-8"
+
+
+@pytest.mark.parametrize("error", [readers.errors.BadValue, readers.errors.MissingFile, readers.errors.FileError])
+def test_a_url_password_never_reaches_an_error_message(error):
+    """Issue 29: a message made with an unredacted URL (a format reader's) showed its user:password@."""
+    exc = error("parquet: http://user:secret@127.0.0.1:8000/t.parquet and s3://key:secret@b/k: bad")
+    assert str(exc) == "parquet: http://127.0.0.1:8000/t.parquet and s3://b/k: bad"
+    assert "secret" not in repr(pickle.loads(pickle.dumps(exc)))

@@ -25,6 +25,7 @@ import readers
 from readers.checks import check_reader
 from readers.plugins.pairs import describe_roles, scale_pixels
 from readers.plugins.registry import find_model, reader_splits
+from readers.sources.locations import redact
 from train.checkpoints.files import load_for_rank, rank_folder
 from train.checkpoints.folders import FILE
 from train.checkpoints.resume import ResumeRefused, claim
@@ -287,7 +288,9 @@ def resume_command(data_dir: str | None, resume: tuple[str, ...] = ("--resume",)
     """The command line of this run with ``resume`` (--resume) and without --resume or --overwrite, to print when
     it is stopped.
 
-    The options are those of the current click command, as given; when it
+    The options are those of the current click command, as given (a URL
+    without its ``user:password@`` and query string: credentials come from
+    the environment or fsspec's configuration, never a printed line); when it
     has no ``data_dir``, the data folder it found through ``READERKIT_DATA``
     is set on the line, so the command finds the same data from any shell.
 
@@ -307,8 +310,8 @@ def resume_command(data_dir: str | None, resume: tuple[str, ...] = ("--resume",)
             continue
         if param.is_flag:
             args.append(param.opts[0] if value else param.secondary_opts[0])
-        else:
-            args += [param.opts[0], str(value)]
+        else:  # a URL without its user:password@ and query string, which a printed line must not hold
+            args += [param.opts[0], redact(str(value))]
     env = []
     if data_dir is None and os.environ.get("READERKIT_DATA"):
         env = [f"READERKIT_DATA={shlex.quote(os.environ['READERKIT_DATA'])}"]
