@@ -280,7 +280,7 @@ def test_file_cache_gives_up_waiting_for_another_fetch_after_wait_s(folder):
 
 
 def _fetch_in_child(cache: FileCache | None, folder: str, calls: str, start, results) -> None:
-    """One process of the concurrent test: wait for the others, get object 0 (slowly), report path and bytes."""
+    """One process of the concurrent test: wait for the start, get object 0 (slowly), report path and bytes."""
     cache = cache or FileCache(folder, 1 << 20)
 
     def slow(dest):
@@ -301,10 +301,13 @@ def _fetch_in_child(cache: FileCache | None, folder: str, calls: str, start, res
 def test_file_cache_processes_fetching_one_url_get_one_whole_file(folder, tmp_path, inherited):
     calls = str(tmp_path / "calls")
     cache = FileCache(folder, 1 << 20) if inherited else None  # a forked child opens its own connection
-    start, results = FORK.Barrier(3), FORK.Queue()
+    # an Event, not a Barrier: a Barrier's counters live in multiprocessing's heap, a /dev/shm mapping kept for
+    # the life of this process, which later tests that check no shared memory is left would find
+    start, results = FORK.Event(), FORK.Queue()
     children = [FORK.Process(target=_fetch_in_child, args=(cache, folder, calls, start, results)) for _ in range(3)]
     for child in children:
         child.start()
+    start.set()  # the three ask at once
     try:
         got = [results.get(timeout=WAIT) for _ in children]
     finally:
