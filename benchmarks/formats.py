@@ -47,8 +47,10 @@ by URL from ``readers.network.file_server.serve_folder`` on loopback, against th
 same pipeline over the local files, in one run:
   - token windows (four 16 MB ``.bin`` files of 2-byte tokens, seq_len 1024), a
     pass of collated batches of 64 windows in the locality order
-    ``shuffle_row_groups(tokens(...), window=4)``: goal >= 0.5x the local read;
-    the global shuffle is shown too;
+    ``shuffle_row_groups(tokens(...), window=4)``, each reader built afresh for
+    each pass (nothing fetched is kept between passes): goal >= 0.5x the local
+    read; the global shuffle is shown too, and one URL reader kept across
+    passes, as a training run keeps it (its blocks, 256 MiB, hold this corpus);
   - Parquet (the file of ``bench_parquet``) with ``cache_dir=`` warm (one pass
     before timing), ``shuffle_row_groups`` and batches of 64: goal >= 0.9x.
 Skipped without fsspec and aiohttp (``pip install 'readerkit[cloud]'``).
@@ -401,11 +403,13 @@ def bench_url_tokens(quick: bool = False, repeats: int = 3) -> list[Row]:
 
         def remote(seed: int) -> Any:
             return readers.tokens(url, seq_len=seq_len)
+        kept = remote(0)  # one reader for every pass, as a training run keeps it: its fetched blocks stay
         runs = {
             "url": _batches(lambda seed: readers.shuffle_row_groups(remote(seed), window=4, seed=seed)),
             # mapped files have no blocks: groups of as many windows as a block of the URL's (2,048)
             "local": _batches(lambda seed: readers.shuffle_row_groups(local(seed), window=4, seed=seed,
                                                                       group_size=block_windows(seq_len, 2))),
+            "url kept": _batches(lambda seed: readers.shuffle_row_groups(kept, window=4, seed=seed)),
             "url global": _batches(lambda seed: readers.shuffle(remote(seed), seed=seed)),
             "local global": _batches(lambda seed: readers.shuffle(local(seed), seed=seed)),
         }
@@ -413,7 +417,9 @@ def bench_url_tokens(quick: bool = False, repeats: int = 3) -> list[Row]:
     what = f"token windows, {files} x {tokens_per_file * 2 // 10**6} MB .bin, seq_len {seq_len}, batches of {BATCH}"
     return [Row(f"{what}: http on loopback / local files, shuffle_row_groups", best["url"], best["local"], 0.5),
             Row(f"{what}: http on loopback / local files, global shuffle", best["url global"], best["local global"],
-                None)]
+                None),
+            Row(f"{what}: http, one reader kept across passes / local files, shuffle_row_groups", best["url kept"],
+                best["local"], None)]
 
 
 def bench_url_parquet(quick: bool = False, repeats: int = 3) -> list[Row]:

@@ -484,52 +484,38 @@ class Tokens(IndexedReader):
         return out
 
     def _gather_objects(self, indices: np.ndarray) -> np.ndarray:
-        """``gather_columns`` where some files are URLs: each object's windows as byte ranges, merged when close
-        and fetched at once, the objects of the batch side by side; mapped files as ``gather_columns`` reads them."""
+        """``gather_columns`` where some files are URLs: windows in blocks kept whole are taken from them here;
+        each object's other windows become byte ranges, merged when close and fetched at once, the objects of
+        the batch side by side; mapped files are read as ``gather_columns`` reads them."""
         out = np.empty((len(indices), self.seq_len + 1), np.int32)
         files = np.searchsorted(self.offsets, indices, side="right") - 1
-        ks = np.unique(files).tolist()
-        self._prepare(ks)
-
-        remote = [k for k in ks if k in self._remote]
-        held = [k for k in remote if self._all_kept(k, indices[files == k])]
+        within = indices - self.offsets[files]
+        keys, where = np.unique((files << 32) | (within // self._block), return_inverse=True)
+        self._prepare(np.unique(files).tolist())
+        fetch = np.zeros(len(indices), bool)
+        for j, key in enumerate(keys.tolist()):
+            k, b = key >> 32, key & 0xFFFFFFFF
+            rows = where == j
+            if k not in self._remote:
+                out[rows] = self._checked(self._window_view(k)[within[rows]], k)
+                continue
+            view = self._blocks.get((k, b))  # the block's windows, a strided view of its tokens
+            if view is None:
+                fetch |= rows
+            elif view.dtype == np.uint16 and self.vocab_size is None:  # nothing to check: cast as it is copied
+                out[rows] = view[within[rows] - b * self._block]
+            else:
+                out[rows] = self._checked(view[within[rows] - b * self._block], k)
 
         def read(k: int) -> tuple[np.ndarray, np.ndarray]:
-            rows = files == k
-            return rows, self._checked(self._object_windows(k, indices[rows] - self.offsets[k]), k)
+            rows = fetch & (files == k)
+            n, dtype, offset = self.layouts[k]
+            return rows, self._checked(token_objects.read_rows(self.paths[k], self.stamps[k].size, dtype, offset,
+                                                               within[rows] * self.seq_len, self.seq_len + 1), k)
 
-        # what kept blocks hold is read here; threads only for objects whose windows are fetched
-        for rows, windows in [read(k) for k in held] + token_objects.at_once(read, [k for k in remote
-                                                                                       if k not in held]):
-            out[rows] = windows
-        for k in ks:
-            if k not in self._remote:
-                rows = files == k
-                out[rows] = self._checked(self._window_view(k)[indices[rows] - self.offsets[k]], k)
-        return out
-
-    def _all_kept(self, k: int, indices: np.ndarray) -> bool:
-        """Whether every window at ``indices`` (of object ``k``) is in a block kept whole."""
-        blocks = np.unique((indices - self.offsets[k]) // self._block).tolist()
-        return all(self._blocks.get((k, b)) is not None for b in blocks)
-
-    def _object_windows(self, k: int, windows: np.ndarray) -> np.ndarray:
-        """Windows ``windows`` of object ``k`` (numbered within it), in its dtype: from its blocks fetched whole
-        where they are kept, the others as byte ranges."""
-        n, dtype, offset = self.layouts[k]
-        width, block = self.seq_len + 1, self._block
-        out = np.empty((len(windows), width), dtype)
-        blocks = windows // block
-        missing = np.ones(len(windows), bool)
-        for b in np.unique(blocks).tolist():
-            view = self._blocks.get((k, b))  # the block's windows, a strided view of its tokens
-            if view is not None:
-                rows = blocks == b
-                out[rows] = view[windows[rows] - b * block]
-                missing[rows] = False
-        if missing.any():
-            out[missing] = token_objects.read_rows(self.paths[k], self.stamps[k].size, dtype, offset,
-                                                   windows[missing] * self.seq_len, width)
+        if fetch.any():
+            for rows, windows in token_objects.at_once(read, np.unique(files[fetch]).tolist()):
+                out[rows] = windows
         return out
 
     def _fetch_blocks(self, k: int, blocks: list[int]) -> None:
