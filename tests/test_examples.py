@@ -117,9 +117,14 @@ def test_continual_split_mnist_new_data_forgets_all_data_remembers_and_gdumb_is_
 
 
 @pytest.mark.skipif(not MNIST.is_dir(), reason=f"the MNIST files are not in {MNIST}")
-def test_parquet_training_gets_the_built_in_readers_accuracy_from_a_parquet_copy():
+@pytest.mark.parametrize("where", ["files", "url"])
+def test_parquet_training_gets_the_built_in_readers_accuracy_from_a_parquet_copy(where):
     pytest.importorskip("pyarrow", reason="the example writes and reads Parquet with pyarrow")
-    output = run_example("parquet_training.py", MNIST).stdout
+    if where == "url":  # issue 29: the same files served over HTTP, read by URL
+        pytest.importorskip("fsspec", reason="--url reads through fsspec")
+        pytest.importorskip("aiohttp", reason="--url reads http:// through aiohttp")
+    output = run_example("parquet_training.py", MNIST, *(["--url"] if where == "url" else [])).stdout
+    assert (re.search(r"^serving .+ at http://127\.0\.0\.1:\d+$", output, flags=re.M) is not None) == (where == "url")
     assert "train.parquet: 60000 rows in 60 row groups, " in output and "test.parquet: 10000 rows in 10 row groups, " \
         in output, output
     found = dict(re.findall(r"^(.+): +test accuracy (\d+\.\d\d)% \(\d+\.\d s\)$", output, flags=re.M))
