@@ -3,9 +3,7 @@ jsonl) read from a real HTTP server with basic auth (tests/helpers/http_server.p
 printed, and a URL that names nothing is one clean line naming it, redacted."""
 import io
 
-import numpy as np
 import pytest
-from click.testing import CliRunner
 
 pytest.importorskip("fsspec")
 pytest.importorskip("aiohttp")
@@ -17,6 +15,7 @@ import cli  # noqa: E402
 from readers.plugins.registry import reader_splits  # noqa: E402
 from tests.helpers.fsspec_io import stop_io  # noqa: E402
 from tests.helpers.http_server import serve_folder  # noqa: E402
+from tests.train.commands.test_format_readers import _png, run  # noqa: E402  (the local tests' helpers)
 
 N = 24
 
@@ -26,15 +25,6 @@ def _no_fsspec_thread_after():
     yield
     stop_io()  # a later test's process workers would spawn while it runs (tests/helpers/fsspec_io.py)
 
-
-def run(*args):
-    return CliRunner().invoke(cli.main, list(args))
-
-
-def _png(i: int) -> bytes:
-    out = io.BytesIO()
-    Image.fromarray(np.full((8, 8), (i % 4) * 60, np.uint8)).save(out, format="PNG")
-    return out.getvalue()
 
 
 def write_formats(root) -> None:
