@@ -415,7 +415,8 @@ def test_cli_serve_parts_of_the_same_data_have_equal_digests_and_of_other_data_o
                            "last, such as --range 0:1000 (STOP left out: to the end)"),
     (["--part", "1/2", "--range", "0:10"], "give --part or --range, not both (got --part '1/2' and --range '0:10'): "
                                            "each says which entries this server holds"),
-])
+], ids=["K=0", "K>N", "N=0", "not K/N", "empty part", "STOP<START", "past the end", "START at the end",
+        "not START:STOP", "both"])
 def test_cli_serve_refuses_a_bad_part_or_range_in_one_line(token_config, monkeypatch, args, message):
     from click.testing import CliRunner
 
