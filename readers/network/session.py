@@ -104,6 +104,7 @@ class Session:
         self.held = [0, 0]  # them from this connection's reserve (``own``)
         self.own = self.reserve = 0  # reserve: this connection's own share of the budget, once logged in
         self.queued = 0  # frames posted and not yet sent (under ``holding``)
+        self.narrow = False  # whether the client's hello said it decodes narrowed columns (``wire_columns``)
 
     def refuse(self, message: str) -> None:
         try:
@@ -370,6 +371,7 @@ class Session:
             self._reject("unsupported_version", f"this server speaks protocol version {VERSION}, the client "
                                                 f"{version!r}; upgrade the older end")
             raise Closed(f"version {version!r}")
+        self.narrow = header.get("narrow") is True
         if self.server.secret is not None:
             nonce = challenge()
             self._send(frame_parts({"type": "challenge", "nonce": nonce.hex()}))
@@ -400,7 +402,7 @@ class Session:
                     grant = self._take(count * row, row)
                     rows = min(count, max(1, sum(grant) // row)) if row else count  # (a row over the budget: alone)
                     try:
-                        meta, buffers = served.part(indices[first:first + rows], pass_id)
+                        meta, buffers = served.part(indices[first:first + rows], pass_id, self.narrow)
                     except BaseException:
                         self._sent(grant, True)
                         raise
