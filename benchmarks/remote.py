@@ -2,8 +2,10 @@
 
 Every server here is ``python cli.py serve`` in a process of its own, and the
 raw baseline's sender is a process too, so no client shares a GIL with what
-it reads from. Entries are counted as the bytes they arrive as (token windows
-are int32 on the wire: 4,100 bytes a window; MNIST entries 3,144 bytes).
+it reads from. Entries are counted as the bytes they are handed over as (token
+windows int32: 4,100 bytes a window; MNIST entries 3,144 bytes). On the wire
+they are narrower (``wire_columns``): a window travels as the file's 2-byte ids
+(2,050 bytes) and an MNIST entry as its 785 bytes, widened by the client.
 
 a. Throughput: token windows (seq_len 1024, from --tokens random 2-byte tokens
    in a temporary folder) and MNIST entries (../shared/data/mnist; the row is
@@ -16,14 +18,19 @@ a. Throughput: token windows (seq_len 1024, from --tokens random 2-byte tokens
    processes gives with no request, no gather, no framing and no Python per
    message beyond recv_into; goal: remote >= 0.7x raw. "local" is the same
    pipeline over the local reader in this process: what the data costs to
-   gather at all. All are the best of --repeats runs, interleaved. Limits:
+   gather at all. "raw wire" is the raw socket sending the bytes that travel
+   (the narrowed frames): remote / raw wire says how close the wire itself
+   comes to the socket, remote / raw how close the entries come to a socket
+   that sends them as they are handed over. All are the best of --repeats
+   runs, interleaved. Limits:
    the cores: the server gathers (copies) every entry before it is sent, the
    client takes each batch apart, and on a 2-core machine those copies and
    both ends' Python share the cores the raw copy has for itself; the CPU
    columns, the share of one core each end used, say which end is busy.
 b. Many clients: --clients processes read different intervals of the token
-   windows at once for --seconds, each with gather_ahead over its interval's
-   batches (8 in flight); the server's aggregate MB/s and entries/s, and
+   windows at once, each with gather_ahead over its interval's batches (8 in
+   flight), released together, counted for --seconds after a second of
+   warm-up (the same span of time for all); the server's aggregate MB/s and entries/s, and
    fairness: the slowest client's rate over the fastest's (1.0: all served
    alike). Limits: the server's threads (one per connection, and one
    sending) share a GIL, about one core of Python whatever the clients; on a
@@ -42,7 +49,7 @@ c. Small requests: --requests one-entry reads at random positions with 1 and
    adds queueing (latency), not entries per second.
 
 Usage: python benchmarks/remote.py [--tokens 50000000] [--batches 600] [--batch 64] [--repeats 3]
-                                   [--clients 32] [--seconds 5] [--requests 2000] [--mnist DIR] [--json FILE]
+                                   [--clients 64] [--seconds 5] [--requests 2000] [--mnist DIR] [--json FILE]
 Smaller: --tokens 10000000 --batches 100 --repeats 1 --clients 8 --seconds 2 --requests 500.
 Machines here are shared and noisy: read the ratios within one run, not the absolute rates.
 """
@@ -154,9 +161,11 @@ def raw_round_trips(port: int, count: int, size: int) -> list[float]:
         return times
 
 
-def frame_size(local, rows: int) -> int:
-    """Bytes of the server's response frame for ``rows`` entries (its header included)."""
-    meta, buffers = pack_columns(local.gather_columns(np.arange(rows)))
+def frame_size(local, rows: int, narrow: bool = False) -> int:
+    """Bytes of the server's response frame for ``rows`` entries (its header included); ``narrow``: as they travel
+    to readers.remote, in the reader's ``wire_columns`` where it has them."""
+    found = local.wire_columns(np.arange(rows)) if narrow else None
+    meta, buffers = pack_columns(*found) if found is not None else pack_columns(local.gather_columns(np.arange(rows)))
     return sum(len(p) for p in frame_parts({"type": "entries", "id": 99999, "first": 0, "count": rows,
                                             "columns": meta}, buffers))
 
@@ -192,12 +201,13 @@ def bench_throughput(name: str, local, address: str, server: int, raw_port: int,
     # the responses' size: consecutive batches share requests of about REQUEST_BYTES (remote.request_rows rows)
     per_message = min(remote.request_rows, batches * batch)
     size, data = frame_size(local, per_message), batches * batch * row_bytes
+    wire = frame_size(local, per_message, narrow=True)  # what travels: the files' own bytes (wire_columns)
     messages = -(-batches * batch // per_message)
     pipeline_time(remote, True, 5, 99, batch)  # connect and page the data in once
     pipeline_time(local, True, 5, 99, batch)
     rows = []
     for shuffled in (True, False):
-        best = {"remote": 1e9, "raw": 1e9, "local": 1e9}
+        best = {"remote": 1e9, "raw": 1e9, "raw_wire": 1e9, "local": 1e9}
         wall = client_cpu = server_cpu = 0.0
         for k in range(repeats):  # interleaved, so that a noisy neighbour hits every row alike
             cpu, server_before = time.process_time(), cpu_seconds(server)
@@ -206,47 +216,53 @@ def bench_throughput(name: str, local, address: str, server: int, raw_port: int,
             server_cpu += cpu_seconds(server) - server_before
             wall, best["remote"] = wall + seconds, min(best["remote"], seconds)
             best["raw"] = min(best["raw"], raw_stream(raw_port, messages, size))
+            best["raw_wire"] = best["raw"] if wire == size else min(best["raw_wire"], raw_stream(raw_port, messages, wire))
             best["local"] = min(best["local"], pipeline_time(local, shuffled, batches, k, batch))
         rates = {key: data / 1e6 / seconds for key, seconds in best.items()}
         rows.append({"data": name, "order": "shuffled" if shuffled else "in order", "batch": batch, "batches": batches,
-                     "message_bytes": size, **{f"{k}_MBps": round(v, 1) for k, v in rates.items()},
+                     "message_bytes": size, "wire_bytes": wire, **{f"{k}_MBps": round(v, 1) for k, v in rates.items()},
                      "remote_vs_raw": round(rates["remote"] / rates["raw"], 3),
+                     "remote_vs_raw_wire": round(rates["remote"] / rates["raw_wire"], 3),
                      "remote_vs_local": round(rates["remote"] / rates["local"], 3),
                      "client_cpu": round(client_cpu / wall, 2), "server_cpu": round(server_cpu / wall, 2)})
     return rows
 
 
 # -- b. many clients -----------------------------------------------------------------------------
-def client(address: str, k: int, clients: int, batch: int, seconds: float, ready, results) -> None:
-    """Read interval ``k`` of ``clients`` in batches, over and over, for ``seconds`` after all are ready."""
+def client(address: str, k: int, clients: int, batch: int, seconds: float, warmup: float, ready, results) -> None:
+    """Read interval ``k`` of ``clients`` in batches, over and over, once all are ready: for ``warmup`` seconds
+    uncounted (every client connected and its first requests answered), then ``seconds`` counted. The barrier
+    releases every client at once, so the counted windows are the same span of time, give or take a wake-up."""
     remote = readers.remote(address, deadline=10)
     share = len(remote) // clients
     lo = k * share
     chunks = (np.arange(lo + s, lo + min(s + batch, share), dtype=np.int64)
               for _ in itertools.count() for s in range(0, share, batch))  # the interval, again and again
     ready.wait()
-    entries, nbytes, start = 0, 0, time.perf_counter()
+    entries, nbytes = 0, 0
+    begin = time.monotonic() + warmup
     it = remote.gather_ahead(chunks)
     for idx, columns in it:
-        entries, nbytes = entries + len(idx), nbytes + columns.nbytes
-        if time.perf_counter() - start >= seconds:
+        now = time.monotonic()
+        if now >= begin + seconds:
             break
-    elapsed = time.perf_counter() - start
+        if now >= begin:
+            entries, nbytes = entries + len(idx), nbytes + columns.nbytes
     it.close()
-    results.put((k, entries, nbytes, elapsed))
+    results.put((k, entries, nbytes, seconds))
 
 
-def bench_clients(address: str, server: int, clients: int, batch: int, seconds: float) -> dict:
+def bench_clients(address: str, server: int, clients: int, batch: int, seconds: float, warmup: float = 1.0) -> dict:
     context = multiprocessing.get_context("spawn")
     ready, results = context.Barrier(clients + 1), context.Queue()
-    procs = [context.Process(target=client, args=(address, k, clients, batch, seconds, ready, results), daemon=True)
+    procs = [context.Process(target=client, args=(address, k, clients, batch, seconds, warmup, ready, results), daemon=True)
              for k in range(clients)]
     try:
         for p in procs:
             p.start()
         ready.wait(timeout=120)
         start, server_before = time.perf_counter(), cpu_seconds(server)
-        found = [results.get(timeout=seconds + 60) for _ in procs]
+        found = [results.get(timeout=warmup + seconds + 60) for _ in procs]
         server_cpu = (cpu_seconds(server) - server_before) / (time.perf_counter() - start)
     finally:
         for p in procs:
@@ -255,12 +271,12 @@ def bench_clients(address: str, server: int, clients: int, batch: int, seconds: 
                 p.terminate()
                 p.join()
     rates = [nbytes / elapsed for _, _, nbytes, elapsed in found]
-    return {"clients": clients, "seconds": seconds,
+    return {"clients": clients, "seconds": seconds, "warmup": warmup,
             "MBps": round(sum(rates) / 1e6, 1),
             "entries_per_s": round(sum(entries / elapsed for _, entries, _, elapsed in found)),
             "fairness": round(min(rates) / max(rates), 3),
             "slowest_MBps": round(min(rates) / 1e6, 2), "fastest_MBps": round(max(rates) / 1e6, 2),
-            "server_cpu": round(server_cpu, 2)}
+            "server_cpu": round(server_cpu, 2), "client_MBps": [round(r / 1e6, 2) for r in rates]}
 
 
 # -- c. small requests ---------------------------------------------------------------------------
@@ -334,15 +350,16 @@ def print_table(throughput: list[dict], many: dict, small: list[dict], skipped: 
     print(f"{os.cpu_count()} CPU cores. CPU: the share of one core the process used while the remote reader ran")
     print(f"a. throughput, batches of {throughput[0]['batch']} (best of the repeats), MB/s of entries as they "
           "arrive:")
-    print(f"   {'data':<7} {'order':<9} {'batches':>7} {'message':>9} {'remote':>8} {'raw':>8} {'local':>8} "
-          f"{'remote/raw':>10} {'remote/local':>12} {'client CPU':>10} {'server CPU':>10}")
+    print(f"   {'data':<7} {'order':<9} {'batches':>7} {'message':>9} {'on wire':>9} {'remote':>8} {'raw':>8} "
+          f"{'local':>8} {'remote/raw':>10} {'/raw wire':>9} {'remote/local':>12} {'client CPU':>10} {'server CPU':>10}")
     for r in throughput:
-        print(f"   {r['data']:<7} {r['order']:<9} {r['batches']:>7} {r['message_bytes']:>9,} "
+        print(f"   {r['data']:<7} {r['order']:<9} {r['batches']:>7} {r['message_bytes']:>9,} {r['wire_bytes']:>9,} "
               f"{r['remote_MBps']:>8.1f} {r['raw_MBps']:>8.1f} {r['local_MBps']:>8.1f} {r['remote_vs_raw']:>9.2f}x "
-              f"{r['remote_vs_local']:>11.2f}x {r['client_cpu']:>10.0%} {r['server_cpu']:>10.0%}")
+              f"{r['remote_vs_raw_wire']:>8.2f}x {r['remote_vs_local']:>11.2f}x {r['client_cpu']:>10.0%} "
+              f"{r['server_cpu']:>10.0%}")
     for note in skipped:
         print(f"   {note}")
-    print(f"b. {many['clients']} clients at once for {many['seconds']:g} s, token windows in intervals: "
+    print(f"b. {many['clients']} clients at once for {many['seconds']:g} s after {many['warmup']:g} s, token windows in intervals: "
           f"{many['MBps']:.1f} MB/s, {many['entries_per_s']:,} entries/s in all; fairness {many['fairness']:.2f} "
           f"(slowest {many['slowest_MBps']:.2f} MB/s, fastest {many['fastest_MBps']:.2f} MB/s); server CPU "
           f"{many['server_cpu']:.0%}")
@@ -359,7 +376,7 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=600)
     parser.add_argument("--batch", type=int, default=64, help="Entries per batch in a. and b.")
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--clients", type=int, default=32)
+    parser.add_argument("--clients", type=int, default=64)
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--requests", type=int, default=2000)
     parser.add_argument("--mnist", default=os.path.join(os.path.dirname(ROOT), "shared", "data", "mnist"))

@@ -47,6 +47,10 @@ a stage of the pipeline draws per pass, a copy whose ``bound_pass`` is p:
 ``gather(idx)``     the entries at many indices, as any iterable: a list made
                     at once (vectorised), or an iterator making each as read
 ``gather_columns``  one array per column for many indices, or None
+``wire_columns``    ``gather_columns`` in fewer bytes for a server to send
+                    (a token file's own dtype), and how the client turns
+                    them back (``readers.network.wire.decode_column``); None
+                    (the default) sends ``gather_columns``
 ``sample_ids``      the source's sample IDs of many indices (a stage that
                     moves indices maps them back)
 ``groups()``        the row offsets of the groups its rows are read in (a
@@ -354,6 +358,17 @@ class Stage(Node):
 
     def gather_columns(self, indices: np.ndarray) -> tuple | np.ndarray | None:
         """One array per column for ``indices``, or None when entries are not columnar."""
+        return None
+
+    def wire_columns(self, indices: np.ndarray) -> tuple[Any, Any] | None:
+        """``(columns, decodes)``: ``gather_columns(indices)`` in narrower dtypes, and for each column (or the one
+        array) None or ``{"as": dtype, "divide": number}``, how ``readers.network.wire.decode_column`` turns it
+        into ``gather_columns``'s exactly; None (the default) when there is nothing narrower to send.
+
+        >>> from readers import from_sequence
+        >>> from_sequence("ab").wire_columns(np.arange(2)) is None
+        True
+        """
         return None
 
     def gather_ahead(self, chunks: Iterable[np.ndarray]) -> Iterator[tuple[np.ndarray, Any]]:

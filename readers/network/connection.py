@@ -184,7 +184,7 @@ class Connection:
                               f"--tls-key KEY) (the TLS handshake failed: {why})") from None
 
     def _login(self, secret: bytes | None) -> dict[str, Any]:
-        self.send({"type": "hello", "version": VERSION})
+        self.send({"type": "hello", "version": VERSION, "narrow": True})  # (unpack_columns decodes what is narrowed)
         header, _ = self.receive()
         if header["type"] == "challenge":
             if secret is None:

@@ -214,14 +214,28 @@ class Served:
             raise RequestError("server_error", f"the served reader failed on {len(indices)} entries from "
                                                f"{int(indices[0])}: {type(exc).__name__}: {exc}") from exc
 
-    def part(self, indices: np.ndarray | range, pass_id: int | None = None) -> tuple[Any, list[memoryview]]:
+    def part(self, indices: np.ndarray | range, pass_id: int | None = None,
+             narrow: bool = False) -> tuple[Any, list[memoryview]]:
         """The packed columns (``readers.network.wire.pack_columns``) of the entries at ``indices`` (in range): an
-        array, or a ``range`` as ``indices`` gives for an interval; in pass ``pass_id`` (``pass_of``)."""
+        array, or a ``range`` as ``indices`` gives for an interval; in pass ``pass_id`` (``pass_of``). With
+        ``narrow`` (the client's hello said it decodes them), a reader's ``wire_columns`` where it has them.
+
+        >>> from readers import tokens
+        >>> import tempfile
+        >>> folder = tempfile.TemporaryDirectory()
+        >>> np.arange(9, dtype="<u2").tofile(f"{folder.name}/a.bin")
+        >>> served = Served(tokens(folder.name, seq_len=4))
+        >>> served.part(range(1, 2))[0], served.part(range(1, 2), narrow=True)[0]
+        ({'dtype': '<i4', 'shape': [1, 5]}, {'dtype': '<u2', 'shape': [1, 5], 'as': '<i4'})
+        """
         if isinstance(indices, range):
             indices = np.arange(indices.start, indices.stop, dtype=np.int64)
-        columns = self.gather(indices, pass_id) if len(indices) else self.empty  # no entries: the columns' types still
+        columns, decodes = self.empty, None  # no entries: the columns' types still
+        if len(indices):
+            found = self._narrowed(indices, pass_id) if narrow else None
+            columns, decodes = found if found is not None else (self.gather(indices, pass_id), None)
         try:
-            meta, buffers = pack_columns(columns)
+            meta, buffers = pack_columns(columns, decodes)
         except ProtocolError as exc:
             raise RequestError("server_error", str(exc)) from None
         if sum(len(b) for b in buffers) > BODY:
@@ -229,6 +243,15 @@ class Served:
                                             f"{len(indices)} of them are over the {BODY:,} bytes a frame's body "
                                             "holds; serve entries of one size")
         return meta, buffers
+
+    def _narrowed(self, indices: np.ndarray, pass_id: int | None) -> tuple[Any, Any] | None:
+        """The reader's ``wire_columns`` (None where it has none); ``RequestError`` when it fails, as ``gather``."""
+        reader = self.reader if pass_id is None else self.reader.for_pass(pass_id)
+        try:
+            return reader.wire_columns(indices)
+        except Exception as exc:
+            raise RequestError("server_error", f"the served reader failed on {len(indices)} entries from "
+                                               f"{int(indices[0])}: {type(exc).__name__}: {exc}") from exc
 
 
 def _is_int(value: Any) -> bool:

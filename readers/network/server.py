@@ -32,7 +32,10 @@ keeps the server up under bad or slow clients:
   answers slower than ``MIN_RATE``, or not at all for ``frame_timeout``, is
   dropped with a log line, which gives back what it held; a connection
   without a reserve waits for the shared budget for up to ``frame_timeout``,
-  then its client asks again.
+  then its client asks again;
+- the connections gather their parts in turns, in the order they ask
+  (``Turns``): a connection's thread does not win the GIL again and again
+  while the others wait, so clients reading at once are served alike.
 
 ``stop()`` stops listening, closes idle connections, lets the requests under
 way finish for up to ``drain_timeout`` and then closes the rest.
@@ -62,7 +65,7 @@ from typing import Any
 from readers.errors import BadValue, ReaderkitError
 from readers.network.parts import show_part
 from readers.network.served_reader import Served
-from readers.network.session import Closed, Session, readable
+from readers.network.session import Closed, Session, Turns, readable
 from readers.network.wire import read_secret, show_address
 
 __all__ = ["CannotListen", "Server", "Serving", "is_loopback", "run_until_signal", "serve", "tls_context"]
@@ -169,6 +172,7 @@ class Server:
         self.lock = threading.Lock()
         self._budget = threading.Condition(self.lock)
         self._free = self.shared  # the shared part of the budget not taken
+        self.turns = Turns()  # the connections' gathers, one after another in the order they ask
         self._listener: socket.socket | None = None
         self._accepting: threading.Thread | None = None
         self.wake_read, self._wake = socket.socketpair()  # readable once stopping: wakes every idle session

@@ -3,7 +3,8 @@
 A ``Session`` reads the hello (the version), the challenge's proof when the
 server has a secret, then requests, one at a time and in order: each is
 checked and split into parts (``readers.network.served_reader``), every part gathered and
-handed to the session's sending thread, which writes it with one blocking
+handed to the session's sending thread (the gathers of all connections take
+turns, in the order they ask: ``Turns``), which writes it with one blocking
 ``sendmsg`` straight from the gathered arrays while the next part is
 gathered. A part holds its bytes of the server's budget until it is sent: of
 the connection's own reserve first, then of the shared budget as far as it is
@@ -15,6 +16,8 @@ once.
 """
 from __future__ import annotations
 
+import collections
+import contextlib
 import hmac
 import queue
 import select
@@ -22,6 +25,7 @@ import socket
 import ssl
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 from readers.network.served_reader import RequestError
@@ -46,6 +50,68 @@ INLINE = 64 << 10
 #: The slowest a client may take an answer, in bytes a second (beyond ``frame_timeout``): a part it is sent
 #: holds the server's budget, which the other clients share.
 MIN_RATE = 256 << 10
+
+
+class Turns:
+    """A turn handed over in the order it was asked for (a ``threading.Lock`` wakes any of its waiters, and one
+    thread may win it again and again): the connections' gathers take turns, so that every client with a request
+    waiting is served alike. While one holder keeps the turn longer than ``patience`` seconds, the threads waiting
+    go on without theirs, so a reader that waits (on a URL's bytes) holds up the other connections no longer than
+    that; a line of turns that each pass quickly is waited through, however long.
+
+    >>> turns = Turns()
+    >>> with turns.turn() as held:
+    ...     held, turns.take(0.01)  # (a second taker waits its patience out, and goes on without the turn)
+    (True, False)
+    """
+
+    def __init__(self, patience: float = 0.05):
+        self.patience = patience
+        self._lock = threading.Lock()
+        self._waiting: collections.deque[threading.Lock] = collections.deque()
+        self._busy = False
+        self._since = 0.0  # when the turn was last taken or handed over
+
+    def take(self, patience: float | None = None) -> bool:
+        """Wait for the turn; True once held, False when ``patience`` (default: the object's) ran out first."""
+        patience = self.patience if patience is None else patience
+        with self._lock:
+            if not self._busy:
+                self._busy, self._since = True, time.monotonic()
+                return True
+            mine = threading.Lock()
+            mine.acquire()
+            self._waiting.append(mine)
+        while True:
+            if mine.acquire(timeout=patience):
+                return True  # released by the thread before, which handed its turn over
+            with self._lock:
+                if mine not in self._waiting:  # handed over meanwhile: held after all
+                    mine.acquire()
+                    return True
+                if time.monotonic() - self._since >= patience:  # one holder too long: go on without the turn
+                    self._waiting.remove(mine)
+                    return False
+
+    def give(self, held: bool) -> None:
+        """Hand the turn to the next in line (when ``held``: what ``take`` returned)."""
+        if not held:
+            return
+        with self._lock:
+            if self._waiting:
+                self._waiting.popleft().release()  # (still busy: the turn passes on)
+                self._since = time.monotonic()
+            else:
+                self._busy = False
+
+    @contextlib.contextmanager
+    def turn(self) -> Iterator[bool]:
+        """``take`` and ``give`` around a block; it gets whether the turn was held."""
+        held = self.take()
+        try:
+            yield held
+        finally:
+            self.give(held)
 
 
 class Closed(Exception):
@@ -104,6 +170,7 @@ class Session:
         self.held = [0, 0]  # them from this connection's reserve (``own``)
         self.own = self.reserve = 0  # reserve: this connection's own share of the budget, once logged in
         self.queued = 0  # frames posted and not yet sent (under ``holding``)
+        self.narrow = False  # whether the client's hello said it decodes narrowed columns (``wire_columns``)
 
     def refuse(self, message: str) -> None:
         try:
@@ -370,6 +437,7 @@ class Session:
             self._reject("unsupported_version", f"this server speaks protocol version {VERSION}, the client "
                                                 f"{version!r}; upgrade the older end")
             raise Closed(f"version {version!r}")
+        self.narrow = header.get("narrow") is True
         if self.server.secret is not None:
             nonce = challenge()
             self._send(frame_parts({"type": "challenge", "nonce": nonce.hex()}))
@@ -400,7 +468,8 @@ class Session:
                     grant = self._take(count * row, row)
                     rows = min(count, max(1, sum(grant) // row)) if row else count  # (a row over the budget: alone)
                     try:
-                        meta, buffers = served.part(indices[first:first + rows], pass_id)
+                        with self.server.turns.turn():
+                            meta, buffers = served.part(indices[first:first + rows], pass_id, self.narrow)
                     except BaseException:
                         self._sent(grant, True)
                         raise

@@ -18,7 +18,9 @@ In the order a connection sees them (C: client, S: server):
 =========  ====  ==============================================================
 type       from  fields
 =========  ====  ==============================================================
-hello      C     ``version``: the client's protocol version (``VERSION``)
+hello      C     ``version``: the client's protocol version (``VERSION``);
+                 ``narrow``: true when the client decodes narrowed columns
+                 (``as``, below)
 challenge  S     ``nonce``: 32 random bytes as hex, new for every connection;
                  sent only when the server has a secret
 auth       C     ``proof``: ``proof(secret, nonce)``, HMAC-SHA256 as hex
@@ -51,7 +53,12 @@ error      S     ``kind`` (one of ``KINDS``), ``message``, and the ``id`` of
 
 A column's ``dtype`` is numpy's string for it, byte order included
 (``"<i4"``), and its ``shape`` counts the rows first; the body holds the
-columns one after another, each C-contiguous. ``row_bytes`` tells a client
+columns one after another, each C-contiguous. To a client whose hello said
+``narrow``, a server may send a column narrower than the reader gives it
+(a token file's own 2-byte ids, MNIST's bytes) with ``as``: the dtype the
+column is turned into, and ``divide``, a number it is then divided by in
+that dtype (``decode_column``); the receiver's column is then exactly the
+served reader's, in fewer bytes. ``row_bytes`` tells a client
 how many rows make a request of a given size, ``max_frame`` the limit it
 shares. Ids are the client's own: one id names one request while it is in
 flight. A receiver ignores header fields it does not know, so a field may be
@@ -101,8 +108,8 @@ import numpy as np
 from readers.errors import BadType, BadValue, ReaderkitError
 
 __all__ = ["HELLO_FRAME", "KINDS", "MAX_FRAME", "REQUEST_FRAME", "VERSION", "NotAuthorised", "ProtocolError",
-           "RemoteError", "UnsupportedVersion", "challenge", "check_kind", "decode", "encode", "frame_length",
-           "frame_parts", "pack_columns", "parse_address", "proof", "raise_rejection", "read_secret",
+           "RemoteError", "UnsupportedVersion", "challenge", "check_kind", "decode", "decode_column", "encode",
+           "frame_length", "frame_parts", "pack_columns", "parse_address", "proof", "raise_rejection", "read_secret",
            "rejection", "show_address", "unpack_columns"]
 
 #: The protocol's version, sent in the hello; a server refuses another with ``unsupported_version``.
@@ -218,30 +225,65 @@ def decode(payload: bytes | memoryview) -> tuple[dict[str, Any], memoryview]:
     return header, view[4 + size:]
 
 
-def pack_columns(columns: Any) -> tuple[list[dict[str, Any]] | dict[str, Any], list[memoryview]]:
+def pack_columns(columns: Any, decodes: Any = None) -> tuple[list[dict[str, Any]] | dict[str, Any], list[memoryview]]:
     """(description, buffers) of collated columns: one array, or a tuple of arrays, each as dtype, shape and
-    its raw bytes. Object arrays have no bytes to send: a ``ProtocolError`` says so.
+    its raw bytes. Object arrays have no bytes to send: a ``ProtocolError`` says so. ``decodes``, one per
+    column (or one for a single array), each None or ``{"as": dtype, "divide": number}`` (``divide``
+    optional), says how the receiver turns a narrowed column into the reader's (``decode_column``).
 
     >>> meta, buffers = pack_columns((np.arange(3, dtype=np.int32), np.zeros((3, 2))))
     >>> meta
     [{'dtype': '<i4', 'shape': [3]}, {'dtype': '<f8', 'shape': [3, 2]}]
     >>> [len(b) for b in buffers]
     [12, 48]
+    >>> pack_columns(np.arange(3, dtype="<u2"), {"as": "<i4"})[0]
+    {'dtype': '<u2', 'shape': [3], 'as': '<i4'}
     """
     single = not isinstance(columns, tuple)
     meta, buffers = [], []
-    for k, column in enumerate((columns,) if single else columns):
+    ways = (decodes,) if single else (decodes or (None,) * len(columns))
+    for k, (column, way) in enumerate(zip((columns,) if single else columns, ways)):
         a = np.ascontiguousarray(column)
         if a.dtype.hasobject or a.dtype.kind not in "biufcSUVmM":
             raise ProtocolError(f"column {k} holds {a.dtype} values, which have no bytes to send; a served "
                                 "reader's entries must be numbers, strings or fixed-size records")
-        meta.append({"dtype": a.dtype.str if a.dtype.names is None else a.dtype.descr, "shape": list(a.shape)})
+        meta.append({"dtype": a.dtype.str if a.dtype.names is None else a.dtype.descr, "shape": list(a.shape),
+                     **(way or {})})
         buffers.append(memoryview(a.reshape(-1)).cast("B") if a.size else memoryview(b""))
     return (meta[0] if single else meta), buffers
 
 
+def decode_column(column: np.ndarray, way: dict[str, Any]) -> np.ndarray:
+    """A narrowed column as the served reader gives it: a column of numbers cast to ``way["as"]`` (a numeric dtype),
+    then divided by ``way["divide"]`` in that (floating) dtype when it says one, as the reader itself computes it
+    (so bit for bit).
+
+    >>> decode_column(np.array([1, 65535], "<u2"), {"as": "<i4"})
+    array([    1, 65535], dtype=int32)
+    >>> decode_column(np.array([0, 51, 255], np.uint8), {"as": "<f4", "divide": 255}).tolist()
+    [0.0, 0.20000000298023224, 1.0]
+    >>> decode_column(np.zeros(2, np.uint8), {"as": "O"})
+    Traceback (most recent call last):
+    ...
+    readers.network.wire.ProtocolError: a column's "as" must name a numeric dtype and "divide" be a number, got {'as': 'O'}
+    """
+    try:
+        if not isinstance(way["as"], str):  # (np.dtype(None) is float64)
+            raise TypeError
+        kind, divide = np.dtype(way["as"]), way.get("divide")
+        if kind.kind not in "biuf" or kind.itemsize > 8 or column.dtype.kind not in "biuf" or (divide is not None and (
+                kind.kind != "f" or isinstance(divide, bool) or not isinstance(divide, (int, float)))):
+            raise TypeError
+        if divide is None:
+            return column.astype(kind)
+        return np.divide(column, kind.type(divide), dtype=kind)
+    except (KeyError, TypeError, ValueError, OverflowError):
+        raise ProtocolError(f'a column\'s "as" must name a numeric dtype and "divide" be a number, got {way!r}') from None
+
+
 def unpack_columns(meta: Any, body: memoryview) -> Any:
-    """The columns ``pack_columns`` described, read from ``body``: arrays over its bytes (no copy).
+    """The columns ``pack_columns`` described, read from ``body``: arrays over its bytes (no copy), a narrowed
+    column (``as``) decoded into an array of its own (``decode_column``).
 
     >>> meta, buffers = pack_columns((np.arange(3, dtype=np.int32), np.ones(2)))
     >>> [a.tolist() for a in unpack_columns(meta, memoryview(b"".join(buffers)))]
@@ -269,7 +311,8 @@ def unpack_columns(meta: Any, body: memoryview) -> Any:
         if size > len(body) - at:
             raise ProtocolError(f"column {k} ({column['dtype']} of shape {list(shape)}) needs {size:,} bytes, and "
                                 f"the body has {len(body) - at:,} left")
-        out.append(np.frombuffer(body[at:at + size], dtype=dtype).reshape(shape))
+        found = np.frombuffer(body[at:at + size], dtype=dtype).reshape(shape)
+        out.append(found if "as" not in column else decode_column(found, column))
         at += size
     if at != len(body):
         raise ProtocolError(f"the body has {len(body) - at:,} bytes more than its columns describe")

@@ -148,6 +148,26 @@ class Mnist(IndexedReader):
         return (np.divide(images[indices], np.float32(255), dtype=np.float32),
                 labels[indices].astype(np.int64))
 
+    def wire_columns(self, indices: np.ndarray) -> tuple[tuple[np.ndarray, np.ndarray], tuple[dict, dict]]:
+        """``gather_columns`` as the files hold it, for a server to send in a quarter of the bytes: the images'
+        bytes, which the client divides by 255 in float32 as ``gather_columns`` does, and the labels' bytes, which
+        it widens to int64.
+
+        >>> import tempfile
+        >>> from readers.network.wire import decode_column
+        >>> from readers.sources.idx import write_idx
+        >>> folder = tempfile.TemporaryDirectory()
+        >>> write_idx(f"{folder.name}/train-images-idx3-ubyte", np.arange(2 * 784, dtype=np.uint8).reshape(2, 28, 28))
+        >>> write_idx(f"{folder.name}/train-labels-idx1-ubyte", np.array([7, 1], np.uint8))
+        >>> r = train(folder.name)
+        >>> (images, labels), ways = r.wire_columns(np.array([1, 0]))
+        >>> images.dtype, [np.array_equal(decode_column(c, w), g) for c, w, g in
+        ...                zip((images, labels), ways, r.gather_columns(np.array([1, 0])))]
+        (dtype('uint8'), [True, True])
+        """
+        images, labels = self.arrays()
+        return (images[indices], labels[indices]), ({"as": "<f4", "divide": 255}, {"as": "<i8"})
+
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state["_arrays"] = state["_digest"] = None  # a copy in another process maps the cache itself

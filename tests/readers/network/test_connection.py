@@ -202,7 +202,7 @@ def test_remote_to_a_server_of_another_version_raises_at_once():
     with FakeServer(answer) as fake:
         error = refused(lambda: readers.remote(fake.address, deadline=LONG), readers.UnsupportedVersion)
         assert error.kind == "unsupported_version" and error.address == fake.address
-        assert fake.hellos == [{"type": "hello", "version": VERSION}]
+        assert fake.hellos == [{"type": "hello", "version": VERSION, "narrow": True}]
 
 
 @pytest.mark.parametrize("padding, speaks", [(100, True), (PROBE_FRAME, False), (MAX_FRAME - 1024, False)])

@@ -16,6 +16,7 @@ from readers.network.wire import (
     UnsupportedVersion,
     challenge,
     decode,
+    decode_column,
     encode,
     frame_length,
     frame_parts,
@@ -157,3 +158,30 @@ def test_parse_address_refuses_what_is_not_host_and_port(address):
 def test_parse_address_refuses_other_types():
     with pytest.raises(TypeError, match="must be \"host:port\" or a \\(host, port\\) pair, got int"):
         parse_address(20001)
+
+
+# Issue 30, section 2: a column may travel narrower than the reader gives it (a token file's 2-byte ids, MNIST's
+# bytes) and the receiver turns it back, bit for bit; before, every column went as the reader's own dtype.
+@pytest.mark.parametrize("column, way, expected", [
+    (np.array([[0, 65535], [7, 9]], "<u2"), {"as": "<i4"}, np.array([[0, 65535], [7, 9]], np.int32)),
+    (np.arange(256, dtype=np.uint8), {"as": "<f4", "divide": 255},
+     np.divide(np.arange(256, dtype=np.uint8), np.float32(255), dtype=np.float32)),
+    (np.array([3, 1], np.uint8), {"as": "<i8"}, np.array([3, 1], np.int64)),
+])
+def test_a_narrowed_column_crosses_the_wire_and_arrives_as_the_readers_own(column, way, expected):
+    meta, buffers = pack_columns((column, np.arange(len(column))), (way, None))
+    assert meta[0] == {"dtype": column.dtype.str, "shape": list(column.shape), **way} and "as" not in meta[1]
+    found, index = unpack_columns(meta, memoryview(b"".join(buffers)))
+    assert found.dtype == expected.dtype and found.tobytes() == expected.tobytes()
+    assert index.tolist() == list(range(len(column)))
+    assert sum(len(b) for b in buffers) < expected.nbytes + index.nbytes
+
+
+@pytest.mark.parametrize("way", [{"as": "O"}, {"as": "<U3"}, {"as": "<f16"}, {"as": "nonsense"}, {"as": None},
+                                 {"as": "<i4", "divide": 255}, {"as": "<f4", "divide": "255"},
+                                 {"as": "<f4", "divide": True}, {"as": "<f4", "divide": 10 ** 400}])
+def test_a_narrowed_column_with_a_bad_way_back_is_a_protocol_error(way):
+    with pytest.raises(ProtocolError, match='"as" must name a numeric dtype'):
+        unpack_columns({"dtype": "|u1", "shape": [2], **way}, memoryview(bytes(2)))
+    with pytest.raises(ProtocolError):
+        decode_column(np.array([b"ab"]), {"as": "<i4"})  # (only numbers are narrowed)
