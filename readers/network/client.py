@@ -356,7 +356,10 @@ def remote(address: Any, *, secret: str | bytes | None = None, in_flight: int = 
            request_bytes: int | None = None, connect_timeout: float = 5.0) -> Remote:
     """An indexed reader of the entries a data-provider server (``python cli.py serve``) holds at ``address``.
 
-    ``address`` is ``"host:port"`` (an IPv6 host in brackets) or a pair. It
+    ``address`` is ``"host:port"`` (an IPv6 host in brackets) or a pair, or a
+    list of them: several servers, replicas of the same data or parts of it
+    (``readers.network.servers``: requests spread by outstanding bytes,
+    failover, ``stats()`` per server). It
     has ``len``, ``[i]`` and vectorised gathers, so shuffle, shard, the round
     coordinator, batching and positions work on it as on a local reader, and
     give the same entries. ``secret`` (text or bytes; default
@@ -405,5 +408,12 @@ def remote(address: Any, *, secret: str | bytes | None = None, in_flight: int = 
                                       or request_bytes < 1):
         raise BadValue(f"request_bytes must be an int >= 1 (about the bytes one request asks for), got "
                        f"{request_bytes!r}")
+    from readers.network.servers import Servers, addresses_of  # (it builds on Remote)
+
+    addresses = addresses_of(address)
+    if addresses is not None and len(addresses) > 1:
+        return Servers(addresses, read_secret(secret), in_flight, float(deadline), float(timeout), ca_file, tls,
+                       request_bytes, float(connect_timeout))
+    address = addresses[0] if addresses else address
     return Remote(address, read_secret(secret), in_flight, float(deadline), float(timeout), ca_file, tls,
                   request_bytes, float(connect_timeout))
