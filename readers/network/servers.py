@@ -6,8 +6,8 @@ to handle. Every read is cut into pieces of at most ``request_rows`` entries
 of one span of holders (the servers whose part holds those indices), and each
 piece goes to the live holder with the fewest bytes asked of it and not yet
 answered, so a slower or busier replica gets less. A piece runs on a thread of
-a small pool per process; up to ``in_flight`` pieces per server travel ahead
-of the consumer.
+a small pool per process; consecutive small gathers share a piece, and up
+to ``in_flight`` pieces (two per server at least) travel ahead of the consumer.
 
 A server that fails (refused, reset, timed out) is down for a back-off that
 doubles with each failure in a row (``BACKOFF`` to ``MAX_BACKOFF``); its
@@ -294,9 +294,29 @@ class Servers(Remote):
                 until = min(here.down_until[s] for s in holders)
             time.sleep(min(max(0.0, until - time.monotonic()) + 0.005, self.deadline - waited + 0.01, 1.0))
 
+    def _groups(self, chunks: Iterable[np.ndarray]) -> Iterator[list[np.ndarray]]:
+        """Consecutive chunks in groups of about ``request_rows`` entries, asked for together (so a pass of small
+        batches travels in requests of about ``request_bytes``); the first chunk alone (reading one entry costs
+        one request), and a chunk larger than a group alone."""
+        group, rows, first = [], 0, True
+        for idx in chunks:
+            idx = np.asarray(idx, np.int64)
+            if first:
+                first = False
+                yield [idx]
+                continue
+            if group and rows + len(idx) > self.request_rows:
+                yield group
+                group, rows = [], 0
+            group.append(idx)
+            rows += len(idx)
+        if group:
+            yield group
+
     def gather_ahead(self, chunks: Iterable[np.ndarray]) -> Iterator[tuple[np.ndarray, Any]]:
-        """(indices, columns) for each chunk in order, its pieces spread over the servers that hold them and the
-        next chunks' pieces under way meanwhile (up to ``in_flight`` pieces per server).
+        """(indices, columns) for each chunk in order: consecutive chunks asked for together in pieces of about
+        ``request_bytes``, spread over the servers that hold them, and the next pieces under way meanwhile (up to
+        ``in_flight`` pieces, and two per server at least).
 
         >>> import numpy as np, readers
         >>> with readers.serve(readers.np_array(np.arange(10) * 2)) as a, readers.serve(readers.np_array(np.arange(10) * 2)) as b:
@@ -304,35 +324,41 @@ class Servers(Remote):
         ...     [(i.tolist(), c.tolist()) for i, c in r.gather_ahead([np.arange(2), np.array([9, 0])])]
         [([0, 1], [0, 2]), ([9, 0], [18, 0])]
         """
-        chunks, ahead, limit = iter(chunks), deque(), self.in_flight * len(self.members)
-        under_way, more, handed = 0, True, False
+        groups, ahead = self._groups(chunks), deque()
+        limit, under_way, more, handed = max(self.in_flight, 2 * len(self.members)), 0, True, False
         try:
             while True:
-                while more and (not ahead or under_way < limit):
-                    idx = next(chunks, None)
-                    if idx is None:
+                while more and (not ahead or (handed and under_way < limit)):
+                    group = next(groups, None)
+                    if group is None:
                         more = False
                         break
-                    idx = np.asarray(idx, np.int64)
+                    idx = group[0] if len(group) == 1 else np.concatenate(group)
                     pieces = self._pieces(idx)
                     for piece in pieces:
                         if not self._submit(piece):
                             piece.failed_at = time.monotonic()
                             self._again(piece, ConnectionError("every server holding it is backing off"))
-                    ahead.append((idx, pieces))
+                    ahead.append((group, idx, pieces))
                     under_way += len(pieces)
-                    if not handed:
-                        break  # the first chunk goes alone: reading one entry costs one request
                 if not ahead:
                     return
-                idx, pieces = ahead[0]
-                results = [self._wait(p, [q for _, q in ahead]) for p in pieces]
+                group, idx, pieces = ahead[0]
+                results = [self._wait(p, [q for _, _, q in ahead]) for p in pieces]
                 ahead.popleft()
                 under_way -= len(pieces)
                 handed = True
-                yield idx, self._assemble(idx, pieces, results)
+                columns = self._assemble(idx, pieces, results)
+                if len(group) == 1:
+                    yield idx, columns
+                    continue
+                lo = 0
+                for chunk in group:
+                    hi = lo + len(chunk)
+                    yield chunk, (tuple(c[lo:hi] for c in columns) if isinstance(columns, tuple) else columns[lo:hi])
+                    lo = hi
         finally:
-            for _, pieces in ahead:
+            for _, _, pieces in ahead:
                 for piece in pieces:
                     if piece.future is not None and piece.future.cancel():
                         with self._here().lock:
