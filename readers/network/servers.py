@@ -108,8 +108,10 @@ class Servers(Remote):
         self.addresses = [m.address for m in self.members]
         self.address = ", ".join(self.addresses)
         first = self.members[0]
+        whole = [m for m in self.members if "part" not in m.welcome]  # (a part's welcome has no content digest)
         self.row_bytes = max(1, int(first.welcome.get("row_bytes", 0)))
-        self.welcome, self.request_bytes, self.request_rows = first.welcome, first.request_bytes, first.request_rows
+        self.welcome = (whole or self.members)[0].welcome  # the data's facts: fingerprint, info, draws_per_pass
+        self.request_bytes, self.request_rows = first.request_bytes, first.request_rows
         self.window_rows, self.frame_rows = first.window_rows, first.frame_rows
         self.host, self.port = first.host, first.port
         self.parts = [self._part(m) for m in self.members]
