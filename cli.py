@@ -275,6 +275,13 @@ SECONDS = click.FloatRange(min=0, min_open=True)  # a timeout of serve's
                    "(instead of --reader).")
 @click.option("--split", type=click.Choice(["train", "test"]), default="train", show_default=True,
               help="Which split of --reader to serve.")
+@click.option("--part", "part_text", default=None, metavar="K/N",
+              help="Serve only the K-th of N equal contiguous parts of the entries, K from 1 to N (--part 1/4: the "
+                   "first quarter; sizes within one entry of each other), reading nothing of the rest; clients ask "
+                   "each index of a server that holds it. The first line and the welcome say the part.")
+@click.option("--range", "span", default=None, metavar="START:STOP",
+              help="Serve only the entries START to STOP - 1 (half-open, as a Python slice; START: runs to the "
+                   "end). Not with --part.")
 @click.option("--host", default="127.0.0.1", show_default=True,
               help="Address to listen on; one other machines can reach needs a secret.")
 @click.option("--port", default=20001, show_default=True, type=click.IntRange(0, 65535), help="Port; 0 picks a free one.")
@@ -298,26 +305,40 @@ SECONDS = click.FloatRange(min=0, min_open=True)  # a timeout of serve's
                    "so one that reads slowly delays only itself.")
 @fail_cleanly
 def serve(reader_name: str, data_dir: str | None, download: bool, data: str | None, columns: str | None,
-          size: int | None, config: str | None, split: str, host: str,
+          size: int | None, config: str | None, split: str, part_text: str | None, span: str | None, host: str,
           port: int, secret_file: str | None, tls_cert: str | None, tls_key: str | None, idle_timeout: float,
           frame_timeout: float, handshake_timeout: float, drain_timeout: float, budget_mib: int,
           max_clients: int) -> None:
-    """Serve an indexed reader's entries to readers.remote clients over TCP, until SIGTERM or Ctrl-C."""
+    """Serve an indexed reader's entries to readers.remote clients over TCP, until SIGTERM or Ctrl-C.
+
+    The first line on standard output is `serving N entries on HOST:PORT`; a
+    server of a part adds `: part K/N, entries [START, STOP) of TOTAL,
+    part_digest HEX` (without `part K/N, ` for --range), N being the entries
+    it holds."""
     from readers.allocator import tune_allocator
+    from readers.network.parts import show_part
     from readers.network.server import Server, run_until_signal, tls_context
     from readers.network.wire import read_secret, show_address
 
     if (tls_cert is None) != (tls_key is None):
         raise click.UsageError("--tls-cert and --tls-key go together: the certificate and its private key")
-    reader, info = _served(reader_name, data_dir, download, config, split, data=data, columns=columns, size=size)
+    holds = _part_option(part_text, span)  # (a bad --part or --range is refused before the data is read)
+    reader, info = _served(reader_name, data_dir, download, config, split, holds=holds, data=data, columns=columns,
+                           size=size)
     tune_allocator()  # every answer gathers a fresh array of up to a few MB: keep them on the heap
-    server = Server(reader, info=info, secret=read_secret(file=secret_file), idle_timeout=idle_timeout,
-                    frame_timeout=frame_timeout, handshake_timeout=handshake_timeout, drain_timeout=drain_timeout,
-                    budget=budget_mib << 20, max_clients=max_clients,
+    server = Server(reader, part=holds(len(reader)), info=info, secret=read_secret(file=secret_file),
+                    idle_timeout=idle_timeout, frame_timeout=frame_timeout, handshake_timeout=handshake_timeout,
+                    drain_timeout=drain_timeout, budget=budget_mib << 20, max_clients=max_clients,
                     tls=tls_context(tls_cert, tls_key) if tls_cert else None, log=lambda line: click.echo(line, err=True))
 
     def announce(bound_host: str, bound_port: int) -> None:
-        click.echo(f"serving {server.served.n} entries on {show_address(bound_host, bound_port)}")
+        served = server.served
+        start, stop = served.holds or (0, served.n)
+        line = f"serving {stop - start} entries on {show_address(bound_host, bound_port)}"
+        if served.holds is not None:
+            line += (f": {'' if part_text is None else f'part {part_text.strip()}, '}"
+                     f"{show_part(served.holds, served.n)}, part_digest {served.welcome['part_digest']}")
+        click.echo(line)
         sys.stdout.flush()
 
     run_until_signal(server, host, port, announce)  # (an address it cannot listen on: CannotListen, one line)
@@ -326,10 +347,31 @@ def serve(reader_name: str, data_dir: str | None, download: bool, data: str | No
                f"{stats['bytes']:,} bytes of entries sent", err=True)
 
 
+def _part_option(part_text: str | None, span: str | None) -> Any:
+    """What ``serve --part K/N`` or ``--range START:STOP`` holds, as a function of the served reader's length:
+    ``(start, stop)``, or None for all of it. Either text is checked at once, the interval once the length is
+    known; a bad one is a ``BadValue``, which the CLI prints in one line."""
+    from readers.errors import BadValue
+    from readers.network.parts import check_part, parse_part, parse_range, part_interval
+
+    if part_text is not None and span is not None:
+        raise BadValue(f"give --part or --range, not both (got --part {part_text!r} and --range {span!r}): each says "
+                       "which entries this server holds")
+    if part_text is not None:
+        k, n = parse_part(part_text)
+        return lambda entries: part_interval(k, n, entries)
+    if span is not None:
+        bounds = parse_range(span)
+        return lambda entries: check_part(bounds, entries, f"--range {span!r}")
+    return lambda entries: None
+
+
 def _served(reader_name: str, data_dir: str | None, download: bool, config: str | None, split: str,
-            **formats: Any) -> tuple[Any, dict]:
+            holds: Any = lambda entries: None, **formats: Any) -> tuple[Any, dict]:
     """The reader ``serve`` holds and the facts it announces: a data.toml's token windows, or a reader's split
-    (``formats``: the format readers' --data, --columns and --size)."""
+    (``formats``: the format readers' --data, --columns and --size). ``holds`` (``_part_option``) is the part
+    served: a data.toml's tokens are then read only where the part lies (no scan of them all for
+    ``max_token``)."""
     if config is not None:
         given = given_flags("reader_name", "split", "data_dir", "data", "columns", "size")
         if given:
@@ -342,8 +384,11 @@ def _served(reader_name: str, data_dir: str | None, download: bool, config: str 
         tokens = readers.tokens(data.dir, seq_len=data.seq_len, token_size=data.token_size, vocab_size=data.vocab_size)
         # the largest id sizes a client's vocabulary where the data.toml records none: found by reading every token,
         # minutes for a large corpus, while clients wait seconds for a first connection; a recorded vocab_size is
-        # the vocabulary, and every read checks the ids against it
-        top = tokens.max_token() if data.vocab_size is None else None
+        # the vocabulary, and every read checks the ids against it. A server of a part reads nothing outside it,
+        # so it says none (None): a client finds the ids over the parts
+        part = holds(len(tokens))
+        whole = part is None or part == (0, len(tokens))
+        top = tokens.max_token() if data.vocab_size is None and whole else None
         return tokens, {"seq_len": data.seq_len, "token_size": data.token_size, "shuffle_seed": data.shuffle_seed,
                         "max_token": top, "tokens": sum(tokens.sizes), "vocab_size": data.vocab_size}
     train_reader, test_reader = splits(reader_name, data_dir, download, **formats)

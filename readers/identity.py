@@ -109,9 +109,10 @@ def fingerprint(reader: Any) -> dict[str, Any]:
     return found
 
 
-def _found(reader: Any) -> dict[str, Any]:
-    """The fingerprint, with its sources' own ``digests`` too (each source digested once)."""
-    pipeline, digests = _parts(reader)
+def _found(reader: Any, content: bool = True) -> dict[str, Any]:
+    """The fingerprint, with its sources' own ``digests`` too (each source digested once); without ``content``,
+    no source is digested or read, and the digests are None."""
+    pipeline, digests = _parts(reader, content)
     content = None
     if all(d is not None for d in digests):
         h = hasher()
@@ -129,7 +130,7 @@ def _found(reader: Any) -> dict[str, Any]:
     return found
 
 
-def _parts(reader: Any) -> tuple[list[str], list[str | None]]:
+def _parts(reader: Any, content: bool = True) -> tuple[list[str], list[str | None]]:
     """(each stage's identity, each source's digest), top down. A stage that stands for a pipeline read
     elsewhere (``readers.remote``: its ``stands_for()`` gives the served pipeline's parts) adds those, so the
     same data read through a server is the same data."""
@@ -142,6 +143,9 @@ def _parts(reader: Any) -> tuple[list[str], list[str | None]]:
             digests.extend(served["digests"])
         elif not (isinstance(stage, Node) and stage.parents):
             pipeline.append(_identity(stage))
+            if not content:
+                digests.append(None)
+                continue
             digest = stage.digest() if isinstance(stage, Node) else None
             digests.append(_head(stage) if digest is None else digest)
         else:
@@ -149,16 +153,22 @@ def _parts(reader: Any) -> tuple[list[str], list[str | None]]:
     return pipeline, digests
 
 
-def served_fingerprint(reader: Any) -> dict[str, Any]:
+def served_fingerprint(reader: Any, *, content: bool = True) -> dict[str, Any]:
     """``fingerprint(reader)`` with its sources' own ``digests``: what a data-provider server announces, so a
     remote reader's fingerprint (``stands_for``) is the local reader's.
+
+    Without ``content`` nothing of the data is read: the pipeline and the
+    length alone, the content and digests None (a server of a part of the
+    data announces that, and the digest of its own rows beside it).
 
     >>> import numpy as np
     >>> from readers import from_arrays
     >>> sorted(served_fingerprint(from_arrays(np.arange(4))))
     ['content', 'digests', 'length', 'pipeline']
+    >>> served_fingerprint(from_arrays(np.arange(4)), content=False)
+    {'pipeline': ['from_arrays(4 rows: int64)'], 'length': 4, 'content': None, 'digests': [None]}
     """
-    return _found(reader)
+    return _found(reader, content)
 
 
 #: Entries of a source that has no digest of its own read to know it by.

@@ -22,7 +22,10 @@ from tests.helpers.paths import SHARED_DATA
 from tests.readers.network.test_server import CANNOT_LISTEN
 
 MNIST = SHARED_DATA / "mnist"
-ANNOUNCED = re.compile(r"serving (\d+) entries on 127\.0\.0\.1:(\d+)")
+# a server of a part (issue 30) goes on: ": part K/N, entries [START, STOP) of TOTAL, part_digest HEX" (no "part K/N, "
+# for --range), and its N is the entries it holds
+ANNOUNCED = re.compile(r"serving (\d+) entries on 127\.0\.0\.1:(\d+)"
+                       r"(?:: (?:part (\d+)/(\d+), )?entries \[(\d+), (\d+)\) of (\d+), part_digest ([0-9a-f]{32}))?")
 START = 30.0  # seconds: the most a server process may take to import, load its data and listen
 
 
@@ -35,6 +38,7 @@ class Process:
         with open(self.err, "wb") as err:
             self.proc = start_python("cli.py", "serve", *args, env=env, stderr=err, text=True)
         self.entries = self.port = None
+        self.part = self.total = self.part_digest = None  # (start, stop), the whole length and the digest of a part
 
     def first_line(self, timeout: float = START) -> str:
         try:
@@ -48,6 +52,9 @@ class Process:
         assert found, f"first line {line!r}; stderr: {self.stderr()}"
         self.entries, self.port = int(found[1]), int(found[2])
         assert self.port > 0
+        if found[5] is not None:
+            self.part, self.total, self.part_digest = (int(found[5]), int(found[6])), int(found[7]), found[8]
+            assert self.entries == self.part[1] - self.part[0]
         return self
 
     @property
@@ -308,3 +315,124 @@ def test_cli_serve_a_format_reader_from_data(tmp_path):
         np.testing.assert_array_equal(x, rows[[0, 49, 17]])
         assert labels.tolist() == [0, 1, 2]
         assert server.stop() == 0
+
+
+@pytest.mark.parametrize("args, part", [(["--part", "2/3"], (16, 33)), (["--range", "10:20"], (10, 20))],
+                         ids=["part", "range"])
+def test_cli_serve_a_part_serves_it_refuses_the_rest_and_announces_it(tmp_path, token_config, args, part):
+    """Issue 30, parts: `serve --part K/N` or `--range START:STOP` serves those entries alone, as the local reader
+    has them, refuses the others naming the interval (the connection stays open), and announces the part and the
+    digest of its rows, in its first line and its welcome."""
+    from readers.network.parts import part_digest
+
+    config, local = token_config
+    with cli_serve(tmp_path, "--config", config, *args) as server:
+        server.announced()
+        assert (server.part, server.total, server.entries) == (part, 50, part[1] - part[0])
+        assert server.part_digest == part_digest(local, part)
+        remote = readers.remote(server.address)
+        assert (len(remote), remote.welcome["part"], remote.welcome["part_digest"]) == (50, list(part),
+                                                                                        server.part_digest)
+        inside = np.arange(*part)
+        np.testing.assert_array_equal(remote.gather_columns(inside), np.stack([local[i] for i in inside]))
+        for index in (part[0] - 1, part[1], 0, 49):
+            with pytest.raises(readers.RemoteError) as caught:
+                remote.gather_columns(np.array([part[0], index]))
+            assert caught.value.kind == "out_of_range" and caught.value.message == (
+                f"index {index} is outside the part this server holds: entries [{part[0]}, {part[1]}) of 50 "
+                f"({part[0]}..{part[1] - 1}); ask a server that holds it")
+        assert int(remote[part[0]][0]) == int(local[part[0]][0])  # served on after the refusals
+        assert server.stop() == 0, server.stderr()
+
+
+def started_servers(monkeypatch) -> list:
+    """The servers ``serve`` makes from now on, not started (``run_until_signal`` only records them)."""
+    import readers.network.server
+
+    started: list = []
+    monkeypatch.setattr(readers.network.server, "run_until_signal",
+                        lambda server, host, port, announce: started.append(server))
+    return started
+
+
+@pytest.mark.parametrize("n", [1, 3, 4, 7, 50])
+def test_cli_serve_parts_k_of_n_cover_every_entry_once(token_config, monkeypatch, n):
+    """--part K/N for K = 1..N over 50 entries (N not dividing 50 included): no gap, no overlap, sizes within one."""
+    from click.testing import CliRunner
+
+    import cli
+
+    started = started_servers(monkeypatch)
+    for k in range(1, n + 1):
+        result = CliRunner().invoke(cli.main, ["serve", "--config", token_config[0], "--part", f"{k}/{n}"])
+        assert result.exit_code == 0, result.output
+    parts = [server.served.holds for server in started]
+    assert [i for start, stop in parts for i in range(start, stop)] == list(range(50))
+    assert max(b - a for a, b in parts) - min(b - a for a, b in parts) <= 1
+    assert all(server.served.welcome["entries"] == 50 for server in started)
+
+
+def test_cli_serve_parts_of_the_same_data_have_equal_digests_and_of_other_data_other_ones(tmp_path, token_config,
+                                                                                          monkeypatch):
+    from click.testing import CliRunner
+
+    import cli
+
+    other = tmp_path / "other"
+    (other / "tokens").mkdir(parents=True)
+    tokens = np.arange(1000, 1201, dtype="<u2")
+    tokens[120] += 1  # in windows 29 and 30: of part 3/4, [25, 37), not of part 1/4, [0, 12)
+    tokens.tofile(other / "tokens" / "a.bin")
+    (other / "data.toml").write_text('dir = "tokens"\ntoken_size = "TwoBytes"\nseq_len = 4\n')
+    started = started_servers(monkeypatch)
+    for config, part in [(token_config[0], "3/4"), (token_config[0], "3/4"), (str(other / "data.toml"), "3/4"),
+                         (token_config[0], "1/4"), (str(other / "data.toml"), "1/4")]:
+        result = CliRunner().invoke(cli.main, ["serve", "--config", config, "--part", part])
+        assert result.exit_code == 0, result.output
+    digests = [server.served.welcome["part_digest"] for server in started]
+    assert digests[0] == digests[1], "two servers of the same part of the same data"
+    assert digests[2] != digests[0], "the same part of other data"
+    assert digests[3] == digests[4], "a part where the data agree"
+    assert digests[3] != digests[0], "another part"
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--part", "0/4"], "--part '0/4': parts count from 1 to 4 (1/4 is the first, 4/4 the last); give K/N with "
+                        "1 <= K <= N"),
+    (["--part", "5/4"], "--part '5/4': parts count from 1 to 4 (1/4 is the first, 4/4 the last); give K/N with "
+                        "1 <= K <= N"),
+    (["--part", "1/0"], "--part '1/0': N, the number of parts, must be 1 or more"),
+    (["--part", "half"], "--part 'half' is not K/N; give the part and the number of parts, such as --part 1/4 (the "
+                         "first quarter of the entries)"),
+    (["--part", "1/51"], "part 1/51 of 50 entries is empty: 51 parts of 50 entries leave some empty; give at most 50 "
+                         "parts"),
+    (["--range", "20:10"], "--range '20:10' holds no entries: it is START:STOP, half-open, so it needs START < STOP "
+                           "(one entry i is i:i+1)"),
+    (["--range", "40:60"], "--range '40:60' runs past the data: it has 50 entries, so a part ends at 50 at most"),
+    (["--range", "50:"], "--range '50:' holds no entries: it is half-open, so it needs start < stop (one entry i is "
+                         "[i, i + 1))"),
+    (["--range", "10-20"], "--range '10-20' is not START:STOP; give the first sample index and the one after the "
+                           "last, such as --range 0:1000 (STOP left out: to the end)"),
+    (["--part", "1/2", "--range", "0:10"], "give --part or --range, not both (got --part '1/2' and --range '0:10'): "
+                                           "each says which entries this server holds"),
+], ids=["K=0", "K>N", "N=0", "not K/N", "empty part", "STOP<START", "past the end", "START at the end",
+        "not START:STOP", "both"])
+def test_cli_serve_refuses_a_bad_part_or_range_in_one_line(token_config, monkeypatch, args, message):
+    from click.testing import CliRunner
+
+    import cli
+
+    started = started_servers(monkeypatch)
+    result = CliRunner().invoke(cli.main, ["serve", "--config", token_config[0], *args])
+    assert result.exit_code == 1 and result.output.splitlines() == [f"Error: {message}"]
+    assert not started
+
+
+def test_cli_serve_help_says_how_parts_are_counted():
+    from click.testing import CliRunner
+
+    import cli
+
+    shown = " ".join(CliRunner().invoke(cli.main, ["serve", "--help"]).output.split())
+    assert "--part K/N Serve only the K-th of N equal contiguous parts of the entries, K from 1 to N" in shown
+    assert "--range START:STOP Serve only the entries START to STOP - 1 (half-open" in shown

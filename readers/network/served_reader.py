@@ -1,7 +1,8 @@
 """The reader a data-provider server holds, and what it does with a request apart from the network.
 
-``Served`` wraps the indexed reader a server holds. It checks a ``get``
-request's interval or indices against the reader's length (a typed
+``Served`` wraps the indexed reader a server holds, or a part of it
+(``readers.network.parts``). It checks a ``get`` request's interval or
+indices against the reader's length and the part held (a typed
 ``RequestError`` otherwise), splits the rows into parts that each fit a frame,
 and gathers one part as packed columns. It is plain synchronous code: each
 connection's thread calls it (``readers.network.session``), so a slow reader
@@ -17,6 +18,7 @@ import numpy as np
 from readers.errors import BadType, BadValue
 from readers.graph import drawing_stage
 from readers.identity import served_fingerprint
+from readers.network.parts import check_part, part_digest
 from readers.network.wire import MAX_FRAME, VERSION, ProtocolError, pack_columns
 from readers.parents import is_indexed
 from readers.stage import Stage
@@ -60,19 +62,33 @@ class Served:
     Traceback (most recent call last):
     ...
     readers.network.served_reader.RequestError: index 10 is past the last entry (9): the server holds 10 entries
+
+    With ``part`` (``(start, stop)``, half-open) it serves those entries alone,
+    reads nothing of the others, and its welcome says so (``entries`` stays
+    the whole length):
+
+    >>> served = Served(from_arrays(np.arange(10) * 2, np.arange(10)), part=(4, 8))
+    >>> served.welcome["entries"], served.welcome["part"], len(served.welcome["part_digest"])
+    (10, [4, 8], 32)
+    >>> served.indices({"indices": [5, 8]})
+    Traceback (most recent call last):
+    ...
+    readers.network.served_reader.RequestError: index 8 is outside the part this server holds: entries [4, 8) of 10 (4..7); ask a server that holds it
     """
 
-    def __init__(self, reader: Any, info: dict[str, Any] | None = None):
+    def __init__(self, reader: Any, info: dict[str, Any] | None = None, *, part: Any = None):
         if not is_indexed(reader):
             shown = reader.title() if isinstance(reader, Stage) else repr(reader)
             raise BadType(f"a server serves an indexed reader (len and [i]), not {shown}; build it from "
                           "readers.tokens, readers.from_arrays or a registered reader with random access")
         self.reader, self.n = reader, len(reader)
+        self.holds = None if part is None else check_part(part, self.n)  # (start, stop); None: the whole
         self.draws = drawing_stage(reader) is not None
         self.row_bytes, self.empty = 0, np.zeros(0, np.uint8)
-        if self.n:  # entries spread over the reader say the columns' types and sizes, so a bad reader (objects,
+        start, stop = self.holds or (0, self.n)
+        if self.n:  # entries spread over the part say the columns' types and sizes, so a bad reader (objects,
             # entries of different sizes) fails here, not in the middle of a client's pass
-            sample = np.unique(np.linspace(0, self.n - 1, min(self.n, SAMPLE)).round().astype(np.int64))
+            sample = np.unique(np.linspace(start, stop - 1, min(stop - start, SAMPLE)).round().astype(np.int64))
             try:
                 columns = self.gather(sample)
                 meta, buffers = pack_columns(columns)
@@ -83,9 +99,16 @@ class Served:
                                "columns of one shape each (pad or cut them in a map)") from exc.__cause__
             self.row_bytes = sum(len(b) for b in buffers) // len(sample)
             self.empty = tuple(c[:0] for c in columns) if isinstance(columns, tuple) else columns[:0]
+        whole = (start, stop) == (0, self.n)  # (a part reads nothing of the rest: no digest of the whole data)
         self.welcome = {"type": "welcome", "version": VERSION, "entries": self.n, "reader": reader.title(),
-                        "fingerprint": served_fingerprint(reader), "info": dict(info or {}), "row_bytes": self.row_bytes,
-                        "max_frame": MAX_FRAME, "draws_per_pass": self.draws}
+                        "fingerprint": served_fingerprint(reader, content=whole), "info": dict(info or {}),
+                        "row_bytes": self.row_bytes, "max_frame": MAX_FRAME, "draws_per_pass": self.draws}
+        if self.holds is not None:
+            try:
+                digest = part_digest(reader, self.holds, gather=self.gather)
+            except RequestError as exc:
+                raise BadValue(f"cannot serve {reader.title()}: {exc.message}") from exc.__cause__
+            self.welcome.update(part=list(self.holds), part_digest=digest)
 
     def pass_of(self, header: dict[str, Any]) -> int | None:
         """The pass a ``get`` reads, for a reader whose entries are drawn anew each pass (``random_map``): its
@@ -152,6 +175,11 @@ class Served:
         if high >= self.n:
             raise RequestError("out_of_range", f"index {high} is past the last entry ({self.n - 1}): the server "
                                                f"holds {self.n} entries")
+        if self.holds is not None and (low < self.holds[0] or high >= self.holds[1]):
+            start, stop = self.holds
+            raise RequestError("out_of_range", f"index {low if low < start else high} is outside the part this "
+                                               f"server holds: entries [{start}, {stop}) of {self.n} "
+                                               f"({start}..{stop - 1}); ask a server that holds it")
 
     def parts(self, count: int) -> Iterator[tuple[int, int]]:
         """(first, count) of each part of a request for ``count`` rows: as many rows as fit a frame's body.

@@ -60,6 +60,7 @@ from collections.abc import Callable
 from typing import Any
 
 from readers.errors import BadValue, ReaderkitError
+from readers.network.parts import show_part
 from readers.network.served_reader import Served
 from readers.network.session import Closed, Session, readable
 from readers.network.wire import read_secret, show_address
@@ -122,7 +123,10 @@ class Server:
 
     ``secret`` (bytes or None) turns on the challenge; ``tls`` is an
     ``ssl.SSLContext`` for the server side, or None. ``log`` takes one line
-    per connection (default: standard error).
+    per connection (default: standard error). ``part``, ``(start, stop)``
+    half-open, serves those sample indices alone (``readers.network.parts``):
+    a request for another gets ``out_of_range``, and the welcome announces
+    the part and a digest of its rows.
 
     >>> import numpy as np, readers
     >>> server = Server(readers.np_array(np.arange(4)), log=lambda line: None)
@@ -132,10 +136,10 @@ class Server:
     >>> server.stop()
     """
 
-    def __init__(self, reader: Any, *, info: dict[str, Any] | None = None, secret: bytes | None = None,
-                 tls: ssl.SSLContext | None = None, handshake_timeout: float = 10.0, idle_timeout: float = 600.0,
-                 frame_timeout: float = 60.0, drain_timeout: float = 10.0, max_clients: int = 1024,
-                 budget: int = 256 << 20, log: Callable[[str], None] | None = None):
+    def __init__(self, reader: Any, *, part: Any = None, info: dict[str, Any] | None = None,
+                 secret: bytes | None = None, tls: ssl.SSLContext | None = None, handshake_timeout: float = 10.0,
+                 idle_timeout: float = 600.0, frame_timeout: float = 60.0, drain_timeout: float = 10.0,
+                 max_clients: int = 1024, budget: int = 256 << 20, log: Callable[[str], None] | None = None):
         for name, value in (("handshake_timeout", handshake_timeout), ("idle_timeout", idle_timeout),
                             ("frame_timeout", frame_timeout), ("drain_timeout", drain_timeout)):
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
@@ -146,7 +150,9 @@ class Server:
         if secret is not None and not secret:
             raise BadValue("the secret is empty, which anyone can prove; give a secret of some length (or none, "
                            "on 127.0.0.1)")
-        self.served = reader if isinstance(reader, Served) else Served(reader, info)
+        if isinstance(reader, Served) and part is not None:
+            raise BadValue("give the part to Served(reader, part=...), not to a Server of a Served")
+        self.served = reader if isinstance(reader, Served) else Served(reader, info, part=part)
         self.secret, self.tls = secret, tls
         self.handshake_timeout, self.idle_timeout = handshake_timeout, idle_timeout
         self.frame_timeout, self.drain_timeout = frame_timeout, drain_timeout
@@ -380,26 +386,35 @@ class Serving:
         self.stop()
 
     def __repr__(self) -> str:
-        return f"<serving {self.server.served.n} entries on {self.address}{', stopped' if self.server.stopping else ''}>"
+        served = self.server.served
+        what = f"{served.n} entries" if served.holds is None else show_part(served.holds, served.n)
+        return f"<serving {what} on {self.address}{', stopped' if self.server.stopping else ''}>"
 
 
 def serve(reader: Any, *, host: str = "127.0.0.1", port: int = 0, secret: str | bytes | None = None,
-          tls: ssl.SSLContext | None = None, info: dict[str, Any] | None = None, **limits: Any) -> Serving:
+          tls: ssl.SSLContext | None = None, info: dict[str, Any] | None = None, part: Any = None,
+          **limits: Any) -> Serving:
     """Serve indexed ``reader`` from a background thread; ``readers.remote(handle.address)`` reads it.
 
     ``port=0`` picks a free port. ``secret`` turns on the HMAC challenge
     (required on an address other machines can reach); ``tls`` is a server
-    ``ssl.SSLContext`` (``tls_context(cert, key)``). ``limits`` are the
-    ``Server`` timeouts and bounds.
+    ``ssl.SSLContext`` (``tls_context(cert, key)``). ``part``, ``(start,
+    stop)`` half-open, serves those sample indices alone
+    (``readers.network.parts.part_interval(k, n, len(reader))`` is the k-th
+    of n equal parts). ``limits`` are the ``Server`` timeouts and bounds.
 
     >>> import numpy as np, readers
     >>> with serve(readers.np_array(np.arange(6) * 10)) as server:
     ...     remote = readers.remote(server.address)
     ...     len(remote), int(remote[4]), [int(x) for x in remote()][:3]
     (6, 40, [0, 10, 20])
+    >>> with serve(readers.np_array(np.arange(6) * 10), part=(2, 4)) as server:
+    ...     remote = readers.remote(server.address)
+    ...     server, len(remote), remote.gather_columns(np.array([2, 3])).tolist()
+    (<serving entries [2, 4) of 6 on 127.0.0.1:...>, 6, [20, 30])
     """
     key = None if secret is None else read_secret(secret)  # (text that UTF-8 cannot encode: refused in one line)
-    return Serving(Server(reader, info=info, secret=key, tls=tls, **limits), host, port)
+    return Serving(Server(reader, part=part, info=info, secret=key, tls=tls, **limits), host, port)
 
 
 def run_until_signal(server: Server, host: str, port: int, announce: Callable[[str, int], None]) -> None:

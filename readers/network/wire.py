@@ -28,7 +28,14 @@ welcome    S     ``version``, ``entries`` (the number of entries), ``reader``
                  data such as a token set's ``seq_len``), ``row_bytes`` (the
                  bytes of one entry), ``max_frame``, ``draws_per_pass``
                  (whether the entries are drawn anew each pass:
-                 ``readers.random_map``)
+                 ``readers.random_map``); a server of part of the data adds
+                 ``part``: ``[start, stop]``, the half-open interval of
+                 sample indices it holds (absent: all of ``[0, entries)``,
+                 and ``entries`` is the whole length either way), and
+                 ``part_digest``: a digest of those rows
+                 (``readers.network.parts``), equal on replicas of one
+                 part; its ``fingerprint``'s ``content``, and each of its
+                 ``digests``, is then null (nothing outside the part is read)
 get        C     ``id`` (an int the client picks, >= 0) and either
                  ``interval``: ``[start, end]``, inclusive, or ``indices``: a
                  list of sample indices; ``pass``: the pass the entries are
@@ -58,10 +65,12 @@ answers each connection's requests in turn, but a client goes by the ids);
 the parts of one request come in order. Every request gets its parts or one
 ``error``. A
 rejection of a request (``out_of_range``, ``malformed``) leaves the
-connection open; a broken frame (``too_large``, a header that is not JSON),
-a refused login (``not_authorised``) or another version
-(``unsupported_version``) closes it after the error. ``server_error`` says
-the served reader failed on the request.
+connection open (a server of a part answers an index outside it with
+``out_of_range``, naming the interval it holds); a broken frame
+(``too_large``, a header that is not JSON), a refused login
+(``not_authorised``) or another version (``unsupported_version``) closes
+it after the error. ``server_error`` says the served reader failed on the
+request.
 
 Auth and versions
 -----------------
