@@ -21,10 +21,17 @@ def _data(shift: int = 0) -> readers.IndexedReader:
     return readers.from_arrays(np.arange(N * 3).reshape(N, 3) + shift, np.arange(N) % 7)
 
 
-def _as_part(server, start: int, stop: int) -> None:
-    # the welcome of i30srv's --part/--range, said by a server of the whole data (so that a row asked of a server
-    # outside its part would still come back, and only the checks below can tell)
-    server.server.served.welcome["part"] = [start, stop]
+def _parts(bounds: list[tuple[int, int]], shift: int = 0) -> list:
+    """A server of each part (which answers an index outside its part with an out_of_range error)."""
+    return [readers.serve(_data(shift), part=part, log=lambda line: None) for part in bounds]
+
+
+@pytest.fixture
+def parted():
+    made = []
+    yield lambda bounds, shift=0: made.extend(_parts(bounds, shift)) or made[-len(bounds):]
+    for s in made:
+        s.stop()
 
 
 def _rows(reader) -> list:
@@ -99,36 +106,31 @@ def test_remote_failover_two_down_then_back(three):
             s.stop()
 
 
-def test_remote_parts_without_replicas(three):
+def test_remote_parts_without_replicas(parted):
     bounds = [(0, 100), (100, 250), (250, N)]
-    for s, (lo, hi) in zip(three, bounds):
-        _as_part(s, lo, hi)
+    three = parted(bounds)
     r = readers.remote([s.address for s in three], request_bytes=200)
     assert _rows(readers.shuffle(r, seed=2)()) == _rows(readers.shuffle(_data(), seed=2)())
     rows = {a: s["rows"] for a, s in r.stats()["servers"].items()}
     assert rows == {s.address: hi - lo for s, (lo, hi) in zip(three, bounds)}
 
 
-def test_remote_parts_with_replicas_and_failover(three):
-    """Two replicas of [0, 150), one server of [150, N): a pass rides out the loss of a replica."""
-    extra = readers.serve(_data(), log=lambda line: None)
-    try:
-        for s, (lo, hi) in zip([*three, extra], [(0, 150), (0, 150), (150, N), (150, N)]):
-            _as_part(s, lo, hi)
-        r = readers.remote([s.address for s in [*three, extra]], request_bytes=96, in_flight=2, deadline=20.0)
-        got = []
-        for entry in readers.shuffle(r, seed=4)():
-            got.append((entry[0].tolist(), int(entry[1])))
-            if len(got) == 50:
-                three[0].stop()
-        assert got == _rows(readers.shuffle(_data(), seed=4)())
-    finally:
-        extra.stop()
+def test_remote_parts_with_replicas_and_failover(parted):
+    """Two replicas of [0, 150), two of [150, N), a third server over [100, 200): a pass rides out the loss of a
+    replica."""
+    four = parted([(0, 150), (0, 150), (150, N), (150, N), (100, 200)])
+    r = readers.remote([s.address for s in four], request_bytes=96, in_flight=2, deadline=20.0)
+    got = []
+    for entry in readers.shuffle(r, seed=4)():
+        got.append((entry[0].tolist(), int(entry[1])))
+        if len(got) == 50:
+            four[0].stop()
+    assert got == _rows(readers.shuffle(_data(), seed=4)())
+    assert r.stats()["servers"][four[0].address]["failures"] >= 1
 
 
-def test_remote_part_nobody_holds_raises_naming_interval(three):
-    for s, (lo, hi) in zip(three, [(0, 100), (100, 200), (200, N)]):
-        _as_part(s, lo, hi)
+def test_remote_part_nobody_holds_raises_naming_interval(parted):
+    three = parted([(0, 100), (100, 200), (200, N)])
     r = readers.remote([s.address for s in three], deadline=0.5, timeout=2.0)
     three[1].stop()
     with pytest.raises(RemoteUnavailable, match=r"entries \[100, 200\).*" + three[1].address.replace(".", r"\.")):
@@ -140,10 +142,8 @@ def test_remote_part_nobody_holds_raises_naming_interval(three):
     ([(0, 100), (150, N)], r"no server holds entries \[100, 150\)"),
     ([(0, 200), (100, N)], None),  # overlapping, the same data: accepted
 ])
-def test_remote_parts_cover(three, parts, message):
-    for s, (lo, hi) in zip(three, parts):
-        _as_part(s, lo, hi)
-    addresses = [s.address for s in three[:2]]
+def test_remote_parts_cover(parted, parts, message):
+    addresses = [s.address for s in parted(parts)]
     if message is None:
         assert len(readers.remote(addresses)) == N
     else:
@@ -151,15 +151,18 @@ def test_remote_parts_cover(three, parts, message):
             readers.remote(addresses)
 
 
-def test_remote_replica_of_other_data_refused(three):
+@pytest.mark.parametrize("mine, theirs, overlap", [
+    (None, None, (0, N)),  # whole: the content digests differ
+    ((0, 150), (0, 150), (0, 150)),  # one part: the part digests differ
+    ((0, 200), (100, N), (100, 200)),  # overlapping, unequal parts: rows of the overlap compared
+])
+def test_remote_replica_of_other_data_refused(mine, theirs, overlap):
     """Issue 30: a replica serving other data is refused at the start, naming both servers."""
-    with readers.serve(_data(shift=1), log=lambda line: None) as other:
-        with pytest.raises(BadValue, match=f"{three[0].address} and {other.address} both hold entries \\[0, {N}\\)"):
-            readers.remote([three[0].address, other.address])
-        _as_part(three[0], 0, 200)
-        _as_part(other, 100, N)  # unequal overlapping parts: rows of the overlap compared
-        with pytest.raises(BadValue, match=r"both hold entries \[100, 200\)"):
-            readers.remote([three[0].address, other.address])
+    with readers.serve(_data(), part=mine, log=lambda line: None) as one, \
+            readers.serve(_data(shift=1), part=theirs, log=lambda line: None) as other:
+        message = f"{one.address} and {other.address} both hold entries \\[{overlap[0]}, {overlap[1]}\\)"
+        with pytest.raises(BadValue, match=message):
+            readers.remote([one.address, other.address])  # (refused before what no one holds is looked for)
 
 
 def test_remote_servers_of_other_lengths_refused(three):
@@ -183,3 +186,13 @@ def test_remote_servers_pickle_into_threads(three):
     for t in threads:
         t.join(60)
     assert out[0] == out[1] == _rows(_data()())
+
+
+def _plus_one(entry):
+    return entry[0] + 1, entry[1]
+
+
+def test_remote_servers_of_other_pipelines_refused(three):
+    with readers.serve(readers.map_readers(_plus_one, _data()), log=lambda line: None) as mapped:
+        with pytest.raises(BadValue, match=f"{mapped.address} serves map_readers.* and {three[0].address} from_arrays"):
+            readers.remote([three[0].address, mapped.address])
