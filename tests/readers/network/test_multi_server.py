@@ -196,3 +196,21 @@ def test_remote_servers_of_other_pipelines_refused(three):
     with readers.serve(readers.map_readers(_plus_one, _data()), log=lambda line: None) as mapped:
         with pytest.raises(BadValue, match=f"{mapped.address} serves map_readers.* and {three[0].address} from_arrays"):
             readers.remote([three[0].address, mapped.address])
+
+
+def test_remote_replicas_a_slower_server_gets_less(three):
+    """Issue 30: requests go by outstanding bytes: a replica that answers slower is asked less."""
+    import time
+
+    served = three[0].server.served
+    gather = served.gather
+
+    def slow(indices, pass_id=None):
+        time.sleep(0.02)
+        return gather(indices, pass_id)
+
+    served.gather = slow
+    r = readers.remote([three[0].address, three[1].address], request_bytes=240, in_flight=8)
+    assert _rows(r()) == _rows(_data()())
+    rows = r.stats()["servers"]
+    assert rows[three[0].address]["rows"] < rows[three[1].address]["rows"], rows
