@@ -256,6 +256,8 @@ class Servers(Remote):
         spans = np.searchsorted(self.bounds, indices, side="right") - 1
         if len(indices) and (int(indices.min()) < 0 or int(indices.max()) >= len(self)):
             raise IndexError(f"index out of range for {len(self)} entries served by {self.address}")
+        if not len(indices):  # asked alone of a server that holds its span: the answer says the columns' types
+            return [_Piece(indices, indices, int(np.searchsorted(self.bounds, 0, side="right") - 1))]
         pieces = []
         for span in (np.unique(spans) if len(self.holders) > 1 else [0]):
             positions = np.flatnonzero(spans == span) if len(self.holders) > 1 else np.arange(len(indices))

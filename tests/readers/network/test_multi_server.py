@@ -214,3 +214,27 @@ def test_remote_replicas_a_slower_server_gets_less(three):
     assert _rows(r()) == _rows(_data()())
     rows = r.stats()["servers"]
     assert rows[three[0].address]["rows"] < rows[three[1].address]["rows"], rows
+
+
+def test_remote_parts_empty_gather_has_the_columns_types(parted):
+    r = readers.remote([s.address for s in parted([(0, 100), (100, N)])])
+    a, b = r.gather_columns(np.array([], np.int64))
+    assert a.shape == (0, 3) and b.shape == (0,) and a.dtype == np.int64
+
+
+def _noisy(entry, rng):
+    return entry[0] + rng.integers(0, 1000, 3), entry[1]
+
+
+def test_remote_replicas_of_a_reader_drawn_per_pass_equal_local(three):
+    """Each piece names its pass, whichever server answers it: two passes equal the local ones."""
+    local = readers.random_map(_noisy, _data(), seed=7)
+    servers = [readers.serve(readers.random_map(_noisy, _data(), seed=7), log=lambda line: None) for _ in range(2)]
+    try:
+        r = readers.remote([s.address for s in servers], request_bytes=400)
+        remote_pass, local_pass = readers.shuffle(r, seed=1), readers.shuffle(local, seed=1)
+        for _ in range(2):
+            assert _rows(remote_pass()) == _rows(local_pass())
+    finally:
+        for s in servers:
+            s.stop()
