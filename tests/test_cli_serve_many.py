@@ -22,7 +22,7 @@ import pytest
 import batching
 import readers
 from readers.errors import BadValue
-from readers.network.servers import MAX_BACKOFF
+from readers.network.multi_server import MAX_BACKOFF
 from tests.helpers import paths as _paths
 from tests.test_cli_serve import START, Process
 

@@ -31,9 +31,11 @@ from typing import Any
 import numpy as np
 
 from readers.errors import BadValue
-from readers.network.client import Remote, RemoteUnavailable
+from readers.network.client import Remote, RemoteUnavailable, check_options
+from readers.network.client import remote as one_remote
+from readers.network.wire import read_secret
 
-__all__ = ["BACKOFF", "MAX_BACKOFF", "SAMPLED_ROWS", "Servers", "addresses_of", "holders_of"]
+__all__ = ["BACKOFF", "MAX_BACKOFF", "SAMPLED_ROWS", "Servers", "addresses_of", "holders_of", "remote"]
 
 #: Seconds a server that failed is left out, doubled for each failure in a row, up to ``MAX_BACKOFF``.
 BACKOFF = 0.25
@@ -419,3 +421,38 @@ def addresses_of(address: Any) -> list[Any] | None:
         return list(address)
     return None
 
+
+def remote(address: Any, *, secret: str | bytes | None = None, in_flight: int = 8, deadline: float = 120.0,
+           timeout: float = 30.0, ca_file: str | None = None, tls: bool = False,
+           request_bytes: int | None = None, connect_timeout: float = 5.0) -> Remote:
+    """An indexed reader of the entries one data-provider server, or several, hold (``readers.remote``).
+
+    ``address`` is one server's ``"host:port"`` or (host, port) pair: then
+    ``readers.network.client.remote``, whose docstring says what each option
+    does. A list of addresses gives ``Servers``: replicas of the same data
+    share the requests by outstanding bytes, servers of parts (``cli.py
+    serve --part K/N``) get the indices they hold, a server that fails has
+    its requests moved to the others and rejoins after its back-off, and
+    ``stats()`` says what each server did in this process. They must agree
+    (length, pipeline, the content of what two of them both hold) and cover
+    every entry, or ``BadValue`` names the servers at fault. ``deadline``
+    bounds the wait for an index no live server holds; ``in_flight``
+    pieces of about ``request_bytes`` (two per server at least) travel
+    ahead of the consumer.
+
+    >>> import numpy as np, readers
+    >>> data = readers.from_arrays(np.arange(10) * 3)
+    >>> with readers.serve(data, part=(0, 6)) as a, readers.serve(data, part=(6, 10)) as b:
+    ...     r = remote([a.address, b.address])
+    ...     len(r), r.gather_columns(np.array([9, 1]))[0].tolist()
+    (10, [27, 3])
+    """
+    addresses = addresses_of(address)
+    options = {"in_flight": in_flight, "deadline": deadline, "timeout": timeout, "ca_file": ca_file, "tls": tls,
+               "request_bytes": request_bytes, "connect_timeout": connect_timeout}
+    if addresses is None or len(addresses) == 1:
+        return one_remote(address if addresses is None else addresses[0], secret=secret, **options)
+    check_options(in_flight=in_flight, deadline=deadline, timeout=timeout, connect_timeout=connect_timeout,
+                  request_bytes=request_bytes)
+    return Servers(addresses, read_secret(secret), in_flight, float(deadline), float(timeout), ca_file, tls,
+                   request_bytes, float(connect_timeout))

@@ -12,7 +12,7 @@ import pytest
 import readers
 from readers.errors import BadValue
 from readers.network.client import Remote, RemoteUnavailable
-from readers.network.servers import Servers
+from readers.network.multi_server import Servers
 
 N = 300
 
