@@ -51,7 +51,14 @@ class _Member(Remote):
     _first = threading.local()
 
     def _open(self, failed_at: float | None, why: BaseException | None, first: bool = False) -> Any:
-        return super()._open(None, None, first)  # one attempt now (deadline 0): then RemoteUnavailable
+        # A connection broken during a fetch is opened again once (the server may have closed it as idle), with
+        # one attempt (deadline 0); a timeout, or a second failure, is the server's: RemoteUnavailable, and the
+        # many-server reader asks another.
+        if why is not None:
+            if isinstance(why, TimeoutError) or getattr(_Member._first, "reopened", True):
+                raise RemoteUnavailable(f"{self.address}: {type(why).__name__}: {why}") from why
+            _Member._first.reopened = True
+        return super()._open(None, None, first)
 
     def _receive(self, conn: Any, sent: dict) -> None:
         if getattr(_Member._first, "at", 0.0) is None:
@@ -213,7 +220,7 @@ class Servers(Remote):
         member, here = self.members[server], self._here()
         if self.bound_pass is not None:
             member = member.for_pass(self.bound_pass)
-        _Member._first.at, started = None, time.monotonic()
+        _Member._first.at, _Member._first.reopened, started = None, False, time.monotonic()
         try:
             columns = member.gather_columns(indices)
         except OSError:

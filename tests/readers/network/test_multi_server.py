@@ -238,3 +238,21 @@ def test_remote_replicas_of_a_reader_drawn_per_pass_equal_local(three):
     finally:
         for s in servers:
             s.stop()
+
+
+def test_remote_failover_on_a_timeout(three):
+    """Issue 30: a server that stops answering (a timeout, not a reset) has its requests moved to the others."""
+    served, release = three[0].server.served, threading.Event()
+    gather = served.gather
+
+    def stuck(indices, pass_id=None):
+        release.wait(10)  # until the test ends: longer than the reader's timeout
+        return gather(indices, pass_id)
+
+    served.gather = stuck
+    try:
+        r = readers.remote([s.address for s in three], request_bytes=400, timeout=0.5, deadline=20.0)
+        assert _rows(readers.shuffle(r, seed=8)()) == _rows(readers.shuffle(_data(), seed=8)())
+        assert r.stats()["servers"][three[0].address]["failures"] >= 1
+    finally:
+        release.set()
