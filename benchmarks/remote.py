@@ -48,8 +48,15 @@ c. Small requests: --requests one-entry reads at random positions with 1 and
    interval between requests, the server is the bound, and more in flight
    adds queueing (latency), not entries per second.
 
+d. Replicas: one client reads shuffled token windows through readers.remote
+   over 1, 2 and 3 servers of the same data (--replicas N: up to N); the
+   aggregate MB/s against one server, and the spread: the fewest entries one
+   server served over the most (requests go by outstanding bytes). Limits:
+   one client on this machine's cores, which the servers share with it.
+
 Usage: python benchmarks/remote.py [--tokens 50000000] [--batches 600] [--batch 64] [--repeats 3]
                                    [--clients 64] [--seconds 5] [--requests 2000] [--mnist DIR] [--json FILE]
+                                   [--replicas 3]
 Smaller: --tokens 10000000 --batches 100 --repeats 1 --clients 8 --seconds 2 --requests 500.
 Machines here are shared and noisy: read the ratios within one run, not the absolute rates.
 """
@@ -335,6 +342,52 @@ def bench_small(name: str, local, address: str, server: int, sender: int, raw_po
     return rows
 
 
+# -- d. replicas ---------------------------------------------------------------------------------
+def bench_replicas(tokens_dir: str, first: str, folder: str, most: int, batches: int, batch: int,
+                   repeats: int) -> list[dict]:
+    """d. One client reads collated shuffled batches of token windows through readers.remote over 1, 2, 3 (up to
+    ``most``: then 1, 2, 4, ... and ``most``) replica servers, ``first`` and more started here on the same data:
+    the aggregate MB/s against one server, and the spread of the entries over the servers (the fewest one served
+    over the most: 1.0 when shared evenly; by outstanding bytes, a server that answers slower gets less)."""
+    counts = sorted({1, 2, *[2 ** k for k in range(most.bit_length()) if 2 ** k <= most], most})
+    counts = [n for n in counts if n <= most] if most > 3 else [n for n in (1, 2, 3) if n <= most]
+    procs, addresses = [], [first]
+    try:
+        for k in range(1, max(counts)):
+            proc, address = start_server(["--config", os.path.join(tokens_dir, "data.toml")],
+                                         os.path.join(folder, f"replica-{k}.log"))
+            procs.append(proc)
+            addresses.append(address)
+        rows, one = [], None
+        for n in counts:
+            remote = readers.remote(addresses[:n]) if n > 1 else readers.remote([addresses[0]])
+            pipeline_time(remote, True, 5, 99, batch)  # connect, and page the data in
+            before = remote.stats()["servers"] if n > 1 else None
+            best = min(pipeline_time(remote, True, batches, k, batch) for k in range(repeats))
+            mbps = batches * batch * (SEQ_LEN + 1) * 4 / 1e6 / best
+            one = one or mbps
+            row = {"servers": n, "batches": batches, "batch": batch, "MBps": round(mbps, 1),
+                   "vs_one": round(mbps / one, 3), "spread": 1.0, "rows_per_server": None}
+            if n > 1:
+                after = remote.stats()["servers"]
+                served = [after[a]["rows"] - before[a]["rows"] for a in addresses[:n]]
+                row.update(spread=round(min(served) / max(max(served), 1), 3), rows_per_server=served)
+            rows.append(row)
+        return rows
+    finally:
+        for proc in procs:
+            stop_server(proc)
+
+
+def print_replicas(rows: list[dict]) -> None:
+    print(f"d. replicas: one client, shuffled token windows in batches of {rows[0]['batch']} (best of the repeats), "
+          "through readers.remote over N servers of the same data:")
+    print(f"   {'servers':>7} {'MB/s':>8} {'vs one':>7} {'spread':>7}  entries per server")
+    for r in rows:
+        print(f"   {r['servers']:>7} {r['MBps']:>8.1f} {r['vs_one']:>6.2f}x {r['spread']:>7.2f}  "
+              f"{'' if r['rows_per_server'] is None else ', '.join(f'{x:,}' for x in r['rows_per_server'])}")
+
+
 # -- the run -------------------------------------------------------------------------------------
 def write_tokens(folder: str, n: int) -> None:
     """n random 2-byte tokens and a data.toml beside them, written in blocks to keep the writer small."""
@@ -381,6 +434,8 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=2000)
     parser.add_argument("--mnist", default=os.path.join(os.path.dirname(ROOT), "shared", "data", "mnist"))
     parser.add_argument("--json", default=None, help="Also write the figures to this file, as one JSON object.")
+    parser.add_argument("--replicas", type=int, default=3, help="d.: the most replica servers (rows for 1, 2, 3; "
+                        "above 3: 1, 2, 4, ... and this many); 0 leaves d. out")
     args = parser.parse_args()
     readers.tune_allocator()  # as train() and cli.py serve do, so remote and local run as in training
     context = multiprocessing.get_context("spawn")
@@ -412,6 +467,8 @@ def main() -> None:
             many = bench_clients(tokens_address, sets[0][3], args.clients, args.batch, args.seconds)
             for name, local, address, pid in sets:
                 small += bench_small(name, local, address, pid, sender.pid, raw_port, args.requests)
+            replicas = bench_replicas(tokens_dir, tokens_address, folder, args.replicas, args.batches, args.batch,
+                                      args.repeats) if args.replicas > 0 else []
         finally:
             for proc in servers:
                 stop_server(proc)
@@ -419,9 +476,12 @@ def main() -> None:
                 sender.terminate()
             sender.join()
     print_table(throughput, many, small, skipped)
+    if replicas:
+        print_replicas(replicas)
     if args.json:
         with open(args.json, "w", encoding="utf-8") as out:
-            figures = {"throughput": throughput, "clients": many, "small": small, "skipped": skipped}
+            figures = {"throughput": throughput, "clients": many, "small": small, "skipped": skipped,
+                       "replicas": replicas}
             out.write(json.dumps(figures) + "\n")
 
 

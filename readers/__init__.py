@@ -55,8 +55,9 @@ from readers.identity import fingerprint
 from readers.interop.torch_dataset import torch_dataset
 from readers.interop.torch_loader import torch_loader
 from readers.launch import WorkerInfo, worker_context, worker_info
-from readers.network.client import RemoteUnavailable, remote
+from readers.network.client import RemoteUnavailable
 from readers.network.connection import TLSMismatch
+from readers.network.multi_server import remote
 from readers.network.server import serve
 from readers.network.wire import NotAuthorised, RemoteError, UnsupportedVersion
 from readers.ops.combine import ComposeNotAligned, chain, compose

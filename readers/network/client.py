@@ -42,7 +42,7 @@ from readers.network.wire import (
 )
 from readers.stage import IndexedReader
 
-__all__ = ["INDEX_ROWS", "REQUEST_BYTES", "Remote", "RemoteUnavailable", "remote"]
+__all__ = ["INDEX_ROWS", "REQUEST_BYTES", "Remote", "RemoteUnavailable", "check_options", "remote"]
 
 #: About how many bytes of entries one request asks for; a larger read is several requests in flight.
 REQUEST_BYTES = 2 << 20
@@ -356,7 +356,9 @@ def remote(address: Any, *, secret: str | bytes | None = None, in_flight: int = 
            request_bytes: int | None = None, connect_timeout: float = 5.0) -> Remote:
     """An indexed reader of the entries a data-provider server (``python cli.py serve``) holds at ``address``.
 
-    ``address`` is ``"host:port"`` (an IPv6 host in brackets) or a pair. It
+    ``address`` is ``"host:port"`` (an IPv6 host in brackets) or a pair
+    (``readers.remote`` also takes a list of them: several servers, see
+    ``readers.network.multi_server``). It
     has ``len``, ``[i]`` and vectorised gathers, so shuffle, shard, the round
     coordinator, batching and positions work on it as on a local reader, and
     give the same entries. ``secret`` (text or bytes; default
@@ -394,6 +396,20 @@ def remote(address: Any, *, secret: str | bytes | None = None, in_flight: int = 
     (50, 3, [7, 2])
     >>> server.stop()
     """
+    check_options(in_flight=in_flight, deadline=deadline, timeout=timeout, connect_timeout=connect_timeout,
+                  request_bytes=request_bytes)
+    return Remote(address, read_secret(secret), in_flight, float(deadline), float(timeout), ca_file, tls,
+                  request_bytes, float(connect_timeout))
+
+
+def check_options(*, in_flight: Any, deadline: Any, timeout: Any, connect_timeout: Any, request_bytes: Any) -> None:
+    """Refuse ``readers.remote``'s options when they are out of range, saying what each one is.
+
+    >>> check_options(in_flight=0, deadline=1, timeout=1, connect_timeout=1, request_bytes=None)
+    Traceback (most recent call last):
+    ...
+    readers.errors.BadValue: in_flight must be an int >= 1 (the requests under way at once), got 0
+    """
     if not isinstance(in_flight, int) or isinstance(in_flight, bool) or in_flight < 1:
         raise BadValue(f"in_flight must be an int >= 1 (the requests under way at once), got {in_flight!r}")
     if not deadline >= 0 or not timeout > 0:
@@ -405,5 +421,3 @@ def remote(address: Any, *, secret: str | bytes | None = None, in_flight: int = 
                                       or request_bytes < 1):
         raise BadValue(f"request_bytes must be an int >= 1 (about the bytes one request asks for), got "
                        f"{request_bytes!r}")
-    return Remote(address, read_secret(secret), in_flight, float(deadline), float(timeout), ca_file, tls,
-                  request_bytes, float(connect_timeout))

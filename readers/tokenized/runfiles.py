@@ -16,7 +16,8 @@ state.toml
     ``global_batch_size_start`` to ``global_batch_size_end`` over
     ``global_batch_size_warmup_tokens`` tokens) and ``total_steps``;
     ``[model.LLM]`` holds ``max_seq_len`` and ``data_location``, either
-    ``Server = "host:port"`` or ``Local = "folder"``. Psyche's newer layout
+    ``Server = "host:port"`` (or a list of them: several servers, replicas
+    or parts of the data) or ``Local = "folder"``. Psyche's newer layout
     (its ``split-coord`` branch) moves ``data_location``, ``architecture``,
     ``lr_schedule``, ``optimizer`` and ``checkpoint`` to a top-level
     ``[model_extra_data]`` table, and ``[model.LLM]`` gains
@@ -118,12 +119,27 @@ class LocalData:
     data_file: str | None = field(default=None, compare=False)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class ServerData:
-    """Token data fetched from a data-provider server at ``host:port``."""
+    """Token data fetched from a data-provider server at ``host:port``, and from ``others`` when the run file's
+    ``Server`` lists several (replicas or parts: ``readers.remote`` of ``addresses``)."""
 
     host: str
     port: int
+    others: tuple[tuple[str, int], ...] = ()
+
+    @property
+    def addresses(self) -> list[str]:
+        """Every server's ``host:port``, the first first.
+
+        >>> ServerData("127.0.0.1", 20001, (("127.0.0.1", 20002),)).addresses
+        ['127.0.0.1:20001', '127.0.0.1:20002']
+        """
+        return [show_address(h, p) for h, p in ((self.host, self.port), *self.others)]
+
+    def __repr__(self) -> str:
+        more = f", others={self.others!r}" if self.others else ""
+        return f"ServerData(host={self.host!r}, port={self.port!r}{more})"
 
     @property
     def address(self) -> str:
@@ -229,6 +245,12 @@ def _location(path: str, key: str, value: Any, seq_len: int) -> LocalData | Serv
                            '.bin or .npy token files: Local = "https://host/tokens/" or "s3://bucket/tokens/")')
     if inner is None:
         raise RunFileError(path, f"{key}.{variant}", "needs a value", fix)
+    if variant == "Server" and isinstance(inner, list):
+        if not inner:
+            raise RunFileError(path, f"{key}.{variant}", "is an empty list",
+                               'write Server = "host:port", or a list: Server = ["host1:port", "host2:port"]')
+        first, *others = [fields.host_port(path, f"{key}.{variant}[{k}]", a) for k, a in enumerate(inner)]
+        return ServerData(*first, tuple(others))
     if variant == "Server":
         return ServerData(*fields.host_port(path, f"{key}.{variant}", inner))
     return _local(path, f"{key}.{variant}", inner, seq_len)
@@ -254,6 +276,8 @@ def _run_data_toml(path: str, doc: dict[str, Any]) -> str:
         if not (isinstance(location, dict) and len(location) == 1):
             continue
         (variant, inner), = location.items()
+        if variant == "Server" and isinstance(inner, list) and inner and all(isinstance(a, str) for a in inner):
+            inner = ", ".join(inner)
         if variant == "Server" and isinstance(inner, str):
             return (f"this run reads its tokens from the server at {inner}: give the data.toml that server was "
                     "started with")
@@ -381,7 +405,7 @@ def load_run(path: str | os.PathLike, *, caller: str = "load_run") -> RunConfig:
     """Read a state.toml: the batch-size schedule, the steps, the sequence length and the data location.
 
     ``[model.LLM.data_location]`` (or ``[model_extra_data.data_location]`` in
-    Psyche's newer layout) is ``Server = "host:port"`` (a ``ServerData``),
+    Psyche's newer layout) is ``Server = "host:port"`` or a list of them (a ``ServerData``),
     ``Local = "folder"`` (a ``LocalData`` described by the folder's data.toml
     if it holds one: its ``dir``, usually ``"."``, token size and seed, its
     ``seq_len`` equal to ``max_seq_len``; else 2-byte tokens, no shuffle), or the table

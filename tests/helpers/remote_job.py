@@ -26,6 +26,12 @@ import sys
 SCHEDULE = {"start": 1, "end": 7, "warmup_tokens": 24, "seq_len": 1}
 
 
+def ids_of(columns) -> list:
+    """A collated batch as lists: its one column of ids (entries of one column), or its rows (token windows, entries
+    that are one array each, collate into one array)."""
+    return (columns if hasattr(columns, "tolist") else columns[0]).tolist()
+
+
 def job(address: str, out: str, steps: int, seed: int) -> None:
     import torch.distributed as dist
 
@@ -39,7 +45,8 @@ def job(address: str, out: str, steps: int, seed: int) -> None:
     if (info.rank, info.world_size) != (dist.get_rank(), dist.get_world_size()):
         raise RuntimeError(f"worker_info() says rank {info.rank} of {info.world_size}, torch.distributed "
                            f"{dist.get_rank()} of {dist.get_world_size()}")
-    reader = readers.shuffle(readers.remote(address, deadline=30.0), seed=seed)
+    addresses = address.split(",")  # several servers (tests/test_cli_serve_many.py): one readers.remote over them
+    reader = readers.shuffle(readers.remote(addresses if len(addresses) > 1 else address, deadline=30.0), seed=seed)
     schedule = BatchSchedule(**SCHEDULE)
     rounds = []
     for step in range(steps):
@@ -48,8 +55,7 @@ def job(address: str, out: str, steps: int, seed: int) -> None:
         ids = None
         if info.rank in assignment:
             share = readers.round_share(reader, assignment, info.rank)
-            (column,) = next(iter(batching.collated(batching.batch(share, len(share)))()))
-            ids = column.tolist()
+            ids = ids_of(next(iter(batching.collated(batching.batch(share, len(share)))())))
         rounds.append({"assignment": [[client, list(interval)] for client, interval in assignment.items()],
                        "ids": ids})
         dist.barrier()
@@ -61,7 +67,8 @@ def job(address: str, out: str, steps: int, seed: int) -> None:
 
 def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--address", required=True, help="the data-provider server's host:port")
+    parser.add_argument("--address", required=True, help="the data-provider server's host:port, or several, "
+                                                          "separated by commas")
     parser.add_argument("--out", required=True, help="each rank writes OUT.<rank>.json")
     parser.add_argument("--steps", type=int, default=12)
     parser.add_argument("--seed", type=int, default=5)

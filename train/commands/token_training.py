@@ -18,6 +18,7 @@ import click
 import numpy as np
 
 import readers
+from readers.errors import BadValue
 from readers.sources.locations import redact
 from readers.tokenized.run_limits import check_run
 from readers.tokenized.runfiles import LocalData, data_toml_of, load_run
@@ -82,8 +83,8 @@ def _token_data(run: Any, settings: TrainSettings) -> tuple[Any, int | None, Any
 
         return tokens, run.data.shuffle_seed, scanned
     try:
-        remote = readers.remote(run.data.address, connect_timeout=settings.connect_timeout, ca_file=settings.ca_file)
-    except (readers.RemoteError, readers.RemoteUnavailable, readers.TLSMismatch) as exc:
+        remote = readers.remote(run.data.addresses, connect_timeout=settings.connect_timeout, ca_file=settings.ca_file)
+    except (readers.RemoteError, readers.RemoteUnavailable, readers.TLSMismatch, BadValue) as exc:
         raise click.ClickException(f"{config}: data_location Server: {exc}") from None
     info = remote.info
     if "seq_len" not in info:
@@ -114,7 +115,8 @@ def _vocabulary(settings: TrainSettings, run: Any, found_vocab: Any) -> tuple[in
         token_size = run.data.token_size
         said = run.data.data_file or f"{settings.config} (token_size_in_bytes)"
     else:
-        token_size, said = None, f"the data.toml the server at {run.data.address} was started with"
+        servers = ", ".join(run.data.addresses)
+        token_size, said = None, f"the data.toml the server at {servers} was started with"
     check_vocabulary(vocab, whence=whence, where=where, token_size=None if settings.vocab_size else token_size,
                      cause=likely_cause(where, token_size, said, vocab), given=bool(settings.vocab_size))
     return vocab, whence

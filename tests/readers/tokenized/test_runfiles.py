@@ -193,6 +193,25 @@ def test_load_run_server_forms(tmp_path, location, host, port):
     assert run.data == ServerData(host, port)
 
 
+def test_load_run_server_list(tmp_path):
+    """Issue 30: Server may list several servers (replicas or parts), read by one readers.remote."""
+    location = '[model.LLM.data_location]\nServer = ["10.0.0.2:8000", "[::1]:8001"]\n'
+    run = load_run(write(tmp_path, "state.toml", MINIMAL_STATE + location))
+    assert run.data == ServerData("10.0.0.2", 8000, (("::1", 8001),))
+    assert run.data.addresses == ["10.0.0.2:8000", "[::1]:8001"]
+
+
+@pytest.mark.parametrize("value, key, fragment", [
+    ("[]", "model.LLM.data_location.Server", "is an empty list"),
+    ('["10.0.0.2:8000", "10.0.0.3"]', "model.LLM.data_location.Server[1]", "must be \"host:port\", got '10.0.0.3'"),
+])
+def test_load_run_server_list_errors(tmp_path, value, key, fragment):
+    path = write(tmp_path, "state.toml", MINIMAL_STATE + f"[model.LLM.data_location]\nServer = {value}\n")
+    with pytest.raises(RunFileError) as excinfo:
+        load_run(path)
+    check(excinfo, path, key, fragment)
+
+
 def test_load_run_paths_are_relative_to_the_file(monkeypatch, tmp_path):
     monkeypatch.chdir(tmp_path)
     assert load_run(HERE / "local" / "state.toml").data.path == TOKENS

@@ -104,6 +104,33 @@ def test_a_server_location_trains_with_the_same_losses_as_the_local_folder(tmp_p
                                           "windows over 400 tokens")
 
 
+def test_a_server_list_trains_with_the_same_losses_as_the_local_folder(tmp_path):
+    """Issue 30: a run file's Server as a list of replicas reads through one readers.remote over them all."""
+    local = _run_files(tmp_path)
+    expected = run("train", "--config", local, "--log-every", "4", "--log-json", str(tmp_path / "local.jsonl"))
+    assert expected.exit_code == 0, expected.output
+    with _served_tokens(tmp_path) as one, _served_tokens(tmp_path) as two:
+        state = tmp_path / "remote" / "state.toml"
+        state.parent.mkdir()
+        state.write_text(STATE.format(location=f'Server = ["{one.address}", "{two.address}"]'))
+        got = run("train", "--config", str(state), "--log-every", "4", "--log-json", str(tmp_path / "remote.jsonl"))
+        assert got.exit_code == 0, got.output
+    losses = [[json.loads(line)["loss"] for line in (tmp_path / f"{name}.jsonl").read_text().splitlines()]
+              for name in ("local", "remote")]
+    assert losses[0] == losses[1] and len(losses[0]) == 3
+
+
+def test_a_server_list_of_other_data_is_refused_naming_both(tmp_path):
+    _run_files(tmp_path)
+    other = readers.serve(readers.np_array(np.arange(69)), log=lambda line: None)
+    with _served_tokens(tmp_path) as one, other:
+        state = tmp_path / "state.toml"
+        state.write_text(STATE.format(location=f'Server = ["{one.address}", "{other.address}"]'))
+        got = run("train", "--config", str(state))
+    assert got.exit_code != 0
+    assert f"data_location Server: {other.address} serves" in got.output and one.address in got.output, got.output
+
+
 def test_a_server_location_over_tls_needs_ca_file_and_says_so(tmp_path):
     """Issue 27: a plain client against a TLS server was tried again for 120 s, naming only ConnectionResetError;
     the command line had no way to speak TLS to a server."""
