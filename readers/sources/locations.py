@@ -245,6 +245,11 @@ class Stat(NamedTuple):
     version: str
 
 
+def _local_stat(found: os.stat_result) -> Stat:
+    """A local file's ``Stat``: its size, and its modification time and inode as its version."""
+    return Stat(found.st_size, f"{found.st_mtime_ns}:{found.st_ino}")
+
+
 def stat(path: str) -> Stat:
     """The size and version of a local file or a URL's object (one request, retried).
 
@@ -260,7 +265,7 @@ def stat(path: str) -> Stat:
             found = os.stat(local)
         except FileNotFoundError:
             raise MissingFile(f"{local}: no such file: check the path") from None
-        return Stat(found.st_size, f"{found.st_mtime_ns}:{found.st_ino}")
+        return _local_stat(found)
     fs, inner = _fsspec(path)
     fs.invalidate_cache(inner)  # s3fs answers from the listing it cached: a stat looks again, to see a change
     info = _retrying(path, "asking its size", lambda: fs.info(inner))
@@ -487,10 +492,10 @@ def open_file(path: str, mode: str = "rb", seen: Stat | None = None) -> IO:
     except FileNotFoundError:
         raise MissingFile(f"{local}: no such file: check the path") from None
     if seen is not None:
-        now = os.fstat(f.fileno())
-        if Stat(now.st_size, f"{now.st_mtime_ns}:{now.st_ino}") != seen:
+        now = _local_stat(os.fstat(f.fileno()))
+        if now != seen:
             f.close()
-            check_unchanged(local, seen, Stat(now.st_size, f"{now.st_mtime_ns}:{now.st_ino}"))
+            check_unchanged(local, seen, now)
     return f
 
 
