@@ -22,8 +22,8 @@ from readers.sources import locations  # noqa: E402
 from readers.sources.image_folder import ImageDecodeError, image_folder  # noqa: E402
 from readers.sources.locations import FileChanged, redact  # noqa: E402
 from readers.testing import assert_resumes_at_every_step  # noqa: E402
+from tests.helpers.behind_url import behind_a_url  # noqa: E402
 from tests.helpers.fsspec_io import stop_io  # noqa: E402
-from tests.helpers.http_server import serve_folder  # noqa: E402
 from tests.readers.sources.test_image_folder import every_key, key, write_folder  # noqa: E402
 
 
@@ -47,17 +47,8 @@ def serving(kind: str, request, tmp_path) -> Iterator[Served]:
     root = tmp_path / "images"
     written = write_folder(root)
     (root / "notes.txt").write_text("not an image")  # neither listed nor read
-    if kind == "http":
-        with serve_folder(tmp_path, auth=("user", "secret")) as server:
-            url = server.url.replace("http://", "http://user:secret@") + "/images"
-            yield Served(root, url, server, written, lambda below: None)
-        return
-    pytest.importorskip("s3fs")
-    s3 = request.getfixturevalue("s3_server")
-    bucket = s3.make_bucket()
-    s3.upload(root, bucket, "data/images")
-    yield Served(root, f"s3://{bucket}/data/images", None, written,
-                 lambda below: s3.client().upload_file(str(root / below), bucket, f"data/images/{below}"))
+    with behind_a_url(kind, request, tmp_path, "images", prefix="data/images") as (url, server, put):
+        yield Served(root, url, server, written, put)
 
 
 @pytest.fixture(params=["http", "s3"])

@@ -21,8 +21,8 @@ from readers.sources import locations  # noqa: E402
 from readers.sources.jsonl import JsonlError, jsonl  # noqa: E402
 from readers.sources.locations import FileChanged, redact  # noqa: E402
 from readers.testing import assert_resumes_at_every_step  # noqa: E402
+from tests.helpers.behind_url import behind_a_url  # noqa: E402
 from tests.helpers.fsspec_io import stop_io  # noqa: E402
-from tests.helpers.http_server import serve_folder  # noqa: E402
 from tests.readers.sources.test_jsonl import ROWS, ids, write_jsonl  # noqa: E402
 
 
@@ -46,17 +46,8 @@ def serving(kind: str, request, tmp_path) -> Iterator[Served]:
     folder.mkdir()
     write_jsonl(folder / "a.jsonl", ROWS[:10])
     write_jsonl(folder / "b.jsonl", ROWS[10:])
-    if kind == "http":
-        with serve_folder(tmp_path, auth=("user", "secret")) as server:
-            yield Served(folder, server.url.replace("http://", "http://user:secret@") + "/rows/", server,
-                         lambda name: None)
-        return
-    pytest.importorskip("s3fs")
-    s3 = request.getfixturevalue("s3_server")
-    bucket = s3.make_bucket()
-    s3.upload(folder, bucket, "rows")
-    yield Served(folder, f"s3://{bucket}/rows/", None,
-                 lambda name: s3.client().upload_file(str(folder / name), bucket, f"rows/{name}"))
+    with behind_a_url(kind, request, tmp_path, "rows") as (url, server, put):
+        yield Served(folder, url + "/", server, put)
 
 
 @pytest.fixture(params=["http", "s3"])
