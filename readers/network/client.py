@@ -286,7 +286,8 @@ class Remote(IndexedReader):
                 break
             if new > self.window_rows and request.segments[0][0] is not read.jobs[0]:
                 break  # a gather larger than the window (of entries over request_bytes) goes once it is waited for
-            frame = b"".join(frame_parts(request.header(read.ident + 1, self.bound_pass)))
+            frame = b"".join(frame_parts(*request.frame(read.ident + 1, self.bound_pass,
+                                                        read.conn.welcome.get("binary_indices") is True)))
             if read.sent and sum(r.asked for r in read.sent.values()) + len(frame) > SEND_AHEAD:
                 break
             read.ident += 1

@@ -30,7 +30,7 @@ from readers.network.wire import (
     show_address,
 )
 
-__all__ = ["PROBE_FRAME", "PROBE_TIMEOUT", "Connection", "TLSMismatch", "client_tls", "received", "speaks_plain",
+__all__ = ["PROBE_FRAME", "PROBE_TIMEOUT", "READ_AHEAD", "Connection", "TLSMismatch", "client_tls", "received", "speaks_plain",
            "speaks_tls"]
 
 
@@ -38,6 +38,8 @@ __all__ = ["PROBE_FRAME", "PROBE_TIMEOUT", "Connection", "TLSMismatch", "client_
 PROBE_TIMEOUT = 3.0
 #: The largest answer to a hello that ``speaks_plain`` reads: a welcome is a few hundred bytes, a challenge less.
 PROBE_FRAME = 64 << 10
+#: Bytes a connection reads from its socket at a time: a small frame arrives in one ``recv`` with its prefix.
+READ_AHEAD = 64 << 10
 
 
 class TLSMismatch(ReaderkitError, ConnectionError):
@@ -147,6 +149,8 @@ class Connection:
     def __init__(self, host: str, port: int, *, secret: bytes | None, tls: ssl.SSLContext | None,
                  timeout: float, connect_timeout: float | None = None):
         self.address = show_address(host, port)
+        self._buffer = np.empty(READ_AHEAD, np.uint8)  # bytes read ahead of the frames taken: [_start, _end)
+        self._view, self._start, self._end = memoryview(self._buffer), 0, 0
         login = min(timeout, connect_timeout or timeout)
         sock = socket.create_connection((host, port), timeout=login)
         try:
@@ -213,9 +217,43 @@ class Connection:
         self.sock.sendall(frame)
 
     def receive(self) -> tuple[dict[str, Any], memoryview]:
-        """The next frame's header and body (a writable buffer of its own)."""
-        size = frame_length(received(self.sock, 4, self.address), MAX_FRAME)
-        return decode(received(self.sock, size, self.address))
+        """The next frame's header and body (a writable buffer of its own).
+
+        The socket is read ``READ_AHEAD`` bytes at a time, so a small frame costs one ``recv`` with its prefix,
+        not two; its payload is then copied into a buffer of its own size (an entry handed over keeps no more
+        alive than its frame). A larger frame is read into its own buffer, past what was read ahead."""
+        size = frame_length(bytes(self._ahead(4)), MAX_FRAME)
+        if size <= READ_AHEAD:
+            return decode(self._ahead(size).copy())
+        payload = np.empty(size, np.uint8)
+        have = self._end - self._start
+        payload[:have] = self._buffer[self._start:self._end]
+        self._start = self._end = 0
+        view = memoryview(payload)
+        while have < size:  # (straight into its own buffer: no copy)
+            n = self.sock.recv_into(view[have:])
+            if n == 0:
+                raise ConnectionResetError(f"{self.address} closed the connection")
+            have += n
+        return decode(payload)
+
+    def _ahead(self, size: int) -> np.ndarray:
+        """The next ``size`` bytes (at most ``READ_AHEAD``) of the socket, as a view of the read-ahead buffer."""
+        if self._end - self._start < size:
+            have = self._end - self._start
+            if self._start:  # (what is left goes to the front: the rest of its frame is read after it)
+                self._buffer[:have] = self._buffer[self._start:self._end]
+                self._start, self._end = 0, have
+            while self._end < size:
+                n = self.sock.recv_into(self._view[self._end:])
+                if n == 0:
+                    raise ConnectionResetError(f"{self.address} closed the connection")
+                self._end += n
+        out = self._buffer[self._start:self._start + size]
+        self._start += size
+        if self._start == self._end:
+            self._start = self._end = 0
+        return out
 
 
     def close(self) -> None:

@@ -109,21 +109,38 @@ class Request:
 
     def header(self, ident: int, pass_id: int | None = None) -> dict[str, Any]:
         """The ``get`` that asks for this request's rows, as request ``ident`` (in pass ``pass_id``, for a served
-        reader that draws per pass).
+        reader that draws per pass), its indices listed in the header.
 
         >>> request = Request()
         >>> request.add(Job(np.arange(3, 6)), 0, np.arange(3, 6))
         >>> request.seal().header(7), request.header(8, pass_id=2)["pass"]
         ({'type': 'get', 'id': 7, 'interval': [3, 5]}, 2)
         """
-        idx = self.indices
-        if len(idx) and int(idx[-1]) - int(idx[0]) == len(idx) - 1 and bool(np.all(np.diff(idx) == 1)):
+        return self.frame(ident, pass_id, binary=False)[0]
+
+    def frame(self, ident: int, pass_id: int | None = None, binary: bool = True) -> tuple[dict[str, Any], list]:
+        """(header, body) of the ``get`` for this request's rows: an interval when they are consecutive; else,
+        with ``binary`` (the server's welcome says ``binary_indices``), the indices as int64 in the body, which
+        costs both ends far less than a JSON list.
+
+        >>> request = Request()
+        >>> request.add(Job(np.array([5, 2])), 0, np.array([5, 2]))
+        >>> header, body = request.seal().frame(1)
+        >>> header, np.frombuffer(body[0], "<i8").tolist()
+        ({'type': 'get', 'id': 1, 'indices': {'dtype': '<i8', 'shape': [2]}}, [5, 2])
+        """
+        idx, body = self.indices, []
+        if len(idx) and int(idx[-1]) - int(idx[0]) == len(idx) - 1 and (len(idx) < 3 or
+                                                                       bool(np.all(np.diff(idx) == 1))):
             header = {"type": "get", "id": ident, "interval": [int(idx[0]), int(idx[-1])]}
+        elif binary:
+            body = [memoryview(np.ascontiguousarray(idx, "<i8")).cast("B")]
+            header = {"type": "get", "id": ident, "indices": {"dtype": "<i8", "shape": [len(idx)]}}
         else:
             header = {"type": "get", "id": ident, "indices": idx.tolist()}
         if pass_id is not None:
             header["pass"] = int(pass_id)
-        return header
+        return header, body
 
 
 class Read:

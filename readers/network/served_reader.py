@@ -19,7 +19,13 @@ from readers.errors import BadType, BadValue
 from readers.graph import drawing_stage
 from readers.identity import served_fingerprint
 from readers.network.parts import check_part, part_digest
-from readers.network.wire import MAX_FRAME, VERSION, ProtocolError, pack_columns
+from readers.network.wire import (
+    MAX_FRAME,
+    VERSION,
+    ProtocolError,
+    pack_columns,
+    unpack_columns,
+)
 from readers.parents import is_indexed
 from readers.stage import Stage
 
@@ -102,7 +108,8 @@ class Served:
         whole = (start, stop) == (0, self.n)  # (a part reads nothing of the rest: no digest of the whole data)
         self.welcome = {"type": "welcome", "version": VERSION, "entries": self.n, "reader": reader.title(),
                         "fingerprint": served_fingerprint(reader, content=whole), "info": dict(info or {}),
-                        "row_bytes": self.row_bytes, "max_frame": MAX_FRAME, "draws_per_pass": self.draws}
+                        "row_bytes": self.row_bytes, "max_frame": MAX_FRAME, "draws_per_pass": self.draws,
+                        "binary_indices": True}
         if self.holds is not None:
             try:
                 digest = part_digest(reader, self.holds, gather=self.gather)
@@ -132,15 +139,18 @@ class Served:
                                             f"{found!r}")
         return found
 
-    def indices(self, header: dict[str, Any]) -> np.ndarray | range:
+    def indices(self, header: dict[str, Any], body: Any = b"") -> np.ndarray | range:
         """The sample indices a ``get`` asks for: a ``range`` for an interval (so a request for millions of
-        rows allocates nothing until each part is gathered), int64 for a list; ``RequestError`` for a
-        malformed or out-of-range one.
+        rows allocates nothing until each part is gathered), int64 for a list, in the header or, described
+        there as a column (``{"dtype": "<i8", "shape": [n]}``), in the frame's ``body``; ``RequestError``
+        for a malformed or out-of-range one.
 
         >>> from readers import np_array
         >>> served = Served(np_array(np.arange(5)))
         >>> served.indices({"interval": [1, 3]}), served.indices({"indices": [4, 0]}).tolist()
         (range(1, 4), [4, 0])
+        >>> served.indices({"indices": {"dtype": "<i8", "shape": [2]}}, np.array([3, 1], "<i8").tobytes()).tolist()
+        [3, 1]
         >>> served.indices({"interval": [3, 1]})
         Traceback (most recent call last):
         ...
@@ -158,6 +168,8 @@ class Served:
                                                 "are included, so one entry is [i, i]")
             self._check_range(start, end)
             return range(start, end + 1)
+        if isinstance(listed, dict):
+            return self._body_indices(listed, body)
         if not isinstance(listed, list) or not all(_is_int(v) for v in listed):
             raise RequestError("malformed", "indices must be a list of ints")
         idx = np.array(listed, dtype=np.int64) if listed and abs(max(listed, key=abs)) < 2 ** 63 else None
@@ -167,6 +179,19 @@ class Served:
                                                    f"holds {self.n} entries")
             return np.zeros(0, np.int64)
         self._check_range(int(idx.min()), int(idx.max()))
+        return idx
+
+    def _body_indices(self, described: dict[str, Any], body: Any) -> np.ndarray:
+        try:
+            idx = unpack_columns(described, memoryview(body))
+        except ProtocolError as exc:
+            raise RequestError("malformed", f"the indices in the body: {exc}") from None
+        if idx.ndim != 1 or idx.dtype.kind != "i":
+            raise RequestError("malformed", f'indices in the body must be one column of signed ints ("<i8"), '
+                                            f"got {idx.dtype} of shape {list(idx.shape)}")
+        idx = idx.astype(np.int64, copy=False)
+        if len(idx):
+            self._check_range(int(idx.min()), int(idx.max()))
         return idx
 
     def _check_range(self, low: int, high: int) -> None:

@@ -47,6 +47,8 @@ __all__ = ["INLINE", "MIN_RATE", "Closed", "Session", "close_gently", "readable"
 
 #: Frames up to this size are sent by the reading thread itself when nothing is queued before them.
 INLINE = 64 << 10
+#: Bytes a session reads from its socket at a time.
+READ_AHEAD = 64 << 10
 #: The slowest a client may take an answer, in bytes a second (beyond ``frame_timeout``): a part it is sent
 #: holds the server's budget, which the other clients share.
 MIN_RATE = 256 << 10
@@ -114,6 +116,15 @@ class Turns:
             self.give(held)
 
 
+def _advance(views: list[memoryview], n: int) -> None:
+    """Drop the first ``n`` bytes sent from the front of ``views``."""
+    while views and n >= len(views[0]):
+        n -= len(views[0])
+        views.pop(0)
+    if views and n:
+        views[0] = views[0][n:]
+
+
 class Closed(Exception):
     """The session ends: the peer left, a limit ran out, or the server is stopping."""
 
@@ -171,6 +182,9 @@ class Session:
         self.own = self.reserve = 0  # reserve: this connection's own share of the budget, once logged in
         self.queued = 0  # frames posted and not yet sent (under ``holding``)
         self.narrow = False  # whether the client's hello said it decodes narrowed columns (``wire_columns``)
+        self.inbox = bytearray()  # bytes read from the socket past the frames taken
+        self.body = memoryview(b"")  # the body of the frame read last (a get's binary indices)
+        self.polls: tuple | None = None  # (the socket; the socket and the server's wake-up), once waited on
 
     def refuse(self, message: str) -> None:
         try:
@@ -222,30 +236,40 @@ class Session:
         """Wait until the socket has bytes, or raise ``Closed`` at ``deadline`` (or at a stop, when idle)."""
         if isinstance(self.sock, ssl.SSLSocket) and self.sock.pending():
             return
-        watched = [self.sock, self.server.wake_read] if idle else [self.sock]  # (a frame begun is read whole)
         left = deadline - time.monotonic()
-        ready = readable(watched, left) if left > 0 else []
-        if self.sock in ready:
+        if left <= 0:
+            raise TimeoutError
+        if self.polls is None:  # (made once: a poll a frame costs a syscall, not three)
+            self.polls = (select.poll(), select.poll())
+            for poll, socks in zip(self.polls, ([self.sock], [self.sock, self.server.wake_read])):
+                for sock in socks:
+                    poll.register(sock, select.POLLIN)
+        found = self.polls[idle].poll(int(left * 1000) + 1)  # (a frame begun is read whole: no wake-up then)
+        if any(fd == self.sock.fileno() for fd, _ in found):
             return
-        if ready:
+        if found:
             raise Closed("the server stopped")
         raise TimeoutError
 
     def _exactly(self, size: int, deadline: float, idle: bool = False) -> bytearray:
-        buffer = bytearray(size)
-        view, got = memoryview(buffer), 0
-        while got < size:
-            self._wait(deadline, idle and got == 0)
+        """The next ``size`` bytes from the client. The socket is read ``READ_AHEAD`` bytes at a time (a request
+        comes with its prefix in one ``recv``); what is read past a frame is the next one's."""
+        inbox = self.inbox
+        while len(inbox) < size:
+            begun = bool(inbox)
+            self._wait(deadline, idle and not begun)
             if isinstance(self.sock, ssl.SSLSocket):  # one readable byte may be half a TLS record: bound the wait
                 self.sock.settimeout(max(0.01, deadline - time.monotonic()))
             try:
-                n = self.sock.recv_into(view[got:])
+                chunk = self.sock.recv(max(READ_AHEAD, size - len(inbox)))
             except socket.timeout:
                 raise TimeoutError from None
-            if n == 0:
-                raise Closed("closed by the client" if got == 0 and idle else "closed mid-frame")
-            got += n
-        return buffer
+            if not chunk:
+                raise Closed("closed by the client" if idle and not begun else "closed mid-frame")
+            inbox += chunk
+        taken = inbox[:size]
+        del inbox[:size]
+        return taken
 
     def _frame(self, limit: int, timeout: float, login: bool = False) -> dict[str, Any]:
         """The next frame's header; a broken one is answered and ends the session."""
@@ -268,7 +292,8 @@ class Session:
             raise Closed(f"no login within {self.server.handshake_timeout:g} s" if login
                           else f"a frame of {size:,} bytes unfinished after {limit_s:g} s") from None
         try:
-            return decode(payload)[0]
+            header, self.body = decode(payload)
+            return header
         except ProtocolError as exc:
             self._reject("malformed", str(exc))
             raise Closed(f"a malformed frame ({exc})") from None
@@ -278,20 +303,25 @@ class Session:
         """Send a frame's pieces whole. A client that takes none of it for ``frame_timeout`` is dropped, and so
         is one that takes it slower than ``MIN_RATE``: a part holds budget the other clients need."""
         total = sum(len(p) for p in parts)
+        views = [memoryview(p).cast("B") for p in parts if len(p)]
+        if not isinstance(self.sock, ssl.SSLSocket) and len(views) <= 512:
+            try:  # first as far as the socket takes it now, without a wait: most frames go whole in one call
+                n = self.sock.sendmsg(views, (), socket.MSG_DONTWAIT)
+            except BlockingIOError:
+                n = 0
+            if n == total:
+                self.sent += total
+                return
+            _advance(views, n)
         deadline = time.monotonic() + self.server.frame_timeout + total / MIN_RATE
         self.sock.settimeout(self.server.frame_timeout)
         try:
-            views = [memoryview(p).cast("B") for p in parts if len(p)]
             while views:
                 if isinstance(self.sock, ssl.SSLSocket):  # (TLS has no sendmsg)
                     n = self.sock.send(views[0][:1 << 20])
                 else:
                     n = self.sock.sendmsg(views[:512])
-                while views and n >= len(views[0]):
-                    n -= len(views[0])
-                    views.pop(0)
-                if views and n:
-                    views[0] = views[0][n:]
+                _advance(views, n)
                 if views and time.monotonic() > deadline:
                     left = sum(len(v) for v in views)
                     raise Closed(f"reading its responses too slowly: {total - left:,} of {total:,} bytes in "
@@ -300,7 +330,7 @@ class Session:
             raise Closed(f"not reading its responses for {self.server.frame_timeout:g} s") from None
         finally:
             self.sock.settimeout(None)
-        self.sent += sum(len(p) for p in parts)
+        self.sent += total
 
     def _post(self, parts: list | None, grant: tuple[int, int] = (0, 0), part: bool = False) -> None:
         """Send a frame after those before it: a small one at once, from this thread, when nothing is queued
@@ -461,7 +491,7 @@ class Session:
                 raise RequestError("malformed", f"unknown message type {header['type']!r}; a request is a get")
             if request is None or request < 0:
                 raise RequestError("malformed", f'a get needs an "id", an int >= 0, got {header.get("id")!r}')
-            indices, pass_id = served.indices(header), served.pass_of(header)
+            indices, pass_id = served.indices(header, self.body), served.pass_of(header)
             row = served.row_bytes
             for first, count in served.parts(len(indices)):
                 while True:  # the part, in as many frames as the budget this connection gets now needs

@@ -37,11 +37,16 @@ welcome    S     ``version``, ``entries`` (the number of entries), ``reader``
                  ``part_digest``: a digest of those rows
                  (``readers.network.parts``), equal on replicas of one
                  part; its ``fingerprint``'s ``content``, and each of its
-                 ``digests``, is then null (nothing outside the part is read)
+                 ``digests``, is then null (nothing outside the part is read);
+                 ``binary_indices``: true when the server takes a get's
+                 indices in the body (below)
 get        C     ``id`` (an int the client picks, >= 0) and either
                  ``interval``: ``[start, end]``, inclusive, or ``indices``: a
-                 list of sample indices; ``pass``: the pass the entries are
-                 drawn for, when the welcome says they are (else pass 0)
+                 list of sample indices, or (to a server whose welcome says
+                 ``binary_indices``) a column's description,
+                 ``{"dtype": "<i8", "shape": [n]}``, and the n indices in the
+                 body; ``pass``: the pass the entries are drawn for, when the
+                 welcome says they are (else pass 0)
 entries    S     ``id``, ``first`` and ``count`` (the rows of the request this
                  part holds), ``columns`` (each column's dtype and shape, or
                  one such object for a single-value entry); the body holds
@@ -98,6 +103,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import math
 import os
 import struct
 from collections.abc import Iterable
@@ -124,6 +130,8 @@ REQUEST_FRAME = 2 << 20
 #: The kinds of rejection a request can get instead of its response.
 KINDS = ("out_of_range", "malformed", "too_large", "not_authorised", "unsupported_version", "server_error")
 _LENGTH = struct.Struct(">I")
+_JSON = json.JSONEncoder(separators=(",", ":"))  # (json.dumps with options makes an encoder a call)
+_DTYPES: dict[str, np.dtype] = {}  # dtype strings seen in column descriptions, parsed once
 _AUTH = b"readerkit-auth-v1:"
 
 
@@ -175,7 +183,7 @@ def frame_parts(header: dict[str, Any], body: Iterable[bytes | memoryview] = ())
     >>> [bytes(p) for p in frame_parts({"type": "x"}, [b"ab"])]
     [b'\\x00\\x00\\x00\\x12', b'\\x00\\x00\\x00\\x0c', b'{"type":"x"}', b'ab']
     """
-    head = json.dumps(header, separators=(",", ":")).encode()
+    head = _JSON.encode(header).encode()
     parts: list[bytes | memoryview] = [_LENGTH.pack(len(head)), head, *body]
     size = sum(len(p) for p in parts)
     if size > MAX_FRAME:
@@ -270,7 +278,7 @@ def decode_column(column: np.ndarray, way: dict[str, Any]) -> np.ndarray:
     try:
         if not isinstance(way["as"], str):  # (np.dtype(None) is float64)
             raise TypeError
-        kind, divide = np.dtype(way["as"]), way.get("divide")
+        kind, divide = _dtype(way["as"]), way.get("divide")
         if kind.kind not in "biuf" or kind.itemsize > 8 or column.dtype.kind not in "biuf" or (divide is not None and (
                 kind.kind != "f" or isinstance(divide, bool) or not isinstance(divide, (int, float)))):
             raise TypeError
@@ -279,6 +287,16 @@ def decode_column(column: np.ndarray, way: dict[str, Any]) -> np.ndarray:
         return np.divide(column, kind.type(divide), dtype=kind)
     except (KeyError, TypeError, ValueError, OverflowError):
         raise ProtocolError(f'a column\'s "as" must name a numeric dtype and "divide" be a number, got {way!r}') from None
+
+
+def _dtype(name: str) -> np.dtype:
+    """``np.dtype(name)``, parsed once for each name (a frame's columns name the same few dtypes every time)."""
+    found = _DTYPES.get(name)
+    if found is None:
+        found = np.dtype(name)
+        if len(_DTYPES) < 1024:  # (a peer naming ever new dtypes does not grow it without bound)
+            _DTYPES[name] = found
+    return found
 
 
 def unpack_columns(meta: Any, body: memoryview) -> Any:
@@ -300,14 +318,14 @@ def unpack_columns(meta: Any, body: memoryview) -> Any:
     out, at = [], 0
     for k, column in enumerate(described):
         try:
-            dtype = np.dtype(column["dtype"] if isinstance(column["dtype"], str)
-                             else [tuple(field) for field in column["dtype"]])
+            dtype = (_dtype(column["dtype"]) if isinstance(column["dtype"], str)
+                     else np.dtype([tuple(field) for field in column["dtype"]]))
             shape = tuple(int(n) for n in column["shape"])
         except (KeyError, TypeError, ValueError) as exc:
             raise ProtocolError(f"column {k}'s description {column!r} is malformed ({exc})") from None
         if dtype.hasobject or any(n < 0 for n in shape):
             raise ProtocolError(f"column {k} ({dtype} of shape {list(shape)}) cannot be sent as raw bytes")
-        size = dtype.itemsize * int(np.prod(shape, dtype=np.int64))
+        size = dtype.itemsize * math.prod(shape)
         if size > len(body) - at:
             raise ProtocolError(f"column {k} ({column['dtype']} of shape {list(shape)}) needs {size:,} bytes, and "
                                 f"the body has {len(body) - at:,} left")

@@ -121,7 +121,8 @@ class Mnist(IndexedReader):
                     f"{label_path} has {len(labels)} labels but {image_path} has {len(images)} images; "
                     "the two files must come from the same split"
                 )
-            self._arrays = (images.reshape(len(images), -1), labels)
+            # plain arrays over the mapped file: np.memmap's indexing runs Python code on every access
+            self._arrays = (images.view(np.ndarray).reshape(len(images), -1), labels.view(np.ndarray))
             self._digest = f"sha256:{image_sha},{label_sha}"
         return self._arrays
 

@@ -440,8 +440,9 @@ class Asked:
             header = decode(memoryview(frame)[4:])[0]
             if header.get("type") == "get":
                 self.requests += 1
+                listed = header.get("indices")  # (a list, or the description of the body's int64 column)
                 self.rows += (header["interval"][1] - header["interval"][0] + 1 if "interval" in header
-                              else len(header["indices"]))
+                              else listed["shape"][0] if isinstance(listed, dict) else len(listed))
                 self.most_ahead = max(self.most_ahead, self.rows - self.taken - self.demand)
             return send(conn, frame)
 
@@ -526,3 +527,32 @@ def test_remote_bounds_in_bytes_what_it_asks_ahead_when_entries_are_over_request
     assert asked.taken == 64 and asked.rows >= 64
     assert asked.most_ahead <= max(1, in_flight * request_bytes // entry), f"{name}: {asked.most_ahead} entries ahead"
     assert_same(list(build(remote)()), list(build(readers.np_array(data))()), name)
+
+
+@pytest.mark.parametrize("binary", [True, False])
+def test_remote_sends_listed_indices_in_the_body_only_to_a_server_that_takes_them(serving, monkeypatch, binary):
+    """A server's welcome says ``binary_indices``; to one of before (no such field) the list goes in the JSON
+    header, as it always did."""
+    if not binary:
+        from readers.network.served_reader import Served
+        made = Served.__init__
+
+        def old_welcome(self, *args, **kwargs):
+            made(self, *args, **kwargs)
+            del self.welcome["binary_indices"]
+
+        monkeypatch.setattr(Served, "__init__", old_welcome)
+    local = readers.from_arrays(np.arange(100) * 3, np.arange(100, dtype=np.int32))
+    server = serving(local)
+    sent = []
+    send = connection_module.Connection.send_frame
+    monkeypatch.setattr(connection_module.Connection, "send_frame",
+                        lambda conn, frame: (sent.append(decode(memoryview(frame)[4:])), send(conn, frame))[1])
+    idx = np.random.default_rng(0).permutation(100)[:40]
+    assert_same(readers.remote(server.address).gather_columns(idx), local.gather_columns(idx))
+    (header, body), = [(h, b) for h, b in sent if h["type"] == "get"]
+    if binary:
+        assert header["indices"] == {"dtype": "<i8", "shape": [40]} and np.frombuffer(body, "<i8").tolist() == \
+            idx.tolist()
+    else:
+        assert header["indices"] == idx.tolist() and len(body) == 0

@@ -285,13 +285,13 @@ def test_remote_asks_again_from_the_first_row_missing_when_cut_mid_response(serv
     local = readers.from_arrays(big, np.arange(64))
     server = serving(local)
     monkeypatch.setattr(client_module, "REQUEST_BYTES", 64 << 20)
-    asked, header = [], Request.header
+    asked, frame = [], Request.frame
 
-    def recorded(request, ident, pass_id=None):
+    def recorded(request, ident, pass_id=None, binary=True):
         asked.append(request.indices.tolist())
-        return header(request, ident, pass_id)
+        return frame(request, ident, pass_id, binary)
 
-    monkeypatch.setattr(Request, "header", recorded)
+    monkeypatch.setattr(Request, "frame", recorded)
     with CuttingProxy(server.address, cut=20 << 20) as proxy:
         remote = readers.remote(proxy.address, deadline=HANG)
         idx = np.random.default_rng(1).permutation(64)

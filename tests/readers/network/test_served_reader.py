@@ -207,3 +207,32 @@ def test_served_entries_of_different_sizes_are_refused_at_the_start():
     with pytest.raises(ValueError, match=r"cannot serve from_sequence\(list of 3\): .*all input arrays must have "
                                          r"the same shape; a served reader's entries are columns of one shape each"):
         Served(ragged)
+
+
+def body_get(indices: np.ndarray, dtype: str = "<i8", shape=None) -> tuple[dict, bytes]:
+    column = np.asarray(indices, dtype)
+    return ({"type": "get", "id": 1, "indices": {"dtype": dtype, "shape": list(column.shape) if shape is None
+                                                 else shape}}, column.tobytes())
+
+
+@pytest.mark.parametrize("indices", [[7, 0, 7, 9], [5], []])
+def test_served_indices_in_the_body_are_the_listed_ones(indices):
+    got = served_of().indices(*body_get(indices))
+    assert got.dtype == np.int64 and got.tolist() == indices
+    assert served_of().welcome["binary_indices"] is True
+
+
+@pytest.mark.parametrize("get, kind, words", [
+    (body_get([1, 10]), "out_of_range", "index 10 is past the last entry (9)"),
+    (body_get([-1, 2]), "out_of_range", "index -1 is negative"),
+    (body_get([1, 2], "<u8"), "malformed", "signed ints"),
+    (body_get([1, 2], "<f8"), "malformed", "signed ints"),
+    (body_get([[1, 2]]), "malformed", "one column"),
+    (body_get([1, 2], shape=[3]), "malformed", "needs 24 bytes, and the body has 16"),
+    (body_get([1, 2], shape=[1]), "malformed", "8 bytes more than its columns describe"),
+    (({"type": "get", "id": 1, "indices": {"shape": [1]}}, bytes(8)), "malformed", "is malformed"),
+])
+def test_served_bad_indices_in_the_body_are_typed_rejections(get, kind, words):
+    with pytest.raises(RequestError) as caught:
+        served_of().indices(*get)
+    assert caught.value.kind == kind and words in caught.value.message

@@ -415,3 +415,15 @@ def test_session_refuses_a_request_over_the_request_limit_and_serves_on():
             other.login()
             other.send({"type": "get", "id": 1, "indices": list(range(N)) * 100})  # 20,000 indices: under the limit
             assert len(other.rows(1, N * 100)[0]) == N * 100
+
+
+def test_server_takes_a_gets_indices_in_the_body_and_still_lists_in_the_header():
+    with serving() as server, Client(server.address) as client:
+        assert client.login()["binary_indices"] is True
+        client.send({"type": "get", "id": 1, "indices": {"dtype": "<i8", "shape": [3]}},
+                    np.array([9, 0, 4], "<i8").tobytes())
+        client.send({"type": "get", "id": 2, "indices": [3, 1]})  # (a client of before: its list in the header)
+        client.send({"type": "get", "id": 3, "indices": {"dtype": "<i8", "shape": [2]}}, bytes(8))
+        expect_rows(client.rows(1, 3), [9, 0, 4])
+        expect_rows(client.rows(2, 2), [3, 1])
+        assert "needs 16 bytes, and the body has 8" in client.rejected("malformed", 3)
