@@ -53,10 +53,14 @@ d. Replicas: one client reads shuffled token windows through readers.remote
    aggregate MB/s against one server, and the spread: the fewest entries one
    server served over the most (requests go by outstanding bytes). Limits:
    one client on this machine's cores, which the servers share with it.
+   --replica-clients K: K client processes read at once instead (as b.),
+   each through readers.remote over the N servers: the aggregate against
+   one server, and the fairness; on a machine with cores for the servers
+   and the clients, what replicas add when the server is the bound.
 
 Usage: python benchmarks/remote.py [--tokens 50000000] [--batches 600] [--batch 64] [--repeats 3]
                                    [--clients 64] [--seconds 5] [--requests 2000] [--mnist DIR] [--json FILE]
-                                   [--replicas 3]
+                                   [--replicas 3] [--replica-clients 1] [--sections abcd]
 Smaller: --tokens 10000000 --batches 100 --repeats 1 --clients 8 --seconds 2 --requests 500.
 Machines here are shared and noisy: read the ratios within one run, not the absolute rates.
 """
@@ -344,11 +348,14 @@ def bench_small(name: str, local, address: str, server: int, sender: int, raw_po
 
 # -- d. replicas ---------------------------------------------------------------------------------
 def bench_replicas(tokens_dir: str, first: str, folder: str, most: int, batches: int, batch: int,
-                   repeats: int) -> list[dict]:
+                   repeats: int, clients: int = 1, seconds: float = 5.0) -> list[dict]:
     """d. One client reads collated shuffled batches of token windows through readers.remote over 1, 2, 3 (up to
     ``most``: then 1, 2, 4, ... and ``most``) replica servers, ``first`` and more started here on the same data:
     the aggregate MB/s against one server, and the spread of the entries over the servers (the fewest one served
-    over the most: 1.0 when shared evenly; by outstanding bytes, a server that answers slower gets less)."""
+    over the most: 1.0 when shared evenly; by outstanding bytes, a server that answers slower gets less). With
+    ``clients`` > 1, that many client processes read at once instead, each its interval of the windows in
+    order for ``seconds`` (as b. reads one server), each through readers.remote over the N servers: the
+    aggregate MB/s against one server, and the fairness between the clients."""
     counts = sorted({1, 2, *[2 ** k for k in range(most.bit_length()) if 2 ** k <= most], most})
     counts = [n for n in counts if n <= most] if most > 3 else [n for n in (1, 2, 3) if n <= most]
     procs, addresses = [], [first]
@@ -360,6 +367,13 @@ def bench_replicas(tokens_dir: str, first: str, folder: str, most: int, batches:
             addresses.append(address)
         rows, one = [], None
         for n in counts:
+            if clients > 1:
+                many = bench_clients(addresses[:n], os.getpid(), clients, batch, seconds)  # (its server CPU: unused)
+                one = one or many["MBps"]
+                rows.append({"servers": n, "clients": clients, "seconds": seconds, "batch": batch,
+                             "MBps": many["MBps"], "vs_one": round(many["MBps"] / one, 3),
+                             "fairness": many["fairness"]})
+                continue
             remote = readers.remote(addresses[:n]) if n > 1 else readers.remote([addresses[0]])
             pipeline_time(remote, True, 5, 99, batch)  # connect, and page the data in
             before = remote.stats()["servers"] if n > 1 else None
@@ -380,6 +394,13 @@ def bench_replicas(tokens_dir: str, first: str, folder: str, most: int, batches:
 
 
 def print_replicas(rows: list[dict]) -> None:
+    if "clients" in rows[0]:
+        print(f"d. replicas: {rows[0]['clients']} clients at once for {rows[0]['seconds']:g} s, token windows in "
+              "intervals, each through readers.remote over N servers of the same data:")
+        print(f"   {'servers':>7} {'MB/s':>8} {'vs one':>7} {'fairness':>9}")
+        for r in rows:
+            print(f"   {r['servers']:>7} {r['MBps']:>8.1f} {r['vs_one']:>6.2f}x {r['fairness']:>9.2f}")
+        return
     print(f"d. replicas: one client, shuffled token windows in batches of {rows[0]['batch']} (best of the repeats), "
           "through readers.remote over N servers of the same data:")
     print(f"   {'servers':>7} {'MB/s':>8} {'vs one':>7} {'spread':>7}  entries per server")
@@ -399,8 +420,25 @@ def write_tokens(folder: str, n: int) -> None:
         f.write(f'dir = "."\ntoken_size = "TwoBytes"\nseq_len = {SEQ_LEN}\n')
 
 
-def print_table(throughput: list[dict], many: dict, small: list[dict], skipped: list[str]) -> None:
+def print_table(throughput: list[dict], many: dict | None, small: list[dict], skipped: list[str]) -> None:
     print(f"{os.cpu_count()} CPU cores. CPU: the share of one core the process used while the remote reader ran")
+    if throughput:
+        print_throughput(throughput, skipped)
+    if many:
+        print(f"b. {many['clients']} clients at once for {many['seconds']:g} s after {many['warmup']:g} s, token "
+              f"windows in intervals: {many['MBps']:.1f} MB/s, {many['entries_per_s']:,} entries/s in all; fairness "
+              f"{many['fairness']:.2f} (slowest {many['slowest_MBps']:.2f} MB/s, fastest {many['fastest_MBps']:.2f} "
+              f"MB/s); server CPU {many['server_cpu']:.0%}")
+    if small:
+        print("c. one-entry requests, latency from asked to handed over; the server's (or raw sender's) CPU per "
+              "request:")
+        print(f"   {'data':<7} {'how':<32} {'requests':>8} {'p50 ms':>8} {'p99 ms':>8} {'entries/s':>10} {'CPU us':>7}")
+        for r in small:
+            print(f"   {r['data']:<7} {r['how']:<32} {r['requests']:>8} {r['p50_ms']:>8.3f} {r['p99_ms']:>8.3f} "
+                  f"{r['entries_per_s']:>10,} {r['server_cpu_us']:>7}")
+
+
+def print_throughput(throughput: list[dict], skipped: list[str]) -> None:
     print(f"a. throughput, batches of {throughput[0]['batch']} (best of the repeats), MB/s of entries as they "
           "arrive:")
     print(f"   {'data':<7} {'order':<9} {'batches':>7} {'message':>9} {'on wire':>9} {'remote':>8} {'raw':>8} "
@@ -412,15 +450,6 @@ def print_table(throughput: list[dict], many: dict, small: list[dict], skipped: 
               f"{r['server_cpu']:>10.0%}")
     for note in skipped:
         print(f"   {note}")
-    print(f"b. {many['clients']} clients at once for {many['seconds']:g} s after {many['warmup']:g} s, token windows in intervals: "
-          f"{many['MBps']:.1f} MB/s, {many['entries_per_s']:,} entries/s in all; fairness {many['fairness']:.2f} "
-          f"(slowest {many['slowest_MBps']:.2f} MB/s, fastest {many['fastest_MBps']:.2f} MB/s); server CPU "
-          f"{many['server_cpu']:.0%}")
-    print("c. one-entry requests, latency from asked to handed over; the server's (or raw sender's) CPU per request:")
-    print(f"   {'data':<7} {'how':<32} {'requests':>8} {'p50 ms':>8} {'p99 ms':>8} {'entries/s':>10} {'CPU us':>7}")
-    for r in small:
-        print(f"   {r['data']:<7} {r['how']:<32} {r['requests']:>8} {r['p50_ms']:>8.3f} {r['p99_ms']:>8.3f} "
-              f"{r['entries_per_s']:>10,} {r['server_cpu_us']:>7}")
 
 
 def main() -> None:
@@ -436,6 +465,9 @@ def main() -> None:
     parser.add_argument("--json", default=None, help="Also write the figures to this file, as one JSON object.")
     parser.add_argument("--replicas", type=int, default=3, help="d.: the most replica servers (rows for 1, 2, 3; "
                         "above 3: 1, 2, 4, ... and this many); 0 leaves d. out")
+    parser.add_argument("--sections", default="abcd", help="Which of a. b. c. d. to run (default all: abcd).")
+    parser.add_argument("--replica-clients", type=int, default=1, help="d.: client processes reading at once "
+                        "(each its interval, for --seconds); 1: one client, shuffled, best of --repeats")
     args = parser.parse_args()
     readers.tune_allocator()  # as train() and cli.py serve do, so remote and local run as in training
     context = multiprocessing.get_context("spawn")
@@ -461,14 +493,16 @@ def main() -> None:
                 sets.append(("mnist", mnist.train(args.mnist), mnist_address, proc.pid))
             else:
                 skipped.append(f"mnist: skipped, no MNIST files in {args.mnist} (give --mnist DIR)")
-            for name, local, address, pid in sets:
+            for name, local, address, pid in sets if "a" in args.sections else ():
                 throughput += bench_throughput(name, local, address, pid, raw_port, args.batches, args.batch,
                                                args.repeats)
-            many = bench_clients(tokens_address, sets[0][3], args.clients, args.batch, args.seconds)
-            for name, local, address, pid in sets:
+            many = (bench_clients(tokens_address, sets[0][3], args.clients, args.batch, args.seconds)
+                    if "b" in args.sections else None)
+            for name, local, address, pid in sets if "c" in args.sections else ():
                 small += bench_small(name, local, address, pid, sender.pid, raw_port, args.requests)
             replicas = bench_replicas(tokens_dir, tokens_address, folder, args.replicas, args.batches, args.batch,
-                                      args.repeats) if args.replicas > 0 else []
+                                      args.repeats, args.replica_clients, args.seconds) \
+                if args.replicas > 0 and "d" in args.sections else []
         finally:
             for proc in servers:
                 stop_server(proc)
