@@ -470,6 +470,32 @@ class PipelineStore:
         host, pid = split_owner(owner)
         return alive(host, pid, age, stale_after)
 
+    def lease(self, pipeline_id: int, *, stale_after: float = 120.0) -> dict | None:
+        """Who holds the pipeline, on the store's clock: ``{"owner", "host", "pid", "age", "alive"}`` (age: seconds
+        since its last heartbeat, None without one; alive as ``owner_alive`` judges it), or None when no process does.
+
+        >>> import os, socket, tempfile
+        >>> folder = tempfile.TemporaryDirectory()
+        >>> store = PipelineStore(os.path.join(folder.name, "pipelines.db"))
+        >>> p = store.register_pipeline({})
+        >>> store.lease(p) is None
+        True
+        >>> store.claim_pipeline(p)
+        >>> held = store.lease(p)
+        >>> (held["host"], held["pid"]) == (socket.gethostname(), os.getpid()), 0 <= held["age"] < 60, held["alive"]
+        (True, True, True)
+        >>> store.close()
+        """
+        check_stale_after(stale_after, "lease")
+        with self._db.transaction(write=False) as db:
+            pipeline_id = self._known(db, pipeline_id, "lease")
+            owner, age, _ = self._lease(db, pipeline_id)
+        if owner is None:
+            return None
+        host, pid = split_owner(owner)
+        return {"owner": owner, "host": host, "pid": pid, "age": age,
+                "alive": owner == me() or alive(host, pid, age, stale_after)}
+
     def _beat(self, db: Any, pipeline_id: int) -> None:
         """Refresh the pipeline's heartbeat, inside the caller's transaction, if this process holds it."""
         db.execute("UPDATE pipelines SET heartbeat = ? WHERE pipeline_id = ? AND owner = ?",

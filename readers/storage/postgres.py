@@ -82,13 +82,15 @@ def has_password(url: str) -> bool:
 
 
 def redact(url: str) -> str:
-    """``url`` as it may be shown: its password, if any, replaced by ``***``.
+    """``url`` as it may be shown: its password, if any, replaced by ``***`` (a sqlite file's path is shown as it is).
 
     >>> redact("postgresql://me:s3cret@127.0.0.1:5432/runs?password=x&sslmode=require")
     'postgresql://me:***@127.0.0.1:5432/runs?password=***&sslmode=require'
-    >>> redact("postgresql://me@127.0.0.1:5432/runs")
-    'postgresql://me@127.0.0.1:5432/runs'
+    >>> redact("postgresql://me@127.0.0.1:5432/runs"), redact("runs?.db")  # (a file's path: as it is)
+    ('postgresql://me@127.0.0.1:5432/runs', 'runs?.db')
     """
+    if not is_postgres(url):
+        return url
     parts = urllib.parse.urlsplit(url)
     netloc = parts.netloc
     if parts.password is not None:
@@ -241,6 +243,11 @@ class PostgresDatabase:
     def now(self, db: _Connection) -> float:
         """The server's clock, in seconds since the epoch (every host's heartbeats and ages are on it)."""
         return db.execute("SELECT CAST(EXTRACT(EPOCH FROM clock_timestamp()) AS DOUBLE PRECISION)").fetchone()[0]
+
+    def ids_taken(self, db: _Connection, table: str, column: str) -> None:
+        """After rows were inserted with their own ids: the identity column goes on after the highest."""
+        db.execute(f"SELECT setval(pg_get_serial_sequence('{table}', '{column}'), GREATEST(1, (SELECT COALESCE("
+                   f"MAX({column}), 0) FROM {table})), (SELECT COUNT(*) > 0 FROM {table}))")
 
     def close(self) -> None:
         """Close the connection, once a transaction under way has ended; a second call does nothing."""

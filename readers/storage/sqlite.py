@@ -292,6 +292,10 @@ class Database:
         """The store's clock, in seconds since the epoch: this host's (a sqlite file is shared by one host)."""
         return time.time()
 
+    def ids_taken(self, db: sqlite3.Connection, table: str, column: str) -> None:
+        """After rows were inserted with their own ids: new rows get higher ones (sqlite's AUTOINCREMENT does so
+        by itself; ``PostgresDatabase``'s identity columns are told)."""
+
     def close(self) -> None:
         """Close the connection, once a transaction under way has ended; a second call does nothing."""
         with self._lock:
