@@ -36,6 +36,15 @@ and a power cut may lose the last ones but never leaves half of one.
 dropped, a page overwritten) is refused with ``damaged_store``'s error when
 opened or at the statement that meets the damage: it holds what cannot be
 computed again, so it is never set aside or remade.
+
+A PostgreSQL store (``open_database`` with a ``postgresql://`` URL) has the
+same tables in PostgreSQL's types (BIGINT CRCs, BYTEA blobs, DOUBLE
+PRECISION times, identity columns) and ``readerkit_meta`` for the marks:
+``application`` = ``readerkit pipeline store`` and ``schema``. They are
+judged by the same check as a file's (a database holding other tables,
+another program's marks or another schema is refused before anything
+changes), and made in the first write transaction, under the store's
+advisory lock, so that processes making them at once agree.
 """
 from __future__ import annotations
 

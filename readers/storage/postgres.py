@@ -123,13 +123,14 @@ def psycopg() -> Any:
 
 
 class _Connection:
-    """A psycopg connection taking sqlite's ``?`` placeholders (the store's SQL has no ``?`` nor ``%`` in text)."""
+    """A psycopg connection taking sqlite's ``?`` placeholders (the store's SQL has no ``?`` nor ``%`` in text); rows
+    come back in the binary format (a model's bytea read 3x as fast as in hex text)."""
 
     def __init__(self, raw: Any):
         self.raw = raw
 
     def execute(self, sql: str, params: tuple | list = ()) -> Any:
-        return self.raw.execute(sql.replace("?", "%s"), params)
+        return self.raw.execute(sql.replace("?", "%s"), params, binary=True)
 
 
 class PostgresDatabase:

@@ -269,7 +269,7 @@ def run_pipeline(stream: Any, trigger: Any, strategy: Any, model: Callable[[int]
     seeded with ``seed``). ``model``: called as ``model(seed)`` for a new model
     (``lambda seed: MLP(784, n_classes=10, seed=seed)``): every class the
     stream will bring must be in it from the start. ``db``: the pipeline
-    store's file (made if missing) or an open ``PipelineStore``. ``test``: a
+    store's file (made if missing), a ``postgresql://`` URL, or an open ``PipelineStore``. ``test``: a
     timestamped test split, evaluated per task (the entries whose times fall
     in one ``task_seconds`` window; one task when None) for every task the
     stream has reached. ``source``: the indexed reader the keys index,

@@ -1,7 +1,6 @@
 """readers.PipelineStore on PostgreSQL: the database's marks, addresses and passwords (never shown), pickling,
 psycopg missing, a server that cannot be reached, the server's clock, and racing writers. (Everything the sqlite
 store does, the parametrised modules beside this one run on both backends.)"""
-import builtins
 import multiprocessing
 import pickle
 
@@ -111,26 +110,6 @@ def test_a_password_in_the_url_is_redacted_everywhere_but_kept_for_a_pickled_cop
     with pytest.raises(StoreUnreachable) as refused:
         PipelineStore(secret_url.replace("secretive@", "secretive:wrong-one@"))
     assert "wrong-one" not in str(refused.value) and "password authentication failed" in str(refused.value)
-
-
-def test_a_server_that_cannot_be_reached_says_so():
-    with pytest.raises(StoreUnreachable, match=r"^cannot reach the PostgreSQL store postgresql://127.0.0.1:1/runs "
-                                               r"\(.*Connection refused.*\): start the server"):
-        PipelineStore("postgresql://me:pw@127.0.0.1:1/runs")
-
-
-def test_psycopg_missing_is_named_with_its_pip_install(monkeypatch):
-    real = builtins.__import__
-
-    def no_psycopg(name, *args, **kwargs):
-        if name == "psycopg":
-            raise ImportError("No module named 'psycopg'")
-        return real(name, *args, **kwargs)
-
-    monkeypatch.setattr(builtins, "__import__", no_psycopg)
-    with pytest.raises(ImportError, match=r"^a PostgreSQL pipeline store needs psycopg 3: pip install "
-                                          r"'readerkit\[postgres\]'"):
-        PipelineStore("postgresql://me@127.0.0.1:1/runs")
 
 
 def test_heartbeats_are_on_the_servers_clock(url, monkeypatch):

@@ -247,11 +247,11 @@ class CommitInterrupted:
     def __init__(self, db):
         self.db, self.armed = db, False
 
-    def execute(self, sql, *args):
+    def execute(self, sql, *args, **kwargs):
         if sql == "COMMIT" and self.armed:
             self.armed = False
             raise KeyboardInterrupt
-        return self.db.execute(sql, *args)
+        return self.db.execute(sql, *args, **kwargs)
 
     def __getattr__(self, name):
         return getattr(self.db, name)
