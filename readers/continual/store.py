@@ -6,8 +6,8 @@ and reports its trainings; any other process opens the same file to read a
 set back (``readers.trigger_set``) or to ask how a training is going, by its
 ``training_id``, at any time. Every write is one transaction, so a process
 killed mid-trigger leaves the earlier triggers whole and none of its set; a
-restarted pipeline claims the pipeline again (refused while its old process
-lives), asks ``last_trigger`` where to go on and ``last_finished`` for the
+restarted pipeline claims the pipeline again (refused while its old process's
+lease runs), asks ``last_trigger`` where to go on and ``last_finished`` for the
 model to go on from, and calls ``mark_abandoned`` for the trainings the dead
 process left "running".
 
@@ -374,12 +374,13 @@ class PipelineStore:
     def claim_pipeline(self, pipeline_id: int, *, stale_after: float = 120.0) -> None:
         """Record this process as the one that runs the pipeline, its heartbeat now; refused while another lives.
 
-        The owner is this host and pid. Another owner on this host is alive
-        while its pid is (a pid that is this process's is not another); one
-        on another host cannot be asked, so it is alive while its heartbeat,
-        which each of its writes refreshes, is fresher than ``stale_after``
-        seconds (so a pipeline run from several hosts reports, with
-        ``update_training``, more often than that). A dead owner's claim is
+        The owner is this host and pid, and the claim a lease: another owner,
+        on any host, is alive while its heartbeat (refreshed by each of its
+        writes and by ``heartbeat``) is fresher than ``stale_after`` seconds
+        on the store's clock, so an owner that holds a pipeline for long
+        beats more often than that (``train.run_pipeline`` does, from a
+        thread). On this host, an owner whose pid is gone is dead at once (a
+        pid that is this process's is not another). A dead owner's claim is
         taken over. Refused with ``PipelineBusy``, naming the owner and when
         it was last seen.
 
