@@ -49,3 +49,30 @@ def _isolated_environment(_session_cache):
     finally:
         os.environ.clear()
         os.environ.update(saved)
+
+
+@pytest.fixture(scope="session")
+def postgres_server():
+    """One real PostgreSQL server for the session (tests/helpers/postgres_server.py); skipped, saying why, where
+    none can start (no PostgreSQL binaries, no psycopg), unless READERKIT_REQUIRE_POSTGRES=1 (CI) makes that fail."""
+    from tests.helpers.postgres_server import PostgresServer, missing
+
+    why = missing()
+    if why is not None:
+        if os.environ.get("READERKIT_REQUIRE_POSTGRES") == "1":
+            pytest.fail(f"READERKIT_REQUIRE_POSTGRES=1, but no PostgreSQL server can start: {why}")
+        pytest.skip(why)
+    server = PostgresServer()
+    try:
+        yield server.start()
+    finally:
+        server.stop()
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def store_db(request, tmp_path):
+    """A pipeline store's ``db`` on each backend: a sqlite file's path (not made yet), or the URL of a fresh, empty
+    PostgreSQL database."""
+    if request.param == "sqlite":
+        return str(tmp_path / "pipelines.db")
+    return request.getfixturevalue("postgres_server").database()

@@ -1,15 +1,19 @@
 """Which process runs a pipeline of ``readers.PipelineStore``: an owner's name, whether it lives, ``PipelineBusy``.
 
-A pipeline's row names its owner, ``"host:pid"``, and the time of its last
-write (the heartbeat, refreshed by each write of the owner's: a trigger, a
-training's start, progress or end). ``claim_pipeline`` makes this process the
-owner, and is refused (``PipelineBusy``) while another owner may still run:
-on this host while its pid lives, on another host, which cannot be asked,
-until its heartbeat is ``stale_after`` seconds old. Only the owner may mark
-the pipeline's running trainings abandoned, so a live pipeline's trainings
-are never failed from outside. (A pid the system has given to a new process
-since the owner died looks alive: stop or wait, as the message says.) The
-store's ``claim_pipeline``, ``release_pipeline``, ``heartbeat``,
+A pipeline's row is a lease: its owner, ``"host:pid"``, and the time of its
+last heartbeat (refreshed by each write of the owner's: a trigger, a
+training's start, progress or end, and by ``heartbeat``, which
+``train.run_pipeline`` calls from a thread every ``stale_after / 4`` seconds
+while it holds the pipeline). ``claim_pipeline`` makes this process the
+owner, and is refused (``PipelineBusy``) while the lease runs: until the
+heartbeat is ``stale_after`` seconds old, on any host. The lease decides,
+so a dead owner on another host is known by it alone; ages are measured on
+the store's clock (a PostgreSQL store's server's), so the hosts' clocks do
+not matter. One extra on the owner's own host: an owner whose pid no longer
+lives is gone at once, without waiting for its lease to run out (a pid the
+system has given to a new process since looks alive, and the lease decides).
+Only the owner may mark the pipeline's running trainings abandoned, so a live
+pipeline's trainings are never failed from outside. The store's ``claim_pipeline``, ``release_pipeline``, ``heartbeat``,
 ``owner_alive`` and ``mark_abandoned`` read and write the rows; the rules
 that judge an owner are these functions.
 """
@@ -18,7 +22,6 @@ from __future__ import annotations
 import math
 import os
 import socket
-import time
 
 import numpy as np
 
@@ -41,10 +44,6 @@ class PipelineBusy(BadValue):
         super().__init__(message)
 
 
-def _now() -> float:
-    return time.time()
-
-
 def me() -> str:
     """This process as a pipeline's owner: ``"host:pid"`` (worked out at each call: a forked child is another).
 
@@ -64,17 +63,20 @@ def split_owner(owner: str) -> tuple[str, int]:
     return host, int(pid) if pid.isdigit() else 0  # (0: no process, for a row changed outside readerkit)
 
 
-def alive(host: str, pid: int, heartbeat: float | None, stale_after: float) -> bool:
-    """Whether the owner ``host:pid`` may still run its pipeline, this process aside: on this host, while its pid
-    lives; on another, which cannot be asked, while its heartbeat is fresher than ``stale_after`` seconds.
+def alive(host: str, pid: int, age: float | None, stale_after: float) -> bool:
+    """Whether the owner ``host:pid``, whose last heartbeat is ``age`` seconds old (None: none), may still run its
+    pipeline, this process aside: while its lease runs (``age < stale_after``), on any host; on this host, only
+    while its pid lives too (the extra the module describes).
 
-    >>> alive("far-away", 4242, time.time() - 10, 120.0), alive("far-away", 4242, time.time() - 300, 120.0)
-    (True, False)
-    >>> alive(socket.gethostname(), os.getpid(), None, 120.0)  # this process is no other owner
+    >>> alive("far-away", 4242, 10.0, 120.0), alive("far-away", 4242, 300.0, 120.0), alive("far-away", 1, None, 1.0)
+    (True, False, False)
+    >>> alive(socket.gethostname(), os.getpid(), 0.0, 120.0)  # this process is no other owner
     False
     """
+    if age is None or age >= stale_after:
+        return False
     if host != socket.gethostname():
-        return heartbeat is not None and _now() - heartbeat < stale_after
+        return True
     if pid == os.getpid() or pid <= 0:  # (0 and below would signal process groups)
         return False
     try:
@@ -94,27 +96,27 @@ def check_stale_after(stale_after: object, where: str) -> None:
     >>> check_stale_after(0, "claim_pipeline")
     Traceback (most recent call last):
     ...
-    readers.errors.BadValue: claim_pipeline: stale_after must be a finite number of seconds > 0 (how long another host's owner may go without writing before it counts as dead), got 0
+    readers.errors.BadValue: claim_pipeline: stale_after must be a finite number of seconds > 0 (how long an owner may go without a heartbeat before its lease runs out), got 0
     """
     if isinstance(stale_after, bool) or not isinstance(stale_after, (int, float, np.integer, np.floating)) or \
             not (math.isfinite(stale_after) and stale_after > 0):
-        raise BadValue(f"{where}: stale_after must be a finite number of seconds > 0 (how long another host's "
-                       f"owner may go without writing before it counts as dead), got {stale_after!r}")
+        raise BadValue(f"{where}: stale_after must be a finite number of seconds > 0 (how long an owner "
+                       f"may go without a heartbeat before its lease runs out), got {stale_after!r}")
 
 
-def busy(pipeline_id: int, path: str, host: str, pid: int, heartbeat: float | None, stale_after: float) -> PipelineBusy:
+def busy(pipeline_id: int, path: str, host: str, pid: int, age: float | None, stale_after: float) -> PipelineBusy:
     """The refusal of a claim on pipeline ``pipeline_id`` of the store ``path``, which ``host:pid`` holds (its last
-    heartbeat ``heartbeat``): who holds it, when it was last seen, and what to do.
+    heartbeat ``age`` seconds old): who holds it, when it was last seen, and what to do.
 
-    >>> str(busy(1, "/d/pipelines.db", "far-away", 4242, None, 120.0))
-    "claim_pipeline: pipeline 1 in /d/pipelines.db is held by process 4242 on host 'far-away', with no heartbeat: wait for it to end, or stop it; if it is dead, it counts as gone once 120 s unseen (0 s more)"
+    >>> str(busy(1, "/d/pipelines.db", "far-away", 4242, 20.0, 120.0))
+    "claim_pipeline: pipeline 1 in /d/pipelines.db is held by process 4242 on host 'far-away', last seen 20.0 s ago: wait for it to end, or stop it; if it is dead, it counts as gone once 120 s unseen (100 s more)"
     """
-    seen = math.inf if heartbeat is None else max(0.0, _now() - heartbeat)
+    seen = math.inf if age is None else max(0.0, age)
     held = f"claim_pipeline: pipeline {pipeline_id} in {path} is held by process {pid} on host {host!r}, " \
-           + (f"last seen {seen:.1f} s ago" if heartbeat is not None else "with no heartbeat")
+           + (f"last seen {seen:.1f} s ago" if age is not None else "with no heartbeat")
     if host == socket.gethostname():
         todo = "; that process is alive and runs the pipeline: wait for it to end, or stop it first " \
-               f"(kill {pid})"
+               f"(kill {pid}); its lease runs out once {stale_after:g} s unseen"
     else:
         todo = f": wait for it to end, or stop it; if it is dead, it counts as gone once {stale_after:g} s " \
                f"unseen ({max(0.0, stale_after - seen):.0f} s more)"

@@ -6,8 +6,8 @@ and reports its trainings; any other process opens the same file to read a
 set back (``readers.trigger_set``) or to ask how a training is going, by its
 ``training_id``, at any time. Every write is one transaction, so a process
 killed mid-trigger leaves the earlier triggers whole and none of its set; a
-restarted pipeline claims the pipeline again (refused while its old process
-lives), asks ``last_trigger`` where to go on and ``last_finished`` for the
+restarted pipeline claims the pipeline again (refused while its old process's
+lease runs), asks ``last_trigger`` where to go on and ``last_finished`` for the
 model to go on from, and calls ``mark_abandoned`` for the trainings the dead
 process left "running".
 
@@ -17,13 +17,15 @@ progress, metrics and finished models). The tables and the file's layout are
 ``readers.continual.schema``'s; the rules that judge an owner (who this
 process is, whether another lives) are ``readers.continual.owners``'s.
 
-Every method runs its SQL in one ``transaction`` of the store's
-``readers.storage.sqlite.Database`` and never opens or begins anything
-itself: the database is the one seam for a second backend (a server
-database that machines share). What is sqlite's own besides it: the tables
-(``schema``), ``?`` placeholders, the ``lastrowid`` of an insert
-(``register_pipeline``, ``start_training``), ``LIMIT -1`` (``_drop_models``)
-and ``CAST(... AS BLOB)`` (``model_state``).
+Every method runs its SQL in one ``transaction`` of the store's database
+and never opens or begins anything itself: a ``readers.storage.sqlite``
+``Database`` for a file's path, a ``readers.storage.postgres``
+``PostgresDatabase`` for a ``postgresql://`` URL (the store that machines
+share). One SQL serves both: ``?`` placeholders (translated for psycopg),
+``INSERT ... RETURNING`` for a new id, no ``LIMIT -1``; what differs is the
+database's to say: the tables (``schema``), the binary type of a ``CAST``
+(``blob``) and the clock (``now``: the server's for PostgreSQL, so that
+heartbeats and leases are judged on one clock whatever the hosts' say).
 """
 from __future__ import annotations
 
@@ -31,8 +33,6 @@ import functools
 import json
 import math
 import os
-import sqlite3
-import time
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -47,11 +47,12 @@ from readers.continual.owners import (
     me,
     split_owner,
 )
-from readers.errors import BadValue, NotFound
-from readers.storage.sqlite import Database
+from readers.errors import BadType, BadValue, NotFound
+from readers.storage.postgres import is_postgres, redact
 
 __all__ = ["PipelineBusy", "PipelineStore", "StoredSet"]
 
+_NOW = object()  # a time field set to the store's clock in the transaction that writes it
 _TRAINING = ("training_id", "pipeline_id", "trigger_id", "status", "progress", "metrics", "started", "ended", "error")
 
 
@@ -66,11 +67,12 @@ def _progress(progress: Any) -> str:
                    f"'steps': 100}}), got {progress!r}")
 
 
-def _drop_models(db: sqlite3.Connection, pipeline_id: int, keep: int) -> int:
+def _drop_models(db: Any, pipeline_id: int, keep: int) -> int:
     """Delete the pipeline's models but the ``keep`` latest, inside the caller's transaction; the number deleted."""
-    return db.execute("DELETE FROM models WHERE training_id IN (SELECT m.training_id FROM models m JOIN trainings t "
-                      "ON t.training_id = m.training_id WHERE t.pipeline_id = ? ORDER BY t.trigger_id DESC, "
-                      "t.training_id DESC LIMIT -1 OFFSET ?)", (pipeline_id, keep)).rowcount
+    ranked = "SELECT m.training_id FROM models m JOIN trainings t ON t.training_id = m.training_id WHERE " \
+             "t.pipeline_id = ?"
+    return db.execute(f"DELETE FROM models WHERE training_id IN ({ranked}) AND training_id NOT IN ({ranked} ORDER BY "
+                      "t.trigger_id DESC, t.training_id DESC LIMIT ?)", (pipeline_id, pipeline_id, keep)).rowcount
 
 
 class StoredSet(NamedTuple):
@@ -86,17 +88,17 @@ class StoredSet(NamedTuple):
     info: dict
 
 
-def _now() -> float:
-    return time.time()
-
-
 class PipelineStore:
-    """Pipelines, their triggers' training sets, trainings and owners, in the sqlite3 file ``path`` (see the module).
+    """Pipelines, their triggers' training sets, trainings and owners, in the sqlite3 file ``path`` or the
+    PostgreSQL database of a ``postgresql://user@host:port/dbname`` URL (see the module).
 
     Ids: pipelines and trainings count from 1; each pipeline's triggers, from
     0. One store serves a writer thread and reader threads (they take turns
-    on one connection); other processes open the same file. It pickles as
-    its path, so a worker reopens it. ``close()`` may be called again.
+    on one connection); other processes (on other hosts, for PostgreSQL) open
+    the same store. It pickles as its path or URL, so a worker reopens it
+    (a password in the URL travels with it; one from ``PGPASSWORD`` or
+    ``~/.pgpass`` is the worker's to find); ``path`` and the repr show a URL
+    with its password as ``***``. ``close()`` may be called again.
 
     >>> import os, tempfile
     >>> folder = tempfile.TemporaryDirectory()
@@ -123,16 +125,21 @@ class PipelineStore:
     """
 
     def __init__(self, path: str | os.PathLike, *, create: bool = True):
-        self.path = os.path.abspath(os.fspath(path))  # a copy unpickled in another folder opens this file
-        self._db = Database(schema.open_store(self.path, create),
-                            f"the pipeline store {self.path} is closed: open it again with PipelineStore(path)",
-                            functools.partial(schema.damaged_store, self.path))
+        if not isinstance(path, (str, os.PathLike)):
+            raise BadType(f"PipelineStore: give a sqlite file's path or a postgresql:// URL, got "
+                          f"{type(path).__name__}")
+        if is_postgres(path):
+            self._address = path  # (with its password, if the URL has one: never shown)
+            self.path = redact(path)
+        else:  # a copy unpickled in another folder opens this file
+            self._address = self.path = os.path.abspath(os.fspath(path))
+        self._db = schema.open_database(self._address, create)
 
     def __repr__(self) -> str:
         return f"PipelineStore({self.path!r})"
 
     def __reduce__(self) -> tuple:
-        return functools.partial(PipelineStore, create=False), (self.path,)  # the file exists: never made anew
+        return functools.partial(PipelineStore, create=False), (self._address,)  # it exists: never made anew
 
     def __enter__(self) -> PipelineStore:
         return self
@@ -167,9 +174,10 @@ class PipelineStore:
         """
         text = schema.as_json(config, "config", "register_pipeline")
         with self._db.transaction(write=True) as db:
-            return db.execute("INSERT INTO pipelines (config, created) VALUES (?, ?)", (text, _now())).lastrowid
+            return db.execute("INSERT INTO pipelines (config, created) VALUES (?, ?) RETURNING pipeline_id",
+                              (text, self._db.now(db))).fetchone()[0]
 
-    def _known(self, db: sqlite3.Connection, pipeline_id: Any, where: str) -> int:
+    def _known(self, db: Any, pipeline_id: Any, where: str) -> int:
         pipeline_id = whole(pipeline_id, "pipeline_id", where, floats=False)
         if db.execute("SELECT 1 FROM pipelines WHERE pipeline_id = ?", (pipeline_id,)).fetchone() is None:
             ids = [i for i, in db.execute("SELECT pipeline_id FROM pipelines ORDER BY pipeline_id")]
@@ -245,7 +253,8 @@ class PipelineStore:
                            f"got {time!r}")
         keys_blob, weights_blob, crc = schema.encode_set(keys, weights, where)
         info_text = schema.as_json({} if info is None else info, "info", where)
-        row = (trigger_id, len(keys_blob) // 8, keys_blob, weights_blob, crc, position, time, info_text, _now())
+        row = (trigger_id, len(keys_blob) // 8, keys_blob, weights_blob, crc, position,
+               None if time is None else float(time), info_text)
         with self._db.transaction(write=True) as db:
             pipeline_id = self._known(db, pipeline_id, where)
             last = db.execute("SELECT trigger_id, position, time FROM triggers WHERE pipeline_id = ? ORDER BY "
@@ -266,15 +275,15 @@ class PipelineStore:
             if last is not None and time is not None and last[2] is not None and time < last[2]:
                 raise BadValue(f"{where}: time {time!r} is before trigger {last[0]}'s ({last[2]!r}); the stream's "
                                "time never goes back: give the time of the stream at this trigger")
-            self._insert_trigger(db, (pipeline_id, *row))
+            self._insert_trigger(db, (pipeline_id, *row, self._db.now(db)))
             self._beat(db, pipeline_id)
 
-    def _insert_trigger(self, db: sqlite3.Connection, row: tuple) -> None:
+    def _insert_trigger(self, db: Any, row: tuple) -> None:
         # (its own method, inside the transaction: the crash tests kill a process here)
         db.execute("INSERT INTO triggers (pipeline_id, trigger_id, size, keys, weights, crc, position, time, info, "
                    "created) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", row)
 
-    def _stored(self, db: sqlite3.Connection, pipeline_id: Any, trigger_id: Any, columns: str, where: str) -> tuple:
+    def _stored(self, db: Any, pipeline_id: Any, trigger_id: Any, columns: str, where: str) -> tuple:
         pipeline_id = self._known(db, pipeline_id, where)
         trigger_id = whole(trigger_id, "trigger_id", where, floats=False)
         row = db.execute(f"SELECT {columns} FROM triggers WHERE pipeline_id = ? AND trigger_id = ?",
@@ -365,12 +374,13 @@ class PipelineStore:
     def claim_pipeline(self, pipeline_id: int, *, stale_after: float = 120.0) -> None:
         """Record this process as the one that runs the pipeline, its heartbeat now; refused while another lives.
 
-        The owner is this host and pid. Another owner on this host is alive
-        while its pid is (a pid that is this process's is not another); one
-        on another host cannot be asked, so it is alive while its heartbeat,
-        which each of its writes refreshes, is fresher than ``stale_after``
-        seconds (so a pipeline run from several hosts reports, with
-        ``update_training``, more often than that). A dead owner's claim is
+        The owner is this host and pid, and the claim a lease: another owner,
+        on any host, is alive while its heartbeat (refreshed by each of its
+        writes and by ``heartbeat``) is fresher than ``stale_after`` seconds
+        on the store's clock, so an owner that holds a pipeline for long
+        beats more often than that (``train.run_pipeline`` does, from a
+        thread). On this host, an owner whose pid is gone is dead at once (a
+        pid that is this process's is not another). A dead owner's claim is
         taken over. Refused with ``PipelineBusy``, naming the owner and when
         it was last seen.
 
@@ -389,14 +399,19 @@ class PipelineStore:
         check_stale_after(stale_after, where)
         with self._db.transaction(write=True) as db:
             pipeline_id = self._known(db, pipeline_id, where)
-            owner, heartbeat = db.execute("SELECT owner, heartbeat FROM pipelines WHERE pipeline_id = ?",
-                                          (pipeline_id,)).fetchone()
+            owner, age, now = self._lease(db, pipeline_id)
             if owner is not None:
                 host, pid = split_owner(owner)
-                if alive(host, pid, heartbeat, stale_after):
-                    raise busy(pipeline_id, self.path, host, pid, heartbeat, stale_after)
-            db.execute("UPDATE pipelines SET owner = ?, heartbeat = ? WHERE pipeline_id = ?",
-                       (me(), _now(), pipeline_id))
+                if alive(host, pid, age, stale_after):
+                    raise busy(pipeline_id, self.path, host, pid, age, stale_after)
+            db.execute("UPDATE pipelines SET owner = ?, heartbeat = ? WHERE pipeline_id = ?", (me(), now, pipeline_id))
+
+    def _lease(self, db: Any, pipeline_id: int) -> tuple[str | None, float | None, float]:
+        """The pipeline's owner, the age of its heartbeat (None: none) and now, all on the store's clock."""
+        owner, heartbeat = db.execute("SELECT owner, heartbeat FROM pipelines WHERE pipeline_id = ?",
+                                      (pipeline_id,)).fetchone()
+        now = self._db.now(db)
+        return owner, None if heartbeat is None else max(0.0, now - heartbeat), now
 
     def release_pipeline(self, pipeline_id: int) -> bool:
         """Clear the pipeline's owner if it is this process (True), else leave it (False).
@@ -431,7 +446,7 @@ class PipelineStore:
         with self._db.transaction(write=True) as db:
             pipeline_id = self._known(db, pipeline_id, "heartbeat")
             return db.execute("UPDATE pipelines SET heartbeat = ? WHERE pipeline_id = ? AND owner = ?",
-                              (_now(), pipeline_id, me())).rowcount == 1
+                              (self._db.now(db), pipeline_id, me())).rowcount == 1
 
     def owner_alive(self, pipeline_id: int, *, stale_after: float = 120.0) -> bool | None:
         """Whether the process that holds the pipeline is alive (this process is), as ``claim_pipeline`` judges
@@ -448,19 +463,44 @@ class PipelineStore:
         check_stale_after(stale_after, "owner_alive")
         with self._db.transaction(write=False) as db:
             pipeline_id = self._known(db, pipeline_id, "owner_alive")
-            owner, heartbeat = db.execute("SELECT owner, heartbeat FROM pipelines WHERE pipeline_id = ?",
-                                          (pipeline_id,)).fetchone()
+            owner, age, _ = self._lease(db, pipeline_id)
         if owner is None:
             return None
         if owner == me():
             return True
         host, pid = split_owner(owner)
-        return alive(host, pid, heartbeat, stale_after)
+        return alive(host, pid, age, stale_after)
 
-    def _beat(self, db: sqlite3.Connection, pipeline_id: int) -> None:
+    def lease(self, pipeline_id: int, *, stale_after: float = 120.0) -> dict | None:
+        """Who holds the pipeline, on the store's clock: ``{"owner", "host", "pid", "age", "alive"}`` (age: seconds
+        since its last heartbeat, None without one; alive as ``owner_alive`` judges it), or None when no process does.
+
+        >>> import os, socket, tempfile
+        >>> folder = tempfile.TemporaryDirectory()
+        >>> store = PipelineStore(os.path.join(folder.name, "pipelines.db"))
+        >>> p = store.register_pipeline({})
+        >>> store.lease(p) is None
+        True
+        >>> store.claim_pipeline(p)
+        >>> held = store.lease(p)
+        >>> (held["host"], held["pid"]) == (socket.gethostname(), os.getpid()), 0 <= held["age"] < 60, held["alive"]
+        (True, True, True)
+        >>> store.close()
+        """
+        check_stale_after(stale_after, "lease")
+        with self._db.transaction(write=False) as db:
+            pipeline_id = self._known(db, pipeline_id, "lease")
+            owner, age, _ = self._lease(db, pipeline_id)
+        if owner is None:
+            return None
+        host, pid = split_owner(owner)
+        return {"owner": owner, "host": host, "pid": pid, "age": age,
+                "alive": owner == me() or alive(host, pid, age, stale_after)}
+
+    def _beat(self, db: Any, pipeline_id: int) -> None:
         """Refresh the pipeline's heartbeat, inside the caller's transaction, if this process holds it."""
         db.execute("UPDATE pipelines SET heartbeat = ? WHERE pipeline_id = ? AND owner = ?",
-                   (_now(), pipeline_id, me()))
+                   (self._db.now(db), pipeline_id, me()))
 
     def mark_abandoned(self, pipeline_id: int) -> list[int]:
         """Turn the pipeline's "running" trainings into "failed" with the error "interrupted"; return their ids.
@@ -498,7 +538,7 @@ class PipelineStore:
             ids = [i for i, in db.execute("SELECT training_id FROM trainings WHERE pipeline_id = ? AND status = "
                                           "'running' ORDER BY training_id", (pipeline_id,))]
             db.execute("UPDATE trainings SET status = 'failed', error = 'interrupted', ended = ? WHERE pipeline_id = ? "
-                       "AND status = 'running'", (_now(), pipeline_id))
+                       "AND status = 'running'", (self._db.now(db), pipeline_id))
             self._beat(db, pipeline_id)
         return ids
 
@@ -520,8 +560,8 @@ class PipelineStore:
             pipeline_id, trigger_id = self._stored(db, pipeline_id, trigger_id, "pipeline_id, trigger_id",
                                                    "start_training")
             training_id = db.execute("INSERT INTO trainings (pipeline_id, trigger_id, status, progress, metrics, "
-                                     "started) VALUES (?, ?, 'running', '0.0', '{}', ?)",
-                                     (pipeline_id, trigger_id, _now())).lastrowid
+                                     "started) VALUES (?, ?, 'running', '0.0', '{}', ?) RETURNING training_id",
+                                     (pipeline_id, trigger_id, self._db.now(db))).fetchone()[0]
             self._beat(db, pipeline_id)
             return training_id
 
@@ -541,6 +581,8 @@ class PipelineStore:
                                f"{f' ({row[2]})' if row[2] else ''}; only a running training changes")
             if added:
                 fields["metrics"] = json.dumps({**json.loads(row[1]), **added})
+            if fields.get("ended") is _NOW:
+                fields["ended"] = self._db.now(db)
             if fields:
                 sets = ", ".join(f"{name} = ?" for name in fields)
                 db.execute(f"UPDATE trainings SET {sets} WHERE training_id = ?", (*fields.values(), training_id))
@@ -550,12 +592,12 @@ class PipelineStore:
                 _drop_models(db, row[3], keep_models)
             self._beat(db, row[3])
 
-    def _no_training(self, db: sqlite3.Connection, training_id: int, where: str) -> NotFound:
+    def _no_training(self, db: Any, training_id: int, where: str) -> NotFound:
         """The error for a training the store does not hold, naming those it does."""
         ids = [i for i, in db.execute("SELECT training_id FROM trainings ORDER BY training_id")]
         return NotFound(f"{where}: no training {training_id} in {self.path} (its trainings: {schema.listed(ids)})")
 
-    def _insert_model(self, db: sqlite3.Connection, training_id: int, blob: bytes, crc: int) -> None:
+    def _insert_model(self, db: Any, training_id: int, blob: bytes, crc: int) -> None:
         # (its own method, inside the transaction: the crash tests kill a process here)
         db.execute("INSERT INTO models (training_id, state, crc) VALUES (?, ?, ?)", (training_id, blob, crc))
 
@@ -609,7 +651,7 @@ class PipelineStore:
         if keep_models is not None:
             keep_models = whole(keep_models, "keep_models", "finish_training", 1, floats=False)
         self._change(training_id, "finish_training", metrics, model, keep_models, status="finished",
-                     ended=_now())
+                     ended=_NOW)
 
     def drop_models(self, pipeline_id: int, keep: int = 1) -> int:
         """Delete the pipeline's stored models but the ``keep`` latest (by trigger, then training); return how
@@ -646,9 +688,9 @@ class PipelineStore:
         readers.errors.BadValue: finish_training: training 1 is failed already (loss is nan); only a running training changes
         >>> store.close()
         """
-        self._change(training_id, "fail_training", None, status="failed", ended=_now(), error=str(error))
+        self._change(training_id, "fail_training", None, status="failed", ended=_NOW, error=str(error))
 
-    def _rows(self, db: sqlite3.Connection, condition: str, values: tuple) -> list[dict]:
+    def _rows(self, db: Any, condition: str, values: tuple) -> list[dict]:
         """The trainings that meet ``condition`` (SQL, with its ORDER BY), as ``training(id)`` gives them."""
         rows = db.execute(f"SELECT {', '.join(_TRAINING)} FROM trainings WHERE {condition}", values).fetchall()
         return [{**dict(zip(_TRAINING, row)), "progress": json.loads(row[4]), "metrics": json.loads(row[5])}
@@ -689,7 +731,9 @@ class PipelineStore:
         with self._db.transaction(write=False) as db:
             if pipeline_id is not None:
                 pipeline_id = self._known(db, pipeline_id, "trainings")
-            return self._rows(db, "? IS NULL OR pipeline_id = ? ORDER BY training_id", (pipeline_id, pipeline_id))
+            if pipeline_id is None:
+                return self._rows(db, "1 = 1 ORDER BY training_id", ())
+            return self._rows(db, "pipeline_id = ? ORDER BY training_id", (pipeline_id,))
 
     def last_finished(self, pipeline_id: int) -> dict | None:
         """The pipeline's finished training on its latest trigger (ties: the last started), as ``training(id)``
@@ -736,7 +780,7 @@ class PipelineStore:
             if db.execute("SELECT 1 FROM trainings WHERE training_id = ?", (training_id,)).fetchone() is None:
                 raise self._no_training(db, training_id, "model_state")
             # (CAST: a state changed into text outside readerkit still comes back as bytes, and fails its CRC)
-            row = db.execute("SELECT CAST(state AS BLOB), crc FROM models WHERE training_id = ?",
+            row = db.execute(f"SELECT CAST(state AS {self._db.blob}), crc FROM models WHERE training_id = ?",
                              (training_id,)).fetchone()
         if row is None:
             return None

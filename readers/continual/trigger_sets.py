@@ -98,8 +98,8 @@ def trigger_set(db: str | os.PathLike | PipelineStore, pipeline_id: int, trigger
                 weights: bool = False) -> TriggerSet:
     """A trigger's training set as an indexed reader over ``source``: entry i is ``source[keys[i]]``.
 
-    ``db`` is the pipeline store's file (opened, read and closed here, never
-    made) or an open ``PipelineStore``. ``source`` is the indexed reader the
+    ``db`` is the pipeline store's file or ``postgresql://`` URL (opened,
+    read and closed here, never made) or an open ``PipelineStore``. ``source`` is the indexed reader the
     pipeline's keys index: the reader a stream's keys name (for Split-MNIST,
     the MNIST split: ``stream.by_key()``), not the stream itself. With
     ``weights=True`` each entry gains its weight (a float32) as a last column.

@@ -23,8 +23,9 @@ at once; both are opened and used the same way, here:
 ``Database``
     one connection shared by a process's threads, a transaction at a time.
     Code over a ``Database`` asks it for transactions and never opens or
-    begins anything itself: it is the seam where a second backend (a
-    server database) would take sqlite's place.
+    begins anything itself: it is the seam where a second backend takes
+    sqlite's place (``readers.storage.postgres.PostgresDatabase``); ``blob``
+    and ``now`` say what differs.
 ``blob_crc``, ``check_crc``, ``damaged``
     the CRC-32 kept beside each blob and checked on every read, with an error
     that names what is damaged and what to do.
@@ -255,12 +256,17 @@ class Database:
     >>> with database.transaction(write=False) as db:
     ...     db.execute("SELECT count(*) FROM notes").fetchone()
     (0,)
+    >>> database.blob, database.now(None) > 0
+    ('BLOB', True)
     >>> database.close(); database.close()
     >>> database.transaction(write=False).__enter__()
     Traceback (most recent call last):
     ...
     readers.errors.BadValue: the notes are closed: open them again
     """
+
+    #: The binary type's name, for a ``CAST`` (``readers.storage.postgres``'s is ``BYTEA``).
+    blob = "BLOB"
 
     def __init__(self, connection: sqlite3.Connection, closed: str,
                  damaged: Callable[[str], Exception] | None = None):
@@ -281,6 +287,14 @@ class Database:
                 if self._damaged is None or not is_damage(exc):
                     raise
                 raise self._damaged(str(exc)) from None
+
+    def now(self, db: sqlite3.Connection | None) -> float:
+        """The store's clock, in seconds since the epoch: this host's (a sqlite file is shared by one host)."""
+        return time.time()
+
+    def ids_taken(self, db: sqlite3.Connection, table: str, column: str) -> None:
+        """After rows were inserted with their own ids: new rows get higher ones (sqlite's AUTOINCREMENT does so
+        by itself; ``PostgresDatabase``'s identity columns are told)."""
 
     def close(self) -> None:
         """Close the connection, once a transaction under way has ended; a second call does nothing."""

@@ -1,10 +1,13 @@
-"""``python cli.py pipeline run|status``: a continual-learning pipeline from the command line, and its trainings.
+"""``python cli.py pipeline run|status|migrate``: a continual-learning pipeline from the command line, its trainings,
+and its store copied to another backend.
 
 ``pipeline run`` reads a timestamped reader (``split-mnist``), builds the
 model of ``train`` for it and runs ``train.run_pipeline``, printing one row
 per trigger: its set's size and class counts, the training's seconds, the
 accuracy on each task seen so far and their average. ``pipeline status``
-reads the same database from any process, while a pipeline runs or after.
+reads the same database from any process (any host, for a PostgreSQL
+store), while a pipeline runs or after. ``pipeline migrate`` copies a store
+into an empty one (sqlite3 to PostgreSQL, or back).
 
 >>> from click.testing import CliRunner
 >>> CliRunner().invoke(pipeline_group, ["run", "--help"]).exit_code
@@ -48,8 +51,10 @@ def pipeline_group() -> None:
                    "drift:window=W,threshold=X[,on=label|feature].")
 @click.option("--strategy", "strategy_spec", default="gdumb:500", show_default=True,
               help="What to train on: new (the samples since the last trigger), new:KEEP, all, or gdumb:K.")
-@click.option("--db", required=True, type=click.Path(dir_okay=False),
-              help="The pipeline store (sqlite3): sets and trainings go here; `pipeline status` reads it.")
+@click.option("--db", required=True, metavar="PATH|URL",
+              help="The pipeline store: a sqlite3 file, or a PostgreSQL database that hosts share "
+                   "(postgresql://user@host:port/dbname; the password from PGPASSWORD or ~/.pgpass); sets and "
+                   "trainings go here; `pipeline status` reads it.")
 @model_option
 @classes_option("Number of label classes.  [default: one more than the largest label of both splits]")
 @batch_size_option(32)
@@ -74,17 +79,20 @@ def pipeline_run_command(settings: PipelineRunSettings) -> None:
 
 
 @pipeline_group.command("status")
-@click.option("--db", required=True, type=click.Path(dir_okay=False), help="The pipeline store to read.")
+@click.option("--db", required=True, metavar="PATH|URL",
+              help="The pipeline store to read: a sqlite3 file or a postgresql:// URL.")
 @click.option("--pipeline-id", type=click.IntRange(min=1), default=None, help="Only this pipeline's trainings.")
 @click.option("--training-id", type=click.IntRange(min=1), default=None, help="This training in full.")
 @click.option("--json", "as_json", is_flag=True, help="Print the trainings as JSON.")
 @fail_cleanly
 def pipeline_status_command(db: str, pipeline_id: int | None, training_id: int | None, as_json: bool) -> None:
-    """Show the trainings in --db (running, finished or failed), their progress and metrics."""
+    """Show the pipelines in --db with the process that holds each (its host and pid, how old its heartbeat is), and
+    their trainings (running, finished or failed), their progress and metrics."""
     from readers.continual.store import PipelineStore
+    from readers.storage.postgres import is_postgres
     from train.commands.continual_table import status_lines
 
-    if not os.path.exists(db):
+    if not is_postgres(db) and not os.path.exists(db):
         raise click.ClickException(f"no pipeline store at {db!r}: give the --db a `pipeline run` wrote")
     with PipelineStore(db, create=False) as store:
         if as_json:
@@ -92,3 +100,21 @@ def pipeline_status_command(db: str, pipeline_id: int | None, training_id: int |
             click.echo(json.dumps(found, indent=2))
         else:
             click.echo("\n".join(status_lines(store, pipeline_id, training_id)))
+
+
+@pipeline_group.command("migrate")
+@click.option("--from", "source", required=True, metavar="PATH|URL", help="The pipeline store to copy.")
+@click.option("--to", "destination", required=True, metavar="PATH|URL",
+              help="An empty pipeline store to copy it into: a new sqlite3 file, or an empty PostgreSQL database.")
+@fail_cleanly
+def pipeline_migrate_command(source: str, destination: str) -> None:
+    """Copy a pipeline store into an empty one, sqlite3 or PostgreSQL either way: every pipeline, trigger set,
+    training and model, with their ids (e.g. --from runs.db --to postgresql://me@db-host:5432/runs)."""
+    from readers.continual.migrate import migrate_store
+    from readers.storage.postgres import is_postgres, redact
+
+    if not is_postgres(source) and not os.path.exists(source):
+        raise click.ClickException(f"no pipeline store at --from {source!r}: give the --db a `pipeline run` wrote")
+    counts = migrate_store(source, destination)
+    shown = redact(destination) if is_postgres(destination) else destination
+    click.echo(f"copied {', '.join(f'{n} {table}' for table, n in counts.items())} into {shown}")

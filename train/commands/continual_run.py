@@ -12,6 +12,7 @@ import click
 from readers.continual.store import PipelineStore
 from readers.errors import ReaderkitError
 from readers.plugins.registry import find_model, find_reader
+from readers.storage.postgres import is_postgres, redact
 from train.commands.continual_table import HEADER, finished_records, row_of
 from train.commands.options import PipelineRunSettings
 from train.commands.progress import Meter
@@ -149,7 +150,7 @@ def run_command(settings: PipelineRunSettings) -> None:
     if table.last is None:
         click.echo(f"pipeline {table.pipeline_id}: every trigger's training had finished already; nothing to train")
     elif table.last["average_accuracy"] is not None:
-        click.echo(f"pipeline {table.pipeline_id} in {settings.db}: average accuracy over the "
+        click.echo(f"pipeline {table.pipeline_id} in {redact(settings.db)}: average accuracy over the "
                    f"{len(table.last['tasks'])} tasks after the last trigger: {100 * table.last['average_accuracy']:.2f}%")
 
 
@@ -168,8 +169,10 @@ def _file_problem(flag: str, path: str | None) -> str | None:
 def _check_options(settings: PipelineRunSettings) -> None:
     """The options that need no data, all checked before the data is read (and nothing written if one is wrong):
     the files, the specs, and that the reader and the model are found (a typo in either is listed with the rest)."""
-    problems = [p for p in (_file_problem("--db", settings.db), _file_problem("--log-json", settings.log_json)) if p]
-    if settings.resume is not None and not os.path.isfile(settings.db):  # (never made empty, to be refused after)
+    url = is_postgres(settings.db)  # (a PostgreSQL store: no file to check here; its server says what is wrong)
+    problems = [p for p in (None if url else _file_problem("--db", settings.db),
+                            _file_problem("--log-json", settings.log_json)) if p]
+    if settings.resume is not None and not url and not os.path.isfile(settings.db):  # (never made empty, to refuse)
         problems.append(f"--resume {settings.resume}: there is no pipeline store at --db {settings.db}: give the "
                         "--db the pipeline ran with")
     for flag, spec, parse in (("--trigger", settings.trigger_spec, parse_trigger),
@@ -194,13 +197,13 @@ def _check_timestamped(name: str, stream: Any) -> None:
 
 def _note_unfinished(db: str) -> None:
     """Say so when the store holds a pipeline that was stopped: a new run does not go on with it, --resume does."""
-    if not os.path.exists(db):
+    if not is_postgres(db) and not os.path.exists(db):
         return
-    with PipelineStore(db, create=False) as store:
+    with PipelineStore(db, create=is_postgres(db)) as store:  # (an empty database gets the tables the run makes)
         for p in store.pipelines():
             trainings = store.trainings(p["pipeline_id"])
             if trainings and trainings[-1]["status"] != "finished":
-                click.echo(f"note: pipeline {p['pipeline_id']} in {db} was stopped at trigger "
+                click.echo(f"note: pipeline {p['pipeline_id']} in {redact(db)} was stopped at trigger "
                            f"{trainings[-1]['trigger_id']}; this run starts a new pipeline (--resume "
                            f"{p['pipeline_id']} goes on with that one)", err=True)
 
@@ -245,7 +248,7 @@ def _interrupted(table: _Table, settings: PipelineRunSettings, stop: KeyboardInt
     if table.pipeline_id is None:
         click.echo(f"\n{what} before the pipeline started; nothing to resume", err=True)
     else:
-        click.echo(f"\n{what}: pipeline {table.pipeline_id} in {settings.db} goes on after its last finished "
+        click.echo(f"\n{what}: pipeline {table.pipeline_id} in {redact(settings.db)} goes on after its last finished "
                    f"training. Resume with, from {os.getcwd()}:\n  "
                    f"{resume_command(settings.data_dir, ('--resume', str(table.pipeline_id)))}", err=True)
     click.get_current_context().exit(143 if isinstance(stop, Terminated) else 130)

@@ -68,8 +68,12 @@ def status_lines(store: Any, pipeline_id: int | None = None, training_id: int | 
     lines = [f"{store.path}: {len(pipelines)} pipeline{'s' * (len(pipelines) != 1)}"]
     for p in pipelines:
         config, count = p["config"], len(store.triggers(p["pipeline_id"]))
+        held = store.lease(p["pipeline_id"])  # (who runs it, from any host: the owner's host and pid, its lease)
+        owner = "" if held is None else f"; held by process {held['pid']} on host {held['host']!r}, " + (
+            "no heartbeat" if held["age"] is None else f"heartbeat {held['age']:.1f} s ago") + (
+            "" if held["alive"] else " (gone: its lease ran out)")
         lines.append(f"pipeline {p['pipeline_id']}: {config.get('stream', '?')}, trigger {config.get('trigger', '?')}, "
-                     f"strategy {config.get('strategy', '?')}; {count} trigger{'s' * (count != 1)}")
+                     f"strategy {config.get('strategy', '?')}; {count} trigger{'s' * (count != 1)}{owner}")
     lines.append(f"{'training':>8}  {'pipeline':>8}  {'trigger':>7}  {'status':<9}  {'progress':<18}  {'average':>7}  "
                  f"{'seconds':>7}  error")
     now, gone = time.time(), {p["pipeline_id"] for p in pipelines if store.owner_alive(p["pipeline_id"]) is False}

@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -47,6 +48,33 @@ PROGRESS_EVERY = 1.0
 
 #: Seconds between two heartbeats of the pipeline's claim while it replays its stream on resume.
 HEARTBEAT_EVERY = 30.0
+
+#: Seconds the pipeline's lease lasts without a heartbeat (claim_pipeline's stale_after): another process, on any
+#: host, takes the pipeline over once it has run out. While it holds the pipeline, run_pipeline beats every
+#: quarter of it from a thread, so a long training never loses it.
+LEASE_S = 120.0
+
+
+class _Lease:
+    """This process's lease on a pipeline, kept by a heartbeat every ``LEASE_S / 4`` seconds from a thread."""
+
+    def __init__(self, store: PipelineStore, pipeline_id: int):
+        self.store, self.pipeline_id, self.every = store, pipeline_id, LEASE_S / 4
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._beat, name=f"readerkit-lease-{pipeline_id}", daemon=True)
+
+    def _beat(self) -> None:
+        while not self._stop.wait(self.every):
+            with contextlib.suppress(Exception):  # (a server restarting: the next beat reconnects)
+                self.store.heartbeat(self.pipeline_id)
+
+    def __enter__(self) -> _Lease:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
 
 
 class PipelineReplayError(BadValue):
@@ -241,7 +269,7 @@ def run_pipeline(stream: Any, trigger: Any, strategy: Any, model: Callable[[int]
     seeded with ``seed``). ``model``: called as ``model(seed)`` for a new model
     (``lambda seed: MLP(784, n_classes=10, seed=seed)``): every class the
     stream will bring must be in it from the start. ``db``: the pipeline
-    store's file (made if missing) or an open ``PipelineStore``. ``test``: a
+    store's file (made if missing), a ``postgresql://`` URL, or an open ``PipelineStore``. ``test``: a
     timestamped test split, evaluated per task (the entries whose times fall
     in one ``task_seconds`` window; one task when None) for every task the
     stream has reached. ``source``: the indexed reader the keys index,
@@ -291,12 +319,13 @@ def run_pipeline(stream: Any, trigger: Any, strategy: Any, model: Callable[[int]
             pipeline_id = store.register_pipeline(pipeline.config)
         else:
             pipeline_id = pipeline.check_resumable(store, resume)
-        store.claim_pipeline(pipeline_id)
+        store.claim_pipeline(pipeline_id, stale_after=LEASE_S)
         try:
-            store.mark_abandoned(pipeline_id)
-            if on_start is not None:
-                on_start(pipeline_id)
-            return _Run(pipeline, store, pipeline_id, on_trigger, event_handler).run()
+            with _Lease(store, pipeline_id):
+                store.mark_abandoned(pipeline_id)
+                if on_start is not None:
+                    on_start(pipeline_id)
+                return _Run(pipeline, store, pipeline_id, on_trigger, event_handler).run()
         except BaseException as exc:  # a notebook's Ctrl-C still says which pipeline to resume
             exc.pipeline_id = pipeline_id
             raise

@@ -12,25 +12,17 @@ from readers.continual import owners
 from readers.continual.owners import PipelineBusy
 from readers.continual.store import PipelineStore
 from tests.helpers.child_processes import joined
+from tests.helpers.store_rows import set_row
 
 WAIT = 60.0  # seconds: a bound for another process to show up or finish, never a measure of speed
 HERE = socket.gethostname()
 
 
 @pytest.fixture
-def store(tmp_path):
-    s = PipelineStore(tmp_path / "pipelines.db")
+def store(store_db):  # (each test on both backends: a sqlite file, and a PostgreSQL database)
+    s = PipelineStore(store_db)
     yield s
     s.close()
-
-
-def set_row(path: str, pipeline_id: int, **columns) -> None:
-    """Change a pipeline's row as another process's writes (or their absence) would have."""
-    db = sqlite3.connect(path)
-    with db:
-        sets = ", ".join(f"{name} = ?" for name in columns)
-        db.execute(f"UPDATE pipelines SET {sets} WHERE pipeline_id = ?", (*columns.values(), pipeline_id))
-    db.close()
 
 
 def far_away(monkeypatch, store: PipelineStore, pipeline_id: int) -> None:
@@ -87,12 +79,12 @@ def test_a_live_process_holding_the_pipeline_is_not_taken_over(store):
     child.start()
     try:
         assert claimed.wait(WAIT), "the child never claimed the pipeline"
-        with pytest.raises(PipelineBusy, match=rf"^claim_pipeline: pipeline {p} in .*pipelines.db is held by process "
+        with pytest.raises(PipelineBusy, match=rf"^claim_pipeline: pipeline {p} in .* is held by process "
                                                rf"{child.pid} on host '{HERE}', last seen \d+\.\d s ago; that process "
                                                rf"is alive and runs the pipeline: wait for it to end, or stop it "
-                                               rf"first \(kill {child.pid}\)"
+                                               rf"first \(kill {child.pid}\); its lease runs out once 120 s unseen"
                            ) as refused:
-            store.claim_pipeline(p, stale_after=1e-6)  # however stale: a process of this host is asked, not timed
+            store.claim_pipeline(p)
         assert (refused.value.pipeline_id, refused.value.host, refused.value.pid) == (p, HERE, child.pid)
         with pytest.raises(ValueError, match=rf"mark_abandoned: this process \({HERE}:{os.getpid()}\) does not hold "
                                              rf"pipeline {p} in .* \(process {child.pid} on host '{HERE}' does\): "
@@ -267,12 +259,19 @@ def test_a_heartbeat_is_refreshed_in_the_writes_transaction(store):
     assert store.training(t)["status"] == "running" and store.model_state(t) is None
 
 
-def test_a_live_owner_of_this_host_without_a_heartbeat_is_still_alive(store):
+def test_a_live_owner_of_this_host_is_refused_while_its_lease_runs_and_taken_over_after(store):
+    # Regression (issue 31, 2): an owner of this host was judged by its pid alone, never by its lease, so a
+    # heartbeat-less owner whose pid lived held the pipeline forever; the lease decides now, on every host
     p = store.register_pipeline({})
-    set_row(store.path, p, owner=f"{HERE}:{os.getppid()}", heartbeat=None)  # our parent: alive, and not us
-    with pytest.raises(PipelineBusy, match=rf"held by process {os.getppid()} on host '{HERE}', with no heartbeat; "
-                                           rf"that process is alive and runs the pipeline: wait for it to end"):
+    set_row(store.path, p, owner=f"{HERE}:{os.getppid()}", heartbeat=time.time() - 10)  # our parent: alive, not us
+    with pytest.raises(PipelineBusy, match=rf"held by process {os.getppid()} on host '{HERE}', last seen \d+\.\d s "
+                                           rf"ago; that process is alive and runs the pipeline: wait for it to end"):
         store.claim_pipeline(p)
+    store.claim_pipeline(p, stale_after=5)  # its lease ran out 5 s after its last heartbeat: alive or not, it is gone
+    assert store.pipeline(p)["owner"] == f"{HERE}:{os.getpid()}"
+    set_row(store.path, p, owner=f"{HERE}:{os.getppid()}", heartbeat=None)  # no heartbeat: no lease
+    store.claim_pipeline(p)
+    assert store.owner_alive(p) is True and store.pipeline(p)["owner"] == f"{HERE}:{os.getpid()}"
 
 
 def test_heartbeat_refreshes_only_the_owners_claim(store):

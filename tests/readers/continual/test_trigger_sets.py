@@ -19,9 +19,9 @@ WEIGHTS = [None, np.linspace(0.5, 1.5, len(KEYS[1]))]
 
 
 @pytest.fixture
-def db(tmp_path):
-    """A store file with one pipeline (id 1) of two triggers."""
-    path = str(tmp_path / "pipelines.db")
+def db(store_db):
+    """A store (a sqlite file, a PostgreSQL database) with one pipeline (id 1) of two triggers."""
+    path = store_db
     with PipelineStore(path) as store:
         p = store.register_pipeline({"strategy": "replay"})
         for t in (0, 1):
@@ -136,7 +136,7 @@ def test_a_store_object_serves_as_well_as_its_path(db):
 
 
 def test_errors_name_what_is_missing_and_what_exists(db, tmp_path):
-    with pytest.raises(LookupError, match=r"no pipeline 5 in .*pipelines.db \(its pipelines: 1\)"):
+    with pytest.raises(LookupError, match=r"no pipeline 5 in \S+ \(its pipelines: 1\)"):
         trigger_set(db, 5, 0, source=source())
     with pytest.raises(LookupError, match=r"pipeline 1 has no trigger 2 in .* \(its triggers: 0-1\)"):
         trigger_set(db, 1, 2, source=source())
