@@ -315,7 +315,8 @@ def run_pipeline(stream: Any, trigger: Any, strategy: Any, model: Callable[[int]
     pass and every ``checkpoint_every`` steps, in ``work_dir``, a temporary
     folder by default); past that the training is marked failed, and
     ``resume=`` trains it again. The supervisor stays the pipeline's owner,
-    starts and finishes each training in the store. ``launcher`` replaces the
+    starts and finishes each training in the store; ``event_handler`` gets
+    no events of such a training (rank 0 reports its progress to the store). ``launcher`` replaces the
     local torchrun with your own command, run for each training (split like a
     shell line, no shell; ``{spec}``, ``{nproc}`` and ``{training_id}``
     filled in), e.g. ``srun`` starting torchrun on several
