@@ -3,7 +3,13 @@ tests/train/continual/test_ranks.py runs the jobs)."""
 import pytest
 
 from readers.errors import BadValue
-from train.continual.rank_jobs import RankJobFailed, RankJobs, check_ranks, source_spec, why_failed
+from train.continual.rank_jobs import (
+    RankJobFailed,
+    RankJobs,
+    check_ranks,
+    source_spec,
+    why_failed,
+)
 from train.models.classifiers import MLP
 
 ROOT_CAUSE = """torch.distributed.elastic.multiprocessing.errors.ChildFailedError:

@@ -133,6 +133,17 @@ def test_restarts_run_out_fail_the_training_and_resume_trains_it_again(tmp_path,
     _assert_same(records, reference, db, reference_db)
 
 
+def test_nproc_2_on_a_postgresql_store_equals_one_process_on_sqlite(postgres_server, one_task_one_process):
+    """The ranks open the store by the URL the supervisor was given: the set, the progress and the model."""
+    reference, reference_db = one_task_one_process
+    db = postgres_server.database()
+    records = _run(db, 2, tasks=1, source="killing_source")
+    with PipelineStore(db, create=False) as store:
+        training, = store.trainings()
+    assert training["status"] == "finished" and training["progress"]["step"] == records[0]["steps"]
+    _assert_same(records, reference, db, reference_db)
+
+
 def test_a_launcher_of_your_own_runs_the_ranks(tmp_path, monkeypatch, one_task_one_process):
     """launcher= (--launcher): the command the supervisor runs for each training, here the loopback torchrun."""
     from train.continual.torchrun import loopback_interface
@@ -148,9 +159,9 @@ def test_a_launcher_of_your_own_runs_the_ranks(tmp_path, monkeypatch, one_task_o
     assert work.is_dir() and not list(work.iterdir())  # each finished training's folder is removed
 
 
-def test_trigger_set_read_by_two_torchrun_ranks_is_the_stored_set_once(tmp_path):
+def test_trigger_set_read_by_two_torchrun_ranks_is_the_stored_set_once(tmp_path, store_db):
     keys = np.random.default_rng(3).choice(1000, size=101, replace=False)  # odd: one rank pads
-    db = str(tmp_path / "runs.db")
+    db = store_db
     with PipelineStore(db) as store:
         p = store.register_pipeline({})
         store.add_trigger(p, 0, keys, position=101)
