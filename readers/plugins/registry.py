@@ -69,7 +69,9 @@ BUILTINS: dict[str, dict[str, str]] = {
                 "image-folder": "readers.sources.image_folder:from_data_dir", "jsonl": "readers.sources.jsonl:from_data_dir",
                 "mnist": "readers.sources.mnist", "parquet": "readers.sources.parquet:from_data_dir",
                 "split-mnist": "readers.sources.split_mnist", "tar-shards": "readers.sources.tar_shards:from_data_dir"},
-    "models": {"mlp": "train.models.classifiers:MLP", "softmax": "train.models.classifiers:SoftmaxRegression"},
+    "models": {"mlp": "train.models.classifiers:MLP", "softmax": "train.models.classifiers:SoftmaxRegression",
+               "torch-cnn": "train.models.torch_classifiers:TorchCNN",
+               "torch-mlp": "train.models.torch_classifiers:TorchMLP"},
 }
 _SINGULAR = {"readers": "reader", "models": "model"}
 _registered: dict[str, dict[str, Any]] = {kind: {} for kind in BUILTINS}

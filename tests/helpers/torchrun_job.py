@@ -1,12 +1,8 @@
 """A real torchrun job over a sharded readerkit pipeline, and the loopback-only launcher that starts it.
 
-``run_torchrun(script, *args)`` runs ``torch.distributed.run`` (torchrun's own
-``main``) on this machine with every listening socket on 127.0.0.1: torchrun's
-static rendezvous store is created first, on a socket this launcher has
-already bound to 127.0.0.1:<free port> (torch's TCPStore would otherwise
-listen on all interfaces, whatever address it is given), and gloo is pinned
-to the loopback interface. The port is never released between being chosen
-and being used, so no other process can take it.
+``run_torchrun(script, *args)`` runs ``torch.distributed.run`` on this machine
+with every listening socket on 127.0.0.1, through the package's own launcher
+(``train.continual.torchrun``, which a pipeline's ``--nproc`` trainings use).
 
 As a script under torchrun this file is the job: each rank reads
 ``shard(shuffle(from_arrays(ids), seed=0), equalize=MODE)`` through
@@ -14,11 +10,10 @@ As a script under torchrun this file is the job: each rank reads
 gathers the sample IDs and weights every rank saw (tensors, no pickle) and
 rank 0 writes them as JSON. By hand, from the repository root (Linux)::
 
-    PYTHONPATH=. GLOO_SOCKET_IFNAME=lo python tests/helpers/torchrun_job.py --torchrun \\
+    PYTHONPATH=. GLOO_SOCKET_IFNAME=lo python -m train.continual.torchrun \\
         --nnodes 1 --nproc-per-node 2 tests/helpers/torchrun_job.py --equalize pad --out /tmp/result.json
 
-Importing this module imports neither torch nor readerkit (pytest imports it
-to look for doctests).
+Importing this module imports no torch (pytest imports it to look for doctests).
 """
 import argparse
 import datetime
@@ -33,36 +28,13 @@ import time
 from tests.helpers.child_processes import start_python, stop
 from tests.helpers.paths import ROOT
 from tests.helpers.processes import open_descriptors
-
-LOOPBACK = "127.0.0.1"
-
+from train.continual.torchrun import (
+    loopback_env,
+    torchrun_command,
+    torchrun_on_loopback,
+)
 
 # -- launching ------------------------------------------------------------------------
-
-
-def _torchrun_on_loopback(torchrun_args: list[str]) -> None:
-    """torchrun's main, with its rendezvous store already listening on 127.0.0.1 only."""
-    from torch.distributed import TCPStore
-    from torch.distributed.run import main
-
-    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    listener.bind((LOOPBACK, 0))
-    listener.listen(128)
-    port = listener.getsockname()[1]
-    # multi_tenant: torchrun's own TCPStore(127.0.0.1, port, is_master=True, multi_tenant=True)
-    # then shares this server instead of binding a second one on all interfaces
-    store = TCPStore(LOOPBACK, port, None, True, datetime.timedelta(seconds=60), wait_for_workers=False,
-                     multi_tenant=True, master_listen_fd=listener.fileno())
-    listener.detach()  # the store owns the descriptor now and closes it
-    try:
-        main(["--master-addr", LOOPBACK, "--master-port", str(port), "--local-addr", LOOPBACK, *torchrun_args])
-    finally:
-        del store
-
-
-def _loopback_interface() -> str | None:
-    names = [name for _, name in socket.if_nameindex()] if hasattr(socket, "if_nameindex") else []
-    return next((name for name in names if name in ("lo", "lo0")), None)
 
 
 def run_torchrun(script: str, *args: str, nproc: int = 2, timeout: float = 120,
@@ -72,15 +44,10 @@ def run_torchrun(script: str, *args: str, nproc: int = 2, timeout: float = 120,
     Everything started is stopped when ``timeout`` seconds pass (then
     ``subprocess.TimeoutExpired`` is raised) or on any other error.
     """
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
-    interface = _loopback_interface()
-    if interface:
-        env["GLOO_SOCKET_IFNAME"] = interface  # gloo would otherwise bind the hostname's address
-    command = [os.path.abspath(__file__), "--torchrun", "--nnodes", "1",
-               "--nproc-per-node", str(nproc), "--max-restarts", "0"]
-    if log_dir is not None:
-        command += ["--log-dir", log_dir]  # instead of a /tmp/torchelastic_* folder left behind
-    proc = start_python(*command, script, *args, env=env, text=True, session=True)
+    env = loopback_env({**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT),
+                                                                                os.environ.get("PYTHONPATH")]))})
+    command = torchrun_command([script, *args], nproc=nproc, max_restarts=0, log_dir=log_dir)[1:]
+    proc = start_python(*command, env=env, text=True, session=True)
     try:
         out, err = proc.communicate(timeout=timeout)
     except BaseException:
@@ -180,7 +147,7 @@ def job(equalize: str, n: int, out: str, batch_size: int = 8, workers: int = 2) 
 
 def main(argv: list[str]) -> None:
     if argv[:1] == ["--torchrun"]:
-        _torchrun_on_loopback(argv[1:])
+        torchrun_on_loopback(argv[1:])
         return
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--equalize", choices=["pad", "drop"], required=True)

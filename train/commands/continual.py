@@ -66,6 +66,20 @@ def pipeline_group() -> None:
 @log_json_option("Write one JSON object per trigger to this file (appended to with --resume).")
 @click.option("--resume", type=click.IntRange(min=1), default=None, metavar="PIPELINE_ID",
               help="Go on with this pipeline of --db after its last finished training (same options).")
+@click.option("--nproc", default=1, show_default=True, type=click.IntRange(min=1),
+              help="Run each trigger's training as a torchrun job of this many processes on this host "
+                   "(DistributedDataParallel on gloo; needs --model torch-mlp or torch-cnn, and a --batch-size "
+                   "that is a multiple of it).")
+@click.option("--max-restarts", default=2, show_default=True, type=click.IntRange(min=0),
+              help="With --nproc: times a training's job is launched again when a rank died (the ranks resume "
+                   "from their checkpoints); past them the training fails and --resume trains it again.")
+@click.option("--launcher", default=None, metavar="COMMAND",
+              help="With --nproc: run each training with this command instead of torchrun on this host, e.g. srun "
+                   "starting torchrun on several hosts; {spec}, {nproc} (all ranks) and {training_id} are "
+                   "filled in (see the README's continual section).")
+@click.option("--work-dir", type=click.Path(file_okay=False), default=None,
+              help="With --nproc: the trainings' specs, checkpoints and final states go here (a folder every host "
+                   "shares, with --launcher).  [default: a temporary folder]")
 @fail_cleanly
 @as_settings(PipelineRunSettings)
 def pipeline_run_command(settings: PipelineRunSettings) -> None:

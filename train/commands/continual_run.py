@@ -10,7 +10,7 @@ from typing import Any
 import click
 
 from readers.continual.store import PipelineStore
-from readers.errors import ReaderkitError
+from readers.errors import BadValue, ReaderkitError
 from readers.plugins.registry import find_model, find_reader
 from readers.storage.postgres import is_postgres, redact
 from train.commands.continual_table import HEADER, finished_records, row_of
@@ -31,7 +31,7 @@ from train.continual.supervisor import run_pipeline
 from train.continual.triggers import parse_trigger
 from train.events import BeginPass, EndIteration
 
-__all__ = ["LOGGED", "in_flags", "run_command"]
+__all__ = ["LOGGED", "in_flags", "rank_source", "run_command"]
 
 #: The keys of each --log-json object, in order.
 LOGGED = ("pipeline_id", "trigger_id", "training_id", "set_size", "classes", "steps", "passes", "train_loss",
@@ -136,7 +136,12 @@ def run_command(settings: PipelineRunSettings) -> None:
                          test=test, batch_size=settings.batch_size, passes=settings.passes,
                          min_steps=settings.min_steps, seed=settings.seed, resume=settings.resume,
                          on_start=table.started, on_trigger=on_trigger, event_handler=trainings,
-                         config={"reader": settings.reader_name})  # the model's settings hold --lr and --classes
+                         config={"reader": settings.reader_name},  # the model's settings hold --lr and --classes
+                         nproc=settings.nproc, max_restarts=settings.max_restarts, launcher=settings.launcher,
+                         work_dir=settings.work_dir,
+                         rank_source={"call": "train.commands.continual_run:rank_source",
+                                      "kwargs": {"reader": settings.reader_name, "data_dir": settings.data_dir and
+                                                 os.path.abspath(settings.data_dir)}})
     except PipelineConfigError as exc:
         raise click.ClickException(in_flags(exc)) from None
     except KeyboardInterrupt as stop:
@@ -183,8 +188,45 @@ def _check_options(settings: PipelineRunSettings) -> None:
             parse(spec)
         except ReaderkitError as exc:
             problems.append(f"{flag}: {exc}")
+    problems += _nproc_problems(settings)
     if problems:
         raise click.ClickException(str(PipelineConfigError(problems)))
+
+
+def _nproc_problems(settings: PipelineRunSettings) -> list[str]:
+    """What refuses --nproc N > 1: a numpy --model, a --batch-size the ranks cannot split evenly."""
+    if settings.nproc == 1:
+        return []
+    from train.models.torch_classifiers import is_torch_model
+
+    problems = []
+    try:
+        numpy_model = not is_torch_model(find_model(settings.model_name))
+    except ReaderkitError:  # (reported as --model's problem)
+        numpy_model = False
+    if numpy_model:
+        problems.append(f"--nproc {settings.nproc} trains each trigger under torchrun with DistributedDataParallel, "
+                        f"which needs a torch model: give --model torch-mlp (or torch-cnn); --model "
+                        f"{settings.model_name} is a numpy model, trained in one process")
+    if settings.batch_size % settings.nproc:
+        problems.append(f"--batch-size {settings.batch_size} is not a multiple of --nproc {settings.nproc}: each rank "
+                        f"takes --batch-size / --nproc of every global batch")
+    return problems
+
+
+def rank_source(reader: str, data_dir: str | None) -> Any:
+    """The source a rank of ``pipeline run --nproc`` trains from: the reader the keys of --reader's stream index,
+    read from --data-dir (never downloaded: the supervisor has the files already, or checked them).
+
+    >>> rank_source("split-mnist", "/data/mnist")
+    mnist('train', data_dir='/data/mnist')
+    """
+    stream = splits(reader, data_dir, False)[0]
+    source = stream.by_key() if callable(getattr(stream, "by_key", None)) else None
+    if source is None:
+        raise BadValue(f"reader {reader!r} gives no by_key(), the reader its stream's keys index: a rank of "
+                       "pipeline run --nproc needs one (split-mnist has it)")
+    return source
 
 
 def _check_timestamped(name: str, stream: Any) -> None:

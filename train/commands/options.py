@@ -84,6 +84,10 @@ class PipelineRunSettings:
     seed: int
     log_json: str | None
     resume: int | None
+    nproc: int = 1
+    max_restarts: int = 2
+    launcher: str | None = None
+    work_dir: str | None = None
 
 
 def reader_options(default: str = "mnist", reader_help: str = READER_HELP, download_help: str = DOWNLOAD_HELP,

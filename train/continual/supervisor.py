@@ -25,6 +25,8 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import shutil
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -36,6 +38,7 @@ import readers
 from readers.continual.store import PipelineStore
 from readers.errors import BadValue
 from train.continual.config import CheckedPipeline, PipelineConfigError, check_pipeline
+from train.continual.rank_jobs import RankJobs, check_ranks
 from train.continual.stream_columns import seen_tasks, stream_chunks
 from train.driver import evaluate, train
 from train.events import EndIteration
@@ -137,8 +140,8 @@ class _Run:
     """One call of ``run_pipeline``: the checked pipeline, the store and where the replay stands."""
 
     def __init__(self, pipeline: CheckedPipeline, store: PipelineStore, pipeline_id: int, on_trigger: Callable | None,
-                 event_handler: Callable | None):
-        self.pipeline, self.store, self.pipeline_id = pipeline, store, pipeline_id
+                 event_handler: Callable | None, ranks: RankJobs | None = None):
+        self.pipeline, self.store, self.pipeline_id, self.ranks = pipeline, store, pipeline_id, ranks
         self.on_trigger, self.event_handler = on_trigger, event_handler
         last = store.last_trigger(pipeline_id)
         self.stored = -1 if last is None else last[0]  # sets up to here are stored: replayed, checked
@@ -196,10 +199,19 @@ class _Run:
         started = time.perf_counter()
         reporter = _Reporter(store, training_id, passes * steps_per_pass, self.event_handler)
         try:
+            start_from = None  # the training whose model a torchrun job goes on from
             if pipeline.strategy.from_scratch or self.model is None:
                 self.model = pipeline.model(seed)
+            elif self.ranks is not None:
+                start_from = store.last_finished(self.pipeline_id)["training_id"]
             history: list[dict] = []
-            if size:
+            if size and self.ranks is not None:  # nproc > 1: the ranks read the set, train, hand back the state
+                history = self.ranks.train(
+                    self.model, pipeline_id=self.pipeline_id, trigger_id=t, training_id=training_id, seed=seed,
+                    batch_size=pipeline.batch_size, passes=passes, steps=passes * steps_per_pass,
+                    mapping=pipeline.mapping, weight_column=len(pipeline.first_entry) if weighted else None,
+                    start_from=start_from)
+            elif size:
                 data = readers.trigger_set(store, self.pipeline_id, t, source=pipeline.source, weights=weighted)
                 mapping = {**pipeline.mapping, "weight": len(pipeline.first_entry)} if weighted else pipeline.mapping
                 history = train(readers.shuffle(data, seed=seed), mapping, pipeline.batch_size, passes,
@@ -251,6 +263,14 @@ class _Run:
         return self.records
 
 
+def _address(db: str | os.PathLike | PipelineStore) -> str:
+    """What the ranks open the store by: the path or URL given, or an open store's own (its password is
+    kept out of the ranks' spec file by ``RankJobs``)."""
+    if isinstance(db, PipelineStore):
+        return db.__reduce__()[1][0]  # (the address it pickles as: a URL's password included)
+    return os.fspath(db)
+
+
 def run_pipeline(stream: Any, trigger: Any, strategy: Any, model: Callable[[int], Any], *,
                  db: str | os.PathLike | PipelineStore, test: Any = None, source: Any = None,
                  mapping: Mapping[str, Any] | Sequence[str] = ("image", "label"), batch_size: int = 32,
@@ -258,7 +278,9 @@ def run_pipeline(stream: Any, trigger: Any, strategy: Any, model: Callable[[int]
                  chunk: int = 4096, resume: int | None = None, on_start: Callable[[int], None] | None = None,
                  on_trigger: Callable[[dict], None] | None = None,
                  event_handler: Callable[[Any], None] | None = None, config: Mapping[str, Any] | None = None,
-                 keep_models: int | None = 1) -> list[dict]:
+                 keep_models: int | None = 1, nproc: int = 1, max_restarts: int = 2, rank_source: Any = None,
+                 work_dir: str | os.PathLike | None = None, checkpoint_every: int | None = 100,
+                 launcher: str | None = None) -> list[dict]:
     """Run a continual-learning pipeline over ``stream``; return one record per trigger it trained.
 
     ``stream``: a timestamped reader, entries ending in ``(key, time)`` (see
@@ -279,6 +301,27 @@ def run_pipeline(stream: Any, trigger: Any, strategy: Any, model: Callable[[int]
     stored with the pipeline's and compared on resume. ``keep_models``: how many
     of the latest trainings' models the store keeps (the last is what a resume
     goes on from; None keeps every one, about 2.4 MB each for the default MLP).
+
+    ``nproc`` > 1 runs each trigger's training as a torchrun job of ``nproc``
+    processes on this host (``train.continual.rank_jobs``, ``train.continual.ranks``),
+    with a torch model (``train.models.torch_classifiers``) under
+    DistributedDataParallel: each rank reads its shard of the trigger's set
+    from the store and takes ``batch_size / nproc`` of each global batch, so
+    the results equal one process's up to float summation order.
+    ``rank_source`` says how a rank builds ``source``: ``"module:function"`` or
+    ``{"call": "module:function", "kwargs": {...}}`` (JSON; checked against
+    the source's fingerprint). A job whose rank died is launched again up to
+    ``max_restarts`` times; the ranks resume from their checkpoints (every
+    pass and every ``checkpoint_every`` steps, in ``work_dir``, a temporary
+    folder by default); past that the training is marked failed, and
+    ``resume=`` trains it again. The supervisor stays the pipeline's owner,
+    starts and finishes each training in the store; ``event_handler`` gets
+    no events of such a training (rank 0 reports its progress to the store). ``launcher`` replaces the
+    local torchrun with your own command, run for each training (split like a
+    shell line, no shell; ``{spec}``, ``{nproc}`` and ``{training_id}``
+    filled in), e.g. ``srun`` starting torchrun on several
+    hosts: then ``work_dir`` must be a folder every host shares (the README's
+    continual section shows it).
 
     Everything is checked before anything starts; all that is wrong is
     raised as one ``PipelineConfigError``. An exception that stops a
@@ -307,6 +350,10 @@ def run_pipeline(stream: Any, trigger: Any, strategy: Any, model: Callable[[int]
     >>> records[-1]["average_accuracy"] > 0.9
     True
     """
+    problems = check_ranks(nproc, max_restarts, batch_size, model, seed if isinstance(seed, int) else 0, rank_source,
+                           launcher)
+    if problems:
+        raise PipelineConfigError(problems)
     pipeline = check_pipeline(stream, trigger, strategy, model, db=db, test=test, source=source, mapping=mapping,
                               batch_size=batch_size, passes=passes, min_steps=min_steps, seed=seed,
                               task_seconds=task_seconds, chunk=chunk, resume=resume, config=config,
@@ -320,16 +367,25 @@ def run_pipeline(stream: Any, trigger: Any, strategy: Any, model: Callable[[int]
         else:
             pipeline_id = pipeline.check_resumable(store, resume)
         store.claim_pipeline(pipeline_id, stale_after=LEASE_S)
+        work = None
         try:
-            with _Lease(store, pipeline_id):
+            with _Lease(store, pipeline_id):  # (it beats while a torchrun job trains too)
                 store.mark_abandoned(pipeline_id)
+                ranks = None
+                if nproc > 1:
+                    work = os.fspath(work_dir) if work_dir is not None else tempfile.mkdtemp(prefix="readerkit-ranks-")
+                    ranks = RankJobs(nproc=nproc, max_restarts=max_restarts, db=_address(db),
+                                     rank_source=rank_source, work_dir=work, checkpoint_every=checkpoint_every,
+                                     keep_logs=work_dir is not None, launcher=launcher)
                 if on_start is not None:
                     on_start(pipeline_id)
-                return _Run(pipeline, store, pipeline_id, on_trigger, event_handler).run()
+                return _Run(pipeline, store, pipeline_id, on_trigger, event_handler, ranks).run()
         except BaseException as exc:  # a notebook's Ctrl-C still says which pipeline to resume
             exc.pipeline_id = pipeline_id
             raise
         finally:
+            if work is not None and work_dir is None:
+                shutil.rmtree(work, ignore_errors=True)
             with contextlib.suppress(Exception):
                 store.release_pipeline(pipeline_id)
     finally:
