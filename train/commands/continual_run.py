@@ -11,6 +11,7 @@ import click
 
 from readers.continual.store import PipelineStore
 from readers.errors import BadValue, ReaderkitError
+from readers.graph import Node
 from readers.plugins.registry import find_model, find_reader
 from readers.storage.postgres import is_postgres, redact
 from train.commands.continual_table import HEADER, finished_records, row_of
@@ -222,7 +223,7 @@ def rank_source(reader: str, data_dir: str | None) -> Any:
     mnist('train', data_dir='/data/mnist')
     """
     stream = splits(reader, data_dir, False)[0]
-    source = stream.by_key() if callable(getattr(stream, "by_key", None)) else None
+    source = stream.by_key() if isinstance(stream, Node) else None  # (Node.by_key: None where it has none)
     if source is None:
         raise BadValue(f"reader {reader!r} gives no by_key(), the reader its stream's keys index: a rank of "
                        "pipeline run --nproc needs one (split-mnist has it)")
