@@ -28,11 +28,12 @@ old one computed.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import os
 import time
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import numpy as np
@@ -58,6 +59,10 @@ _WINDOW = 64  # entries of a stream read ahead to look up at once
 _GROUP = 16  # misses computed between two looks at the disk, when computing takes long
 
 _COUNTS = ("memory_hits", "disk_hits", "misses", "corrupt", "compute_s")
+
+
+def _blocks(indices: np.ndarray) -> Iterator[np.ndarray]:
+    return (indices[lo:lo + _STEP] for lo in range(0, len(indices), _STEP))
 
 
 class CachedMap(Mapped):
@@ -133,20 +138,33 @@ class CachedMap(Mapped):
         self.known[what] = self.known.get(what, 0) + n
 
     # -- lookups -----------------------------------------------------------------------
-    def _lookup(self, keys: list) -> list:
-        """The cached value of each key, or MISSING; disk hits are kept in memory too."""
-        values = self.memory.get_many(keys)
-        misses = [j for j, v in enumerate(values) if v is MISSING]
+    def _lookup(self, keys: list, ids: np.ndarray | None = None) -> list:
+        """The cached value of each key, or MISSING; disk hits are kept in memory too. ``ids``: the keys as an
+        array, when they are sample IDs (rows of a dense file, read all at once when every one is there)."""
+        memory = self.memory
+        values = memory.get_many(keys)
+        misses = [j for j, v in enumerate(values) if v is MISSING] if len(memory) else list(range(len(keys)))
         self._count("memory_hits", len(keys) - len(misses))
         if misses and self.store is not None:
             ns, gen = self._where()
+            if ids is not None:
+                rows = self.store.get_dense(ns, ids[misses] if len(misses) < len(keys) else ids, gen)
+                if rows is not None:  # every one a row of the dense file, intact
+                    if memory.budget > 0:  # (its arrays are read-only, and fresh: nothing to freeze otherwise)
+                        rows = [memory.keep(keys[j], v) for j, v in zip(misses, rows)]
+                    for j, v in zip(misses, rows):
+                        values[j] = v
+                    self._count("disk_hits", len(rows))
+                    return values
             asked = [keys[j] for j in misses]
             ks, names = row_keys(ns, np.array(asked, dtype=np.int64) if self.key is None else asked)
             found, corrupt = self.store.get_many(ks, names, gen)
+            keep = memory.budget > 0
             for j, k in zip(misses, ks):
                 if k in found:
                     values[j] = found[k]
-                    self.memory.keep(keys[j], found[k])
+                    if keep:
+                        memory.keep(keys[j], found[k])
             self._count("disk_hits", len(found))
             if corrupt:
                 self._corrupt(len(corrupt))
@@ -176,15 +194,30 @@ class CachedMap(Mapped):
     def _get(self, i: int) -> Any:
         return next(iter(self.gather(np.array([i], dtype=np.int64))))
 
-    def gather(self, indices: np.ndarray) -> Iterator:
-        parent, keyed = self.parents[0], self.key
-        for lo in range(0, len(indices), _STEP):
-            part = indices[lo:lo + _STEP]
-            if keyed is not None:  # the entries name themselves: read them all
-                entries = list(parent.gather(part))
-                yield from self._through([self._key_of(e) for e in entries], entries, None)
-            else:
-                yield from self._through(parent.sample_ids(part).tolist(), None, part)
+    def gather(self, indices: np.ndarray) -> Iterable:
+        if self.key is not None:
+            return self._gather_keyed(indices)
+        if len(indices) <= _STEP:
+            return self._block(indices)
+        # blocks looked up as they are reached, their entries handed out by C-level iterators: a block of memory
+        # hits costs a few vectorised steps and no Python per entry
+        return itertools.chain.from_iterable(map(self._block, _blocks(indices)))
+
+    def _block(self, part: np.ndarray) -> Iterable:
+        """The values of the samples at ``part``: a list when the memory tier holds them all (``get_ids``),
+        else as ``_through`` finds or computes them."""
+        ids = self.parents[0].sample_ids(part)
+        values = self.memory.get_ids(ids)
+        if values is not None:
+            self._count("memory_hits", len(values))
+            return values
+        return self._through(ids.tolist(), None, part, ids)
+
+    def _gather_keyed(self, indices: np.ndarray) -> Iterator:
+        parent = self.parents[0]
+        for lo in range(0, len(indices), _STEP):  # the entries name themselves: read them all
+            entries = list(parent.gather(indices[lo:lo + _STEP]))
+            yield from self._through([self._key_of(e) for e in entries], entries, None)
 
     def _key_of(self, entry: Any) -> Any:
         k = self.key(entry)
@@ -195,11 +228,13 @@ class CachedMap(Mapped):
                           "be an int, str or bytes that names the entry's sample for good")
         return k
 
-    def _through(self, keys: list, entries: list | None, part: np.ndarray | None) -> Iterator:
+    def _through(self, keys: list, entries: list | None, part: np.ndarray | None,
+                 ids: np.ndarray | None = None) -> Iterator:
         """The values of ``keys`` in order, computing the misses a few at a time (from ``entries``, or from the
         parent's entries at ``part``); with a disk tier, what is still missing is looked up again every
-        ``interval / 2`` seconds, so another process's fresh results are found rather than computed twice."""
-        values = self._lookup(keys)
+        ``interval / 2`` seconds, so another process's fresh results are found rather than computed twice.
+        ``ids``: the keys as an array, when they are sample IDs."""
+        values = self._lookup(keys, ids)
         done, looked = 0, time.monotonic()
         recheck = None if self.store is None else self.store.interval / 2
         made = {} if len(set(keys)) < len(keys) else None  # a key asked for twice (a padded shard's): computed once
