@@ -138,9 +138,10 @@ class CachedMap(Mapped):
         self.known[what] = self.known.get(what, 0) + n
 
     # -- lookups -----------------------------------------------------------------------
-    def _lookup(self, keys: list, ids: np.ndarray | None = None) -> list:
-        """The cached value of each key, or MISSING; disk hits are kept in memory too. ``ids``: the keys as an
-        array, when they are sample IDs (rows of a dense file, read all at once when every one is there)."""
+    def _lookup(self, keys: list, ids: np.ndarray | None = None) -> tuple[list, int]:
+        """(the cached value of each key, or MISSING; how many are MISSING); disk hits are kept in memory too.
+        ``ids``: the keys as an array, when they are sample IDs (rows of a dense file, read all at once when
+        every one is there)."""
         memory = self.memory
         values = memory.get_many(keys)
         misses = [j for j, v in enumerate(values) if v is MISSING] if len(memory) else list(range(len(keys)))
@@ -155,7 +156,7 @@ class CachedMap(Mapped):
                     for j, v in zip(misses, rows):
                         values[j] = v
                     self._count("disk_hits", len(rows))
-                    return values
+                    return values, 0
             asked = [keys[j] for j in misses]
             ks, names = row_keys(ns, np.array(asked, dtype=np.int64) if self.key is None else asked)
             found, corrupt = self.store.get_many(ks, names, gen)
@@ -168,7 +169,9 @@ class CachedMap(Mapped):
             self._count("disk_hits", len(found))
             if corrupt:
                 self._corrupt(len(corrupt))
-        return values
+            if found:
+                return values, sum(1 for j in misses if values[j] is MISSING)
+        return values, len(misses)
 
     def _corrupt(self, n: int) -> None:
         if not self.known.get("corrupt"):
@@ -204,14 +207,16 @@ class CachedMap(Mapped):
         return itertools.chain.from_iterable(map(self._block, _blocks(indices)))
 
     def _block(self, part: np.ndarray) -> Iterable:
-        """The values of the samples at ``part``: a list when the memory tier holds them all (``get_ids``),
-        else as ``_through`` finds or computes them."""
+        """The values of the samples at ``part``: a list when the cache holds them all (the memory tier, by
+        ``get_ids``, or the disk tier), else as ``_through`` computes the misses."""
         ids = self.parents[0].sample_ids(part)
         values = self.memory.get_ids(ids)
         if values is not None:
             self._count("memory_hits", len(values))
             return values
-        return self._through(ids.tolist(), None, part, ids)
+        keys = ids.tolist()
+        values, missing = self._lookup(keys, ids)
+        return self._through(keys, None, part, values) if missing else values
 
     def _gather_keyed(self, indices: np.ndarray) -> Iterator:
         parent = self.parents[0]
@@ -229,12 +234,13 @@ class CachedMap(Mapped):
         return k
 
     def _through(self, keys: list, entries: list | None, part: np.ndarray | None,
-                 ids: np.ndarray | None = None) -> Iterator:
+                 values: list | None = None) -> Iterator:
         """The values of ``keys`` in order, computing the misses a few at a time (from ``entries``, or from the
         parent's entries at ``part``); with a disk tier, what is still missing is looked up again every
         ``interval / 2`` seconds, so another process's fresh results are found rather than computed twice.
-        ``ids``: the keys as an array, when they are sample IDs."""
-        values = self._lookup(keys, ids)
+        ``values``: what a lookup of ``keys`` just found, if one was made."""
+        if values is None:
+            values = self._lookup(keys)[0]
         done, looked = 0, time.monotonic()
         recheck = None if self.store is None else self.store.interval / 2
         made = {} if len(set(keys)) < len(keys) else None  # a key asked for twice (a padded shard's): computed once
@@ -244,7 +250,7 @@ class CachedMap(Mapped):
                 yield from values[done:]
                 return
             if recheck is not None and time.monotonic() - looked > recheck:
-                again = self._lookup([keys[j] for j in misses])
+                again = self._lookup([keys[j] for j in misses])[0]
                 for j, v in zip(misses, again):
                     values[j] = v
                 looked = time.monotonic()
