@@ -260,9 +260,10 @@ class MemoryTier:
             return None
         lo, hi = self._ints
         index = _IdIndex(lo, hi - lo + 1)
-        keys = np.fromiter(self._entries.keys(), dtype=np.int64, count=len(self._entries)) - lo
-        index.values[keys] = [v for v, _ in self._entries.values()]
-        index.held[keys] = True
+        values = index.values
+        for k, (v, _) in self._entries.items():  # one at a time: a list of values numpy could take for rows
+            values[k - lo] = v
+        index.held[np.fromiter(self._entries.keys(), dtype=np.int64, count=len(self._entries)) - lo] = True
         index.synced = self._tick
         self._index = index
         return index

@@ -274,6 +274,18 @@ def test_get_ids_of_keys_too_far_apart_or_not_ints_is_none_and_get_many_still_se
     assert mixed.get_ids(np.array([2])) == ["two"]  # cleared: an index again
 
 
+@pytest.mark.parametrize("values", [[np.arange(2), np.arange(2)], [(), ()], [[1, 2], [3, 4]], [None, 0]],
+                         ids=["arrays", "empty tuples", "lists", "none"])
+def test_get_ids_gives_the_very_values_put_whatever_their_shape(values):
+    tier = MemoryTier(budget=1 << 20)
+    for key, value in enumerate(values):
+        tier.put(key, value, size=1)
+    got = tier.get_ids(np.array([1, 0]))  # the index is made from the entries held
+    tier.put(2, values[0], size=1)  # and kept up to date by puts
+    got2 = tier.get_ids(np.array([2]))
+    assert got[0] is values[1] and got[1] is values[0] and got2[0] is values[0]
+
+
 def test_get_ids_hands_out_fresh_containers_and_shared_read_only_arrays():
     tier = MemoryTier(budget=1 << 20)
     tier.keep(0, {"ids": [1, 2], "x": np.arange(3)})
