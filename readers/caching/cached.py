@@ -28,11 +28,12 @@ old one computed.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import os
 import time
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import numpy as np
@@ -58,6 +59,10 @@ _WINDOW = 64  # entries of a stream read ahead to look up at once
 _GROUP = 16  # misses computed between two looks at the disk, when computing takes long
 
 _COUNTS = ("memory_hits", "disk_hits", "misses", "corrupt", "compute_s")
+
+
+def _blocks(indices: np.ndarray) -> Iterator[np.ndarray]:
+    return (indices[lo:lo + _STEP] for lo in range(0, len(indices), _STEP))
 
 
 class CachedMap(Mapped):
@@ -133,24 +138,40 @@ class CachedMap(Mapped):
         self.known[what] = self.known.get(what, 0) + n
 
     # -- lookups -----------------------------------------------------------------------
-    def _lookup(self, keys: list) -> list:
-        """The cached value of each key, or MISSING; disk hits are kept in memory too."""
-        values = self.memory.get_many(keys)
-        misses = [j for j, v in enumerate(values) if v is MISSING]
+    def _lookup(self, keys: list, ids: np.ndarray | None = None) -> tuple[list, int]:
+        """(the cached value of each key, or MISSING; how many are MISSING); disk hits are kept in memory too.
+        ``ids``: the keys as an array, when they are sample IDs (rows of a dense file, read all at once when
+        every one is there)."""
+        memory = self.memory
+        values = memory.get_many(keys)
+        misses = [j for j, v in enumerate(values) if v is MISSING] if len(memory) else list(range(len(keys)))
         self._count("memory_hits", len(keys) - len(misses))
         if misses and self.store is not None:
             ns, gen = self._where()
+            if ids is not None:
+                rows = self.store.get_dense(ns, ids[misses] if len(misses) < len(keys) else ids, gen)
+                if rows is not None:  # every one a row of the dense file, intact
+                    if memory.budget > 0:  # (its arrays are read-only, and fresh: nothing to freeze otherwise)
+                        rows = [memory.keep(keys[j], v) for j, v in zip(misses, rows)]
+                    for j, v in zip(misses, rows):
+                        values[j] = v
+                    self._count("disk_hits", len(rows))
+                    return values, 0
             asked = [keys[j] for j in misses]
             ks, names = row_keys(ns, np.array(asked, dtype=np.int64) if self.key is None else asked)
             found, corrupt = self.store.get_many(ks, names, gen)
+            keep = memory.budget > 0
             for j, k in zip(misses, ks):
                 if k in found:
                     values[j] = found[k]
-                    self.memory.keep(keys[j], found[k])
+                    if keep:
+                        memory.keep(keys[j], found[k])
             self._count("disk_hits", len(found))
             if corrupt:
                 self._corrupt(len(corrupt))
-        return values
+            if found:
+                return values, sum(1 for j in misses if values[j] is MISSING)
+        return values, len(misses)
 
     def _corrupt(self, n: int) -> None:
         if not self.known.get("corrupt"):
@@ -176,15 +197,32 @@ class CachedMap(Mapped):
     def _get(self, i: int) -> Any:
         return next(iter(self.gather(np.array([i], dtype=np.int64))))
 
-    def gather(self, indices: np.ndarray) -> Iterator:
-        parent, keyed = self.parents[0], self.key
-        for lo in range(0, len(indices), _STEP):
-            part = indices[lo:lo + _STEP]
-            if keyed is not None:  # the entries name themselves: read them all
-                entries = list(parent.gather(part))
-                yield from self._through([self._key_of(e) for e in entries], entries, None)
-            else:
-                yield from self._through(parent.sample_ids(part).tolist(), None, part)
+    def gather(self, indices: np.ndarray) -> Iterable:
+        if self.key is not None:
+            return self._gather_keyed(indices)
+        if len(indices) <= _STEP:
+            return self._block(indices)
+        # blocks looked up as they are reached, their entries handed out by C-level iterators: a block of memory
+        # hits costs a few vectorised steps and no Python per entry
+        return itertools.chain.from_iterable(map(self._block, _blocks(indices)))
+
+    def _block(self, part: np.ndarray) -> Iterable:
+        """The values of the samples at ``part``: a list when the cache holds them all (the memory tier, by
+        ``get_ids``, or the disk tier), else as ``_through`` computes the misses."""
+        ids = self.parents[0].sample_ids(part)
+        values = self.memory.get_ids(ids)
+        if values is not None:
+            self._count("memory_hits", len(values))
+            return values
+        keys = ids.tolist()
+        values, missing = self._lookup(keys, ids)
+        return self._through(keys, None, part, values) if missing else values
+
+    def _gather_keyed(self, indices: np.ndarray) -> Iterator:
+        parent = self.parents[0]
+        for lo in range(0, len(indices), _STEP):  # the entries name themselves: read them all
+            entries = list(parent.gather(indices[lo:lo + _STEP]))
+            yield from self._through([self._key_of(e) for e in entries], entries, None)
 
     def _key_of(self, entry: Any) -> Any:
         k = self.key(entry)
@@ -195,11 +233,14 @@ class CachedMap(Mapped):
                           "be an int, str or bytes that names the entry's sample for good")
         return k
 
-    def _through(self, keys: list, entries: list | None, part: np.ndarray | None) -> Iterator:
+    def _through(self, keys: list, entries: list | None, part: np.ndarray | None,
+                 values: list | None = None) -> Iterator:
         """The values of ``keys`` in order, computing the misses a few at a time (from ``entries``, or from the
         parent's entries at ``part``); with a disk tier, what is still missing is looked up again every
-        ``interval / 2`` seconds, so another process's fresh results are found rather than computed twice."""
-        values = self._lookup(keys)
+        ``interval / 2`` seconds, so another process's fresh results are found rather than computed twice.
+        ``values``: what a lookup of ``keys`` just found, if one was made."""
+        if values is None:
+            values = self._lookup(keys)[0]
         done, looked = 0, time.monotonic()
         recheck = None if self.store is None else self.store.interval / 2
         made = {} if len(set(keys)) < len(keys) else None  # a key asked for twice (a padded shard's): computed once
@@ -209,7 +250,7 @@ class CachedMap(Mapped):
                 yield from values[done:]
                 return
             if recheck is not None and time.monotonic() - looked > recheck:
-                again = self._lookup([keys[j] for j in misses])
+                again = self._lookup([keys[j] for j in misses])[0]
                 for j, v in zip(misses, again):
                     values[j] = v
                 looked = time.monotonic()

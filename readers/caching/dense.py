@@ -155,6 +155,9 @@ class DenseFile:
             self.maps = [self._open(c, kind, np.dtype(dtype), tuple(shape))
                          for c, (kind, dtype, shape) in enumerate(self.columns)]
         self.row_bytes = sum(m[0].nbytes for m in self.maps)
+        # plain ndarray views of the maps: np.memmap's own indexing goes through Python-level __getitem__ and
+        # __array_finalize__, several times the cost of a gather from the same pages
+        self.views = [np.asarray(m) for m in self.maps]
         self._kinds = [(kind, np.dtype(dtype), tuple(shape)) for kind, dtype, shape in self.columns]
         self._each = range(len(self.columns))
         self.have = np.zeros(hi - lo, dtype=bool)
@@ -251,23 +254,53 @@ class DenseFile:
         lo, hi, have = self.lo, self.hi, self.have
         return [i for i in sample_ids if lo <= i < hi and have[i - lo]]
 
+    def take(self, sample_ids: np.ndarray) -> list | None:
+        """The entries of ``sample_ids`` (an int64 array), in order, when this process knows every one's row is
+        present and every row passes its checksum: a gather per column and a CRC-32 per row. None otherwise
+        (``read`` then says which are there, and which are damaged).
+
+        >>> import tempfile
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     f = DenseFile(d, "demo", 0, 4, layout_of(np.zeros(2, np.float32)))
+        ...     f.know([1, 2], [f.write(1, np.ones(2, np.float32)), f.write(2, np.zeros(2, np.float32))])
+        ...     print([v.tolist() for v in f.take(np.array([2, 1, 2]))], f.take(np.array([1, 3])))
+        [[0.0, 0.0], [1.0, 1.0], [0.0, 0.0]] None
+        """
+        rows = np.asarray(sample_ids, dtype=np.int64) - self.lo
+        if not len(rows) or not (rows.view(np.uint64) < len(self.have)).all() or not self.have[rows].all():
+            return None  # (a row < 0 is huge as uint64)
+        taken, crcs = self._gather(rows)
+        if not (crcs == self.crc[rows]).all():
+            return None
+        return self._values(taken)
+
+    def _gather(self, rows: np.ndarray) -> tuple[list[tuple[np.ndarray, list]], np.ndarray]:
+        """(each column at ``rows``: its block, one gather, read-only, and the block's cells, row views or numpy
+        scalars; the CRC-32 of each row, over its columns)."""
+        taken, crcs = [], None
+        for v in self.views:
+            block = v[rows]
+            block.flags.writeable = False
+            cells = list(block)  # made once, for the checksums and for the entries
+            taken.append((block, cells))
+            crcs = list(map(zlib.crc32, cells) if crcs is None else map(zlib.crc32, cells, crcs))
+        return taken, np.array(crcs, dtype=np.uint32)
+
+    def _values(self, taken: list[tuple[np.ndarray, list]]) -> list:
+        """The entries of the columns ``_gather`` took, as ``write`` was given them."""
+        if self.single:
+            return _cells("array", *taken[0])
+        return list(zip(*[_cells(kind, *t) for (kind, _, _), t in zip(self.columns, taken)]))
+
     def read(self, sample_ids: list[int]) -> tuple[dict[int, Any], list[int]]:
         """({sample ID: entry} of the rows known present and intact, among ``sample_ids`` (all in range),
         [the IDs whose rows failed their checksum]: those are forgotten)."""
         if not sample_ids:
             return {}, []
         rows = np.asarray(sample_ids, dtype=np.int64) - self.lo
-        taken = [np.asarray(m)[rows] for m in self.maps]  # one gather per column, read-only below
-        crcs = None
-        for t in taken:
-            t.flags.writeable = False
-            crcs = list(map(zlib.crc32, t) if crcs is None else map(zlib.crc32, t, crcs))
-        bad = np.flatnonzero(np.array(crcs, dtype=np.uint32) != self.crc[rows])
-        if self.single:
-            values = _cells("array", taken[0])
-        else:
-            values = list(zip(*[_cells(kind, t) for (kind, _, _), t in zip(self.columns, taken)]))
-        out = dict(zip(sample_ids, values))
+        taken, crcs = self._gather(rows)
+        bad = np.flatnonzero(crcs != self.crc[rows])
+        out = dict(zip(sample_ids, self._values(taken)))
         damaged = [sample_ids[j] for j in bad.tolist()]
         for i in damaged:
             del out[i]
@@ -293,9 +326,9 @@ def _damage(path: str) -> str | None:
     return None
 
 
-def _cells(kind: str, column: np.ndarray) -> Any:
-    """A column's cells as entries hold them: arrays (rows; 0-d arrays for a column of them), numpy scalars, or
-    Python numbers."""
+def _cells(kind: str, block: np.ndarray, cells: list) -> list:
+    """A gathered column's cells (``cells``: ``list(block)``) as entries hold them: arrays (rows; read-only 0-d
+    views for a column of them), numpy scalars, or Python numbers."""
     if kind == "array":
-        return list(column) if column.ndim > 1 else [column[j, ...] for j in range(len(column))]
-    return column.tolist() if kind in ("int", "float", "bool") else list(column)
+        return cells if block.ndim > 1 else [block[j, ...] for j in range(len(block))]
+    return block.tolist() if kind in ("int", "float", "bool") else cells

@@ -20,6 +20,8 @@ import pytest
 import batching
 import readers
 from readers.caching.database import database_bytes, open_database
+from readers.caching.dense import DenseFile
+from readers.caching.memory import MemoryTier
 from readers.testing import assert_resumes_at_every_step, assert_same
 from tests.conftest import HANG
 from tests.helpers import cache_nodes as nodes
@@ -390,3 +392,62 @@ def test_cached_refuses_a_reader_that_draws_anew_every_pass():
     with pytest.raises(ValueError, match=r"random_map\(tag_draw, seed=0\) below it draws its entries anew"):
         readers.cached(noisy, add_one)
     assert len(list(readers.random_map(tag_draw, readers.cached(readers.from_sequence(range(4)), add_one), seed=0)()))
+
+
+# -- the hit paths (issue 32, rows 1 and 2) ---------------------------------------------------------------------
+
+
+def test_cached_memory_hits_of_a_shuffled_pass_are_looked_up_a_block_at_a_time(monkeypatch):
+    # Regression (issue 32, row 1): every 256 hits took a get_many of two dict operations a key (a lookup and a
+    # move to the LRU's end) and a generator per entry, 0.28-0.47x shuffle(from_arrays(results)); a warm pass
+    # now takes one vectorised get_ids a block, and no get_many
+    n = 3000
+    r = readers.cached(nodes.source(n), nodes.feature)
+    shuffled, uncached = (readers.shuffle(s, seed=0) for s in (r, readers.map_readers(nodes.features_of,
+                                                                                       nodes.source(n))))
+    list(shuffled()), list(uncached())
+    looked_up = []
+    monkeypatch.setattr(MemoryTier, "get_many", lambda self, keys: pytest.fail("get_many on a warm pass"))
+    real = MemoryTier.get_ids
+    monkeypatch.setattr(MemoryTier, "get_ids", lambda self, ids: looked_up.append(len(ids)) or real(self, ids))
+    assert_same(list(shuffled()), list(uncached()))  # pass 1, in an order of its own
+    assert sum(looked_up) == n and len(looked_up) == -(-n // 256)
+    assert (r.stats()["memory_hits"], r.stats()["misses"]) == (n, n) and calls() == {i: 1 for i in range(n)}
+
+
+def test_cached_warm_dense_rows_are_read_a_block_at_once_and_never_copied_for_a_memory_tier_that_is_off(
+        tmp_path, monkeypatch):
+    # Regression (issue 32, row 2): with memory_bytes=0 each disk hit was still copied (to keep it in a tier of
+    # no bytes), and the rows were read through a dict of row keys: 0.41-0.47x a memmap copying row k
+    n = 600
+    list(readers.cached(nodes.source(n), nodes.feature, directory=tmp_path)())
+    r = readers.cached(nodes.source(n), nodes.feature, directory=tmp_path, memory_bytes=0)
+    shuffled = readers.shuffle(r, seed=1)
+    list(readers.firstn(shuffled, 1)())  # the process learns which rows are there
+    monkeypatch.setattr(MemoryTier, "keep", lambda *args: pytest.fail("kept in a tier of no bytes"))
+    monkeypatch.setattr(DenseFile, "read", lambda *args: pytest.fail("read row by row"))
+    got = list(shuffled())
+    assert_same(got, list(readers.shuffle(readers.map_readers(nodes.features_of, nodes.source(n)), seed=1)()))
+    assert not any(g.flags.writeable for g in got)
+    assert (r.stats()["disk_hits"], r.stats()["misses"]) == (n + 1, 0)
+
+
+def test_cached_a_dense_row_damaged_after_a_warm_pass_is_caught_on_the_next(tmp_path):
+    # The fast read still checks every row's CRC-32: a row damaged on disk under a reader that has read it is
+    # found, warned about, computed again and rewritten
+    n = 600
+    r = readers.cached(nodes.source(n), nodes.feature, directory=tmp_path, memory_bytes=0)
+    want = list(readers.map_readers(nodes.features_of, nodes.source(n))())
+    list(r()), list(r())
+    assert r.stats()["disk_hits"] == n
+    column, = (f for f in os.listdir(tmp_path) if f.startswith("dense-") and f.endswith(".npy"))
+    rows = np.load(tmp_path / column, mmap_mode="r+")
+    rows[123, 1] = -7
+    rows.flush()
+    del rows
+    uncached = readers.shuffle(readers.map_readers(nodes.features_of, nodes.source(n)), seed=2)
+    with pytest.warns(RuntimeWarning, match="damaged"):
+        assert_same(list(readers.shuffle(r, seed=2)()), list(uncached()))
+    r.flush()
+    assert (r.stats()["corrupt"], r.stats()["misses"]) == (1, n + 1) and calls()[123] == 2
+    assert_same(list(r()), want)

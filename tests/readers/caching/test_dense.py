@@ -285,3 +285,30 @@ def test_a_full_disk_kills_no_process_that_writes_dense_rows(tmp_path):
     said = re.findall(r"RuntimeWarning: the cache in \S+ could not make room for its dense file \S+ \(the disk is "
                       r"full: [\d.,]+ MiB free\)", done.stderr)
     assert len(said) == 2, done.stderr[-2000:]
+
+
+def every_kind(i):
+    return (np.full((2, 2), i, np.float32), np.float32(i), i, float(i) / 2, bool(i % 2), np.array(i, np.int16))
+
+
+def test_take_gives_a_block_of_rows_of_every_kind_as_written_and_read_only(tmp_path):
+    # (issue 32, row 2: the block read that a warm pass takes instead of ``read``, with the same cells)
+    f = DenseFile(str(tmp_path), "kinds", 0, 8, layout_of(every_kind(0)))
+    f.know(range(8), [f.write(i, every_kind(i)) for i in range(8)])
+    ids = np.array([5, 0, 7, 5])
+    taken, (read, damaged) = f.take(ids), f.read(ids.tolist())
+    assert damaged == [] and f.take(np.array([3, 8])) is None and f.take(np.array([], dtype=np.int64)) is None
+    for i, got, again in zip(ids.tolist(), taken, [read[i] for i in ids.tolist()]):
+        want = every_kind(i)
+        assert [type(c) for c in got] == [type(c) for c in want] == [type(c) for c in again]
+        assert all(np.array_equal(g, w) and np.asarray(g).dtype == np.asarray(w).dtype for g, w in zip(got, want))
+        assert not got[0].flags.writeable and not got[5].flags.writeable and got[5].shape == ()
+
+
+def test_take_refuses_a_block_with_a_damaged_row_and_read_names_it(tmp_path):
+    f = DenseFile(str(tmp_path), "kinds", 0, 4, layout_of(every_kind(0)))
+    f.know(range(4), [f.write(i, every_kind(i)) for i in range(4)])
+    f.maps[0][2, 0, 1] = -1.0  # damage after the write
+    assert f.take(np.array([0, 1])) is not None and f.take(np.array([1, 2])) is None
+    found, damaged = f.read([1, 2])
+    assert damaged == [2] and list(found) == [1] and f.take(np.array([2])) is None  # (forgotten)

@@ -197,3 +197,113 @@ def test_a_pickled_tier_is_empty_with_the_same_budget():
     assert copy.get_many(["a"]) == [MISSING] and len(tier) == 1
     copy.put("c", 1, size=10)
     assert copy.get_many(["c"]) == [1] and tier.get_many(["c"]) == [MISSING]
+
+
+# -- get_ids: blocks of int keys through arrays (issue 32, row 1) ---------------------------------------------
+
+
+def test_get_ids_gives_every_value_or_none_and_uses_only_what_it_gives():
+    tier = MemoryTier(budget=1000)
+    for key in range(5):
+        tier.put(key, f"v{key}", size=100)
+    assert tier.get_ids(np.array([4, 0, 4])) == ["v4", "v0", "v4"]
+    assert tier.get_ids(np.array([1, 9])) is None and tier.get_ids(np.array([-1])) is None
+    assert tier.get_ids(np.array([], dtype=np.int64)) is None
+    for key in range(5, 10):  # the budget full: 1, 2, 3, 0, 4 (the uses get_ids gave, in order), then 5-9
+        tier.put(key, f"v{key}", size=100)
+    tier.put(10, "v10", size=300)  # 1, 2, 3 go
+    tier.put(11, "v11", size=100)  # then 0: 4 was used after it
+    assert held(tier, range(5)) == {4: "v4"} and tier.evictions == 4
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+def test_get_ids_keeps_the_tier_exactly_least_recently_used(seed):
+    # Regression (issue 32, row 1): hits of a shuffled pass took two dict operations per key (a lookup and a
+    # move to the LRU's end), each a cache miss; get_ids serves them from arrays, and applies the uses to the
+    # LRU order later, in order: the model of an eager LRU must still hold after any mix of calls
+    rng = np.random.default_rng(seed)
+    budget = 3000
+    tier, model = MemoryTier(budget), Model(budget)
+    span = 200
+    for step in range(4000):
+        what = rng.random()
+        if what < 0.4:
+            key = int(rng.integers(span)) + (2000 if rng.random() < 0.01 else 0)  # now and then far out: the
+            size = int(rng.integers(1, 100))                                        # index grows
+            tier.put(key, (key, step), size=size)
+            model.put(key, (key, step), size)
+        elif what < 0.5:
+            wanted = rng.integers(span, size=3).tolist()
+            assert tier.get_many(wanted) == [model.get(k) for k in wanted]
+        else:
+            held_keys = list(model.entries)
+            wanted = ([held_keys[int(i)] for i in rng.integers(len(held_keys), size=int(rng.integers(1, 8)))]
+                      if held_keys and rng.random() < 0.9 else rng.integers(span, size=4).tolist())
+            got = tier.get_ids(np.array(wanted, dtype=np.int64))
+            if all(k in model.entries for k in wanted) and got is not None:
+                assert got == [model.get(k) for k in wanted]
+            else:
+                assert got is None or not all(k in model.entries for k in wanted)
+        assert tier.bytes == sum(s for _, s in model.entries.values()) <= budget
+    assert held(tier, list(model.entries)) == {k: v for k, (v, _) in model.entries.items()}
+    assert tier._index is not None  # (the index was in use: 200 keys, close together)
+
+
+def test_get_ids_applies_more_uses_than_it_can_replay_in_the_order_of_the_lookups():
+    tier = MemoryTier(budget=100 * 10)
+    for key in range(100):
+        tier.put(key, key, size=10)
+    for key in list(range(100))[::-1] * 3:  # more uses than keys: the log is given up for the ``used`` counts
+        assert tier.get_ids(np.array([key])) == [key]
+    tier.put(100, 100, size=10 * 3)  # 99, 98, 97 were used least recently
+    assert held(tier, [99, 98, 97, 96, 0]) == {96: 96, 0: 0}
+
+
+def test_get_ids_of_keys_too_far_apart_or_not_ints_is_none_and_get_many_still_serves():
+    sparse = MemoryTier(budget=10_000)
+    for key in (0, 10**9):
+        sparse.put(key, key, size=1)
+    assert sparse.get_ids(np.array([0, 10**9])) is None and sparse.get_many([0, 10**9]) == [0, 10**9]
+    mixed = MemoryTier(budget=10_000)
+    mixed.put(1, "one", size=1)
+    assert mixed.get_ids(np.array([1])) == ["one"]
+    mixed.put("a", "A", size=1)  # a key that is not an int: no index from now on
+    assert mixed.get_ids(np.array([1])) is None and mixed.get_many([1, "a"]) == ["one", "A"]
+    mixed.clear()
+    mixed.put(2, "two", size=1)
+    assert mixed.get_ids(np.array([2])) == ["two"]  # cleared: an index again
+
+
+@pytest.mark.parametrize("values", [[np.arange(2), np.arange(2)], [(), ()], [[1, 2], [3, 4]], [None, 0]],
+                         ids=["arrays", "empty tuples", "lists", "none"])
+def test_get_ids_gives_the_very_values_put_whatever_their_shape(values):
+    tier = MemoryTier(budget=1 << 20)
+    for key, value in enumerate(values):
+        tier.put(key, value, size=1)
+    got = tier.get_ids(np.array([1, 0]))  # the index is made from the entries held
+    tier.put(2, values[0], size=1)  # and kept up to date by puts
+    got2 = tier.get_ids(np.array([2]))
+    assert got[0] is values[1] and got[1] is values[0] and got2[0] is values[0]
+
+
+def test_get_ids_hands_out_fresh_containers_and_shared_read_only_arrays():
+    tier = MemoryTier(budget=1 << 20)
+    tier.keep(0, {"ids": [1, 2], "x": np.arange(3)})
+    first, = tier.get_ids(np.array([0]))
+    first["ids"].append(3)
+    again, = tier.get_ids(np.array([0]))
+    assert again["ids"] == [1, 2] and again["x"] is first["x"] and not again["x"].flags.writeable
+
+
+def test_an_index_grown_by_keys_put_in_order_holds_them_all():
+    tier = MemoryTier(budget=1 << 20)
+    for key in range(10_000):  # a pass in order: the index grows a few times, never dropped
+        tier.put(key, key, size=1)
+        if key % 1000 == 0:
+            assert tier.get_ids(np.array([key])) == [key]
+    for key in range(-1, -3000, -1):  # and below its start
+        tier.put(key, key, size=1)
+    keys = np.arange(-2999, 10_000)
+    assert tier.get_ids(keys) == keys.tolist() and len(tier._index.values) < 4 * len(keys)
+    tier.put(10**9, "far", size=1)  # too far to grow to: dropped, and get_many serves
+    assert tier.get_ids(np.array([0])) is None and tier.get_many([0, 10**9]) == [0, "far"]
