@@ -135,6 +135,15 @@ def _tensors(batch: Any) -> Iterator:
         yield batch
 
 
+_TORCH_DTYPES: dict = {}  # numpy dtype -> torch dtype, as torch.from_numpy maps them
+
+
+def _torch_dtype(torch: Any, dtype: np.dtype) -> Any:
+    if dtype not in _TORCH_DTYPES:
+        _TORCH_DTYPES[dtype] = torch.from_numpy(np.empty(0, dtype)).dtype
+    return _TORCH_DTYPES[dtype]
+
+
 def widen(torch: Any, tensor: Any, wide: Any, divide: Any = None, divisors: dict | None = None) -> Any:
     """A narrow column's tensor cast to ``wide`` (a numpy dtype) and divided by ``divide`` in it, on its device,
     as ``Narrowed.decode`` computes it in numpy: the same values, bit for bit.
@@ -148,7 +157,7 @@ def widen(torch: Any, tensor: Any, wide: Any, divide: Any = None, divisors: dict
     (torch.float32, True)
     """
     wide = np.dtype(wide)
-    dtype = torch.from_numpy(np.empty(0, wide)).dtype
+    dtype = _torch_dtype(torch, wide)
     if tensor.dtype != dtype:
         tensor = tensor.to(dtype)
     if divide is None:
@@ -189,7 +198,6 @@ class _Copier:
         self.stream = torch.cuda.Stream(device) if self.cuda else None
         self.ring = [_Slot() for _ in range(depth if self.cuda and pin else 0)]
         self.turn = 0
-        self.dtypes: dict = {}  # numpy dtype -> torch dtype
         self.divisors: dict = {}  # (torch dtype, number) -> a 0-d tensor on the device
 
     def __call__(self, batch: Any) -> tuple[Any, Any]:
@@ -247,17 +255,12 @@ class _Copier:
             slot.buffers[k] = (pinned, pinned.numpy())
         pinned, view = slot.buffers[k]
         np.copyto(view[:array.nbytes].view(array.dtype).reshape(array.shape), array, casting="no")
-        staged = pinned[:array.nbytes].view(self._torch_dtype(array.dtype)).view(array.shape)
+        staged = pinned[:array.nbytes].view(_torch_dtype(self.torch, array.dtype)).view(array.shape)
         return staged.to(self.device, non_blocking=self.non_blocking)
 
     def _widen(self, tensor: Any, wide: np.dtype, divide: Any) -> Any:
         """A narrow column on the device as ``Narrowed.decode`` gives it: cast, then divided in the wide dtype."""
         return widen(self.torch, tensor, wide, divide, self.divisors)
-
-    def _torch_dtype(self, dtype: np.dtype) -> Any:
-        if dtype not in self.dtypes:
-            self.dtypes[dtype] = self.torch.from_numpy(np.empty(0, dtype)).dtype
-        return self.dtypes[dtype]
 
     def hand_over(self, batch: Any, event: Any) -> Any:
         """Make the consumer's current stream wait for the copy, and keep the memory for its work."""
