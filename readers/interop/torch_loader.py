@@ -198,7 +198,7 @@ class _Copier:
         self.stream = torch.cuda.Stream(device) if self.cuda else None
         self.ring = [_Slot() for _ in range(depth if self.cuda and pin else 0)]
         self.turn = 0
-        self.divisors: dict = {}  # (torch dtype, number) -> a 0-d tensor on the device
+        self.divisors: dict = {}  # (wide numpy dtype, number, device) -> a 0-d tensor on the device, for widen
 
     def __call__(self, batch: Any) -> tuple[Any, Any]:
         """(the batch on the device, the event its copy records, or None on the CPU)."""
