@@ -110,10 +110,11 @@ def batch(reader: Any, batch_size: int, drop_last: bool = False) -> Batched:
 class Collated(Stage):
     name = "collated"
     positions = 1  # one array batch per batch: its cursor is the batch reader's
+    narrow = False  # (the default of one pickled before narrow existed)
 
-    def __init__(self, reader: Any, pad_value: Any):
+    def __init__(self, reader: Any, pad_value: Any, narrow: bool = False):
         super().__init__(reader)
-        self.pad_value = pad_value
+        self.pad_value, self.narrow = pad_value, narrow
 
     def __len__(self) -> int:
         """The number of batches in a pass: its batch reader's (see ``Batched.__len__``).
@@ -127,8 +128,24 @@ class Collated(Stage):
     def _seek(self, pass_id: int, cursor: int) -> Iterator:
         parent = self.parents[0]
         if isinstance(parent, Batched) and is_planned(parent.parents[0]):
-            return self._columns(*parent.index_batches(pass_id, cursor))
+            return (self._narrowed if self.narrow else self._columns)(*parent.index_batches(pass_id, cursor))
         return self._entries(iterate(parent, pass_id, cursor))
+
+    def _narrowed(self, source: Any, batches: Iterator[np.ndarray]) -> Iterator:
+        """``_columns``, with the columns the source holds narrower (``wire_columns``) as ``Narrowed``."""
+        # the first batch says whether the source has narrower columns; one without keeps its gather_ahead
+        batches = iter(batches)
+        first = next(batches, None)
+        if first is None:
+            return
+        wire = source.wire_columns(first)
+        if wire is None:
+            yield from self._columns(source, itertools.chain([first], batches))
+            return
+        yield _narrowed(*wire)
+        for idx in batches:
+            wire = source.wire_columns(idx)
+            yield _narrowed(*wire) if wire is not None else collate(source.gather(idx), pad_value=self.pad_value)
 
     def _entries(self, batches: Iterator) -> Iterator:
         pad = self.pad_value
@@ -151,7 +168,10 @@ class Collated(Stage):
                 yield _finish(columns, "the single-value column", pad)
 
     def _options(self) -> str:
-        return f"pad_value={self.pad_value!r}"
+        return f"pad_value={self.pad_value!r}" + (", narrow=True" if self.narrow else "")
+
+    def identity(self) -> str:
+        return f"{self.name}(pad_value={self.pad_value!r})"  # narrow=True gives the same data
 
 
 def _length(reader: Any, stage: Stage) -> int:
@@ -173,11 +193,27 @@ def _finish(column: np.ndarray, label: str, pad_value: Any) -> Any:
     return collate_column(list(column), label, pad_value)
 
 
-def collated(reader: Any, *, pad_value: Any = 0) -> Collated:
+def _narrowed(columns: Any, ways: Any) -> Any:
+    """A batch of a source's ``wire_columns``: each column with a way to widen it as a ``Narrowed``."""
+    from readers.interop.torch_loader import Narrowed
+    if isinstance(columns, tuple):
+        return tuple(c if w is None else Narrowed(c, w) for c, w in zip(columns, ways, strict=True))
+    return columns if ways is None else Narrowed(columns, ways)
+
+
+def collated(reader: Any, *, pad_value: Any = 0, narrow: bool = False) -> Collated:
     """Turn each minibatch of a batch reader into arrays, one per column (see ``collate``).
 
     Over ``batch`` of an index-planned pipeline whose source is made of arrays,
     each column is taken from its array in one vectorised step.
+
+    With ``narrow=True``, the columns that such a source holds in fewer bytes
+    (its ``wire_columns``: MNIST's uint8 pixels, for float32 images in 0..1)
+    come as ``readers.interop.torch_loader.Narrowed(column, way)``, whose
+    ``decode()`` is the array ``narrow=False`` gives; ``readers.torch_loader``
+    copies the narrow column to the GPU and widens it there, a quarter of the
+    bytes to gather, pin and copy. Other pipelines give the same batches
+    either way.
 
     >>> import readers
     >>> r = readers.from_arrays(np.arange(6).reshape(3, 2), np.array([1, 0, 1]))
@@ -185,6 +221,15 @@ def collated(reader: Any, *, pad_value: Any = 0) -> Collated:
     [((2, 2), [1, 0]), ((1, 2), [1])]
     >>> [c.tolist() for c in collated(batch(lambda: [1, 2, 3], 3))()]
     [[1, 2, 3]]
+    >>> import tempfile
+    >>> from readers.sources.idx import write_idx
+    >>> folder = tempfile.TemporaryDirectory()
+    >>> write_idx(f"{folder.name}/train-images-idx3-ubyte", np.full((3, 28, 28), 51, np.uint8))
+    >>> write_idx(f"{folder.name}/train-labels-idx1-ubyte", np.array([7, 1, 4], np.uint8))
+    >>> from readers.sources import mnist
+    >>> images, labels = next(iter(collated(batch(mnist.train(folder.name), 2), narrow=True)()))
+    >>> images.column.dtype, images.way, images.decode()[0, :2].tolist(), labels.decode().tolist()
+    (dtype('uint8'), {'as': '<f4', 'divide': 255}, [0.20000000298023224, 0.20000000298023224], [7, 1])
     """
     check_reader(reader)
     if is_planned(reader):  # an index-planned reader yields entries, never batches
@@ -192,4 +237,6 @@ def collated(reader: Any, *, pad_value: Any = 0) -> Collated:
             f"collated needs a batch reader (entries that are lists of entries), got "
             f"{describe(reader)}; put batching.batch(...) before it"
         )
-    return Collated(reader, pad_value)
+    if not isinstance(narrow, bool):
+        raise BadType(f"collated: narrow must be True or False, got {narrow!r}")
+    return Collated(reader, pad_value, narrow)

@@ -10,6 +10,15 @@ consumer; the consumer's current stream waits on the copy's event before the
 batch is handed over, and each tensor is ``record_stream``-ed on that stream so
 the caching allocator keeps its memory until the step's kernels are done.
 
+The pinned memory is a ring of ``prefetch + 2`` buffers per column, kept for
+the pass: each batch's arrays are copied into the next free one (a buffer is
+reused once the event of its last copy has completed), so no batch allocates
+pinned memory. ``batching.collated(..., narrow=True)`` gives columns that the
+source holds in fewer bytes (MNIST's uint8 pixels) as ``Narrowed(column,
+way)``: the loader copies the narrow column and widens it on the device, in
+the same dtype arithmetic as ``Narrowed.decode()`` (an IEEE division is
+correctly rounded on either side), so the tensors are the same, bit for bit.
+
 Importing this module does not import torch: ``torch_loader`` does.
 """
 from __future__ import annotations
@@ -18,7 +27,7 @@ import queue
 import threading
 import weakref
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -28,10 +37,35 @@ from readers.parents import iterate
 from readers.passes import close_iterator
 from readers.stage import Reader, Stage
 
-__all__ = ["TorchLoader", "torch_loader", "to_tensors"]
+__all__ = ["Narrowed", "TorchLoader", "torch_loader", "to_tensors", "widen"]
 
 _BATCH, _END, _ERROR = object(), object(), object()  # what the feed thread hands the consumer
 _NUMERIC = frozenset("biufc")  # numpy kinds torch.from_numpy takes: bool, ints, unsigned, floats, complex
+# the narrow dtypes a GPU widens itself (torch's other unsigned types have few kernels), and the dtypes it widens to
+_WIDENED_ON_DEVICE = frozenset(np.dtype(t) for t in (np.uint8, np.int8, np.int16, np.int32, np.int64, np.float16,
+                                                     np.float32, np.float64))
+
+
+class Narrowed(NamedTuple):
+    """A column in fewer bytes than the pass gives it, and how to widen it: ``batching.collated(..., narrow=True)``
+    gives these for the columns its source holds narrower (``wire_columns``), and ``torch_loader`` widens them
+    on the device.
+
+    ``way`` is ``{"as": dtype}`` or ``{"as": dtype, "divide": number}``, as the
+    network protocol's ``readers.network.wire.decode_column`` reads it.
+
+    >>> n = Narrowed(np.array([0, 51, 255], np.uint8), {"as": "<f4", "divide": 255})
+    >>> n.decode().dtype, n.decode().tolist()
+    (dtype('float32'), [0.0, 0.20000000298023224, 1.0])
+    """
+
+    column: np.ndarray
+    way: dict
+
+    def decode(self) -> np.ndarray:
+        """The column as the pass without ``narrow`` gives it."""
+        from readers.network.wire import decode_column
+        return decode_column(self.column, self.way)
 
 
 def _torch() -> Any:
@@ -58,7 +92,8 @@ def to_tensors(batch: Any) -> Any:
     """``batch`` with every numeric numpy array (or numpy scalar) made a CPU tensor of the same dtype.
 
     Dicts, tuples (named ones too, such as ``batching.Padded``) and lists keep
-    their shape; other values (str, bytes, object arrays) pass through.
+    their shape; other values (str, bytes, object arrays) pass through;
+    ``Narrowed`` columns are widened first.
     Writable arrays are shared, not copied (``torch.from_numpy``); read-only
     ones (memory maps) and negative strides are copied first.
 
@@ -77,6 +112,8 @@ def to_tensors(batch: Any) -> Any:
 def _convert(torch: Any, batch: Any) -> Any:
     if isinstance(batch, (np.ndarray, np.generic)):
         return _tensor(torch, batch) if batch.dtype.kind in _NUMERIC else batch
+    if isinstance(batch, Narrowed):  # on the CPU, widened there: from_numpy then shares the wide array
+        return _tensor(torch, batch.decode())
     if isinstance(batch, dict):
         return type(batch)((k, _convert(torch, v)) for k, v in batch.items())
     if isinstance(batch, tuple):
@@ -98,38 +135,132 @@ def _tensors(batch: Any) -> Iterator:
         yield batch
 
 
-def _apply(batch: Any, func: Any) -> Any:
-    """``batch`` with ``func`` applied to each tensor, keeping its structure."""
-    if isinstance(batch, dict):
-        return type(batch)((k, _apply(v, func)) for k, v in batch.items())
-    if isinstance(batch, tuple):
-        items = [_apply(v, func) for v in batch]
-        return type(batch)(*items) if hasattr(batch, "_fields") else type(batch)(items)
-    if isinstance(batch, list):
-        return [_apply(v, func) for v in batch]
-    return func(batch) if hasattr(batch, "record_stream") else batch
+_TORCH_DTYPES: dict = {}  # numpy dtype -> torch dtype, as torch.from_numpy maps them
+
+
+def _torch_dtype(torch: Any, dtype: np.dtype) -> Any:
+    if dtype not in _TORCH_DTYPES:
+        _TORCH_DTYPES[dtype] = torch.from_numpy(np.empty(0, dtype)).dtype
+    return _TORCH_DTYPES[dtype]
+
+
+def widen(torch: Any, tensor: Any, wide: Any, divide: Any = None, divisors: dict | None = None) -> Any:
+    """A narrow column's tensor cast to ``wide`` (a numpy dtype) and divided by ``divide`` in it, on its device,
+    as ``Narrowed.decode`` computes it in numpy: the same values, bit for bit.
+
+    ``divisors`` caches the divisor tensors of a pass.
+
+    >>> torch = __import__("pytest").importorskip("torch")
+    >>> pixels = np.arange(256, dtype=np.uint8)
+    >>> wide = widen(torch, torch.from_numpy(pixels), np.dtype("<f4"), 255)
+    >>> wide.dtype, np.array_equal(wide.numpy(), Narrowed(pixels, {"as": "<f4", "divide": 255}).decode())
+    (torch.float32, True)
+    """
+    wide = np.dtype(wide)
+    dtype = _torch_dtype(torch, wide)
+    if tensor.dtype != dtype:
+        tensor = tensor.to(dtype)
+    if divide is None:
+        return tensor
+    divisors = {} if divisors is None else divisors
+    key = (wide, divide, str(tensor.device))
+    if key not in divisors:
+        # a 0-d tensor on the device, not a Python number: CUDA divides by a host scalar by multiplying by its
+        # reciprocal, one ulp off for some values; by a tensor it divides, correctly rounded as numpy does
+        divisors[key] = torch.from_numpy(np.asarray(wide.type(divide))).to(tensor.device)
+    return tensor.div_(divisors[key])
+
+
+class _Slot:
+    """One batch's pinned buffers in the ring (a flat byte buffer per array, in the batch's depth-first order),
+    and the event of the copies that last read them."""
+
+    __slots__ = ("buffers", "event", "used")
+
+    def __init__(self) -> None:
+        self.buffers: list = []  # (pinned uint8 tensor, its numpy view)
+        self.event, self.used = None, 0
 
 
 class _Copier:
-    """Host-side and copy work for one pass: tensors, pinning, the H2D copy on a side stream."""
+    """Host-side and copy work for one pass: tensors, pinned staging, the H2D copy on a side stream.
 
-    def __init__(self, torch: Any, device: Any, pin: bool, non_blocking: bool):
+    On CUDA each batch goes through the next slot of a ring of ``depth``
+    pinned buffers: its arrays are copied into them (one copy, the GIL
+    released), copied to the GPU from there, and a ``Narrowed`` column is
+    widened on the GPU. A slot is reused once the event recorded after its
+    last copies has completed.
+    """
+
+    def __init__(self, torch: Any, device: Any, pin: bool, non_blocking: bool, depth: int = 2):
         self.torch, self.device, self.pin, self.non_blocking = torch, device, pin, non_blocking
         self.cuda = device.type == "cuda"
         self.stream = torch.cuda.Stream(device) if self.cuda else None
+        self.ring = [_Slot() for _ in range(depth if self.cuda and pin else 0)]
+        self.turn = 0
+        self.divisors: dict = {}  # (wide numpy dtype, number, device) -> a 0-d tensor on the device, for widen
 
     def __call__(self, batch: Any) -> tuple[Any, Any]:
         """(the batch on the device, the event its copy records, or None on the CPU)."""
-        batch = _convert(self.torch, batch)
         if not self.cuda:
-            return batch, None
-        if self.pin:
-            batch = _apply(batch, lambda t: t.pin_memory())
-        with self.torch.cuda.device(self.device), self.torch.cuda.stream(self.stream):
-            batch = _apply(batch, lambda t: t.to(self.device, non_blocking=self.non_blocking))
-            event = self.torch.cuda.Event()
+            return _convert(self.torch, batch), None
+        cuda, slot = self.torch.cuda, None
+        if self.ring:
+            slot = self.ring[self.turn % len(self.ring)]
+            self.turn += 1
+            if slot.event is not None:
+                slot.event.synchronize()  # the copies out of these buffers, a ring ago, are done
+            slot.used = 0
+        with cuda.device(self.device), cuda.stream(self.stream):
+            batch = self._move(batch, slot)
+            event = cuda.Event()
             event.record(self.stream)
+        if slot is not None:
+            slot.event = event
         return batch, event
+
+    def _move(self, batch: Any, slot: _Slot | None) -> Any:
+        """``batch`` with each numeric array (and ``Narrowed`` column) as a tensor on the device."""
+        if isinstance(batch, np.ndarray):
+            return self._copy(batch, slot) if batch.dtype.kind in _NUMERIC else batch
+        if isinstance(batch, Narrowed):
+            way, column = batch.way, np.asarray(batch.column)
+            wide = np.dtype(way["as"])
+            if column.dtype not in _WIDENED_ON_DEVICE or wide not in _WIDENED_ON_DEVICE:
+                return self._copy(batch.decode(), slot)
+            return self._widen(self._copy(column, slot), wide, way.get("divide"))
+        if isinstance(batch, np.generic):
+            return self._copy(np.asarray(batch), slot) if batch.dtype.kind in _NUMERIC else batch
+        if isinstance(batch, dict):
+            return type(batch)((k, self._move(v, slot)) for k, v in batch.items())
+        if isinstance(batch, tuple):
+            items = [self._move(v, slot) for v in batch]
+            return type(batch)(*items) if hasattr(batch, "_fields") else type(batch)(items)
+        if isinstance(batch, list):
+            return [self._move(v, slot) for v in batch]
+        return batch
+
+    def _copy(self, array: np.ndarray, slot: _Slot | None) -> Any:
+        """One array on the device, copied through the slot's next pinned buffer (or directly, unpinned)."""
+        if slot is None:
+            return _tensor(self.torch, array).to(self.device, non_blocking=self.non_blocking)
+        if not array.dtype.isnative:
+            array = array.astype(array.dtype.newbyteorder("="))
+        k, nbytes = slot.used, max(array.nbytes, 1)
+        slot.used += 1
+        if k == len(slot.buffers):
+            slot.buffers.append(None)
+        if slot.buffers[k] is None or slot.buffers[k][1].nbytes < nbytes:
+            pinned = self.torch.empty(nbytes, dtype=self.torch.uint8).pin_memory()
+            slot.buffers[k] = (pinned, pinned.numpy())
+        pinned, view = slot.buffers[k]
+        np.copyto(view[:array.nbytes].view(array.dtype).reshape(array.shape), array, casting="no")
+        staged = pinned[:array.nbytes].view(_torch_dtype(self.torch, array.dtype)).view(array.shape)
+        return staged.to(self.device, non_blocking=self.non_blocking)
+
+    def _widen(self, tensor: Any, wide: np.dtype, divide: Any) -> Any:
+        """A narrow column on the device as ``Narrowed.decode`` gives it: cast, then divided in the wide dtype."""
+        return widen(self.torch, tensor, wide, divide, self.divisors)
 
     def hand_over(self, batch: Any, event: Any) -> Any:
         """Make the consumer's current stream wait for the copy, and keep the memory for its work."""
@@ -231,7 +362,7 @@ class TorchLoader(Stage):
         return self._pass_of(iterate(self.parents[0], pass_id, cursor))
 
     def _pass_of(self, source: Iterator) -> Iterator:
-        copier = _Copier(_torch(), self.device, self.pin_memory, self.non_blocking)
+        copier = _Copier(_torch(), self.device, self.pin_memory, self.non_blocking, self.prefetch + 2)
         if not self.prefetch:
             for batch in source:
                 yield copier.hand_over(*copier(batch))
@@ -276,6 +407,11 @@ def torch_loader(reader: Reader, device: Any = "cuda", *, prefetch: int = 2, pin
     copies), so loading, copy and compute overlap; the consumer's current
     stream waits on the copy's event, and each tensor is ``record_stream``-ed on
     it. Asking for CUDA where ``torch.cuda.is_available()`` is False raises.
+    The pinned memory is a ring of ``prefetch + 2`` buffers per column, pinned
+    once a pass and refilled once their last copy is done. Columns that
+    ``batching.collated(..., narrow=True)`` gives as ``Narrowed`` (MNIST's
+    uint8 pixels) are copied narrow and widened on the device, bit for bit
+    as ``Narrowed.decode()`` widens them.
 
     The loader is a reader: ``for batch in loader`` (or ``loader()``) is a
     pass; ``len`` is the reader's. A pass's iterator has ``get_state()``, and

@@ -204,3 +204,41 @@ def test_collated_reads_a_pass_through_the_sources_gather_ahead():
     got = [b.tolist() for b in batching.collated(batching.batch(source, 4))()]
     assert got == [[0.0, 10.0, 20.0, 30.0], [40.0, 50.0, 60.0, 70.0], [80.0, 90.0]]
     assert Ahead.calls == [[[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]]
+
+
+# -- issue 32: narrowed columns for torch_loader ------------------------------------------
+
+
+def test_collated_narrow_gives_narrowed_columns_that_decode_to_the_plain_batches(tmp_path):
+    """Issue 32: collated(narrow=True) hands on the source's wire_columns (MNIST's uint8 pixels) for
+    torch_loader to widen on the GPU; decoded, they are the plain batches bit for bit."""
+    from readers.interop.torch_loader import Narrowed
+    from readers.sources import mnist
+    from readers.sources.idx import write_idx
+
+    pixels = (np.arange(300 * 784) % 256).astype(np.uint8).reshape(300, 28, 28)  # every value 0..255
+    write_idx(str(tmp_path / "train-images-idx3-ubyte"), pixels)
+    write_idx(str(tmp_path / "train-labels-idx1-ubyte"), (np.arange(300) % 10).astype(np.uint8))
+
+    def pipeline(narrow):
+        source = readers.shuffle(mnist.train(str(tmp_path), download=False), seed=1)
+        return batching.collated(batching.batch(source, 64), narrow=narrow)
+
+    plain, narrowed = list(pipeline(False)()), list(pipeline(True)())
+    assert len(narrowed) == len(plain) == 5
+    for (x, y), (nx, ny) in zip(plain, narrowed, strict=True):
+        assert isinstance(nx, Narrowed) and nx.column.dtype == np.uint8 and nx.column.nbytes * 4 == x.nbytes
+        assert nx.decode().tobytes() == x.tobytes() and ny.decode().tobytes() == y.tobytes()
+    assert repr(pipeline(True)).splitlines()[0] == "collated(pad_value=0, narrow=True)"
+    assert pipeline(True).identity() == pipeline(False).identity()
+
+
+def test_collated_narrow_leaves_sources_without_narrower_columns_as_they_are():
+    x, y = make_data()
+    source = ArraySource(x, y)
+    plain = list(batching.collated(batching.batch(readers.from_arrays(x, y), 8))())
+    got = list(batching.collated(batching.batch(source, 8), narrow=True)())
+    assert [(a.tolist(), b.tolist()) for a, b in got] == [(a.tolist(), b.tolist()) for a, b in plain]
+    assert source.column_gathers == len(plain)  # through gather_ahead, as without narrow
+    with pytest.raises(TypeError, match="narrow must be True or False"):
+        batching.collated(batching.batch(source, 8), narrow="yes")

@@ -8,7 +8,15 @@ import pytest
 
 import batching
 import readers
-from readers.interop.torch_loader import TorchLoader, to_tensors, torch_loader
+from readers.interop.torch_loader import (
+    Narrowed,
+    TorchLoader,
+    to_tensors,
+    torch_loader,
+    widen,
+)
+from readers.sources import mnist
+from readers.sources.idx import write_idx
 from tests.conftest import HANG, finishes, wait_for, wait_until, worker_threads
 from tests.helpers.threads import running_in
 
@@ -33,6 +41,26 @@ def singles():
 
 
 KINDS = {"tuple": tuples, "dict": dicts, "single": singles}
+
+
+@pytest.fixture
+def mnist_dir(tmp_path):
+    """An MNIST-format training split of 300 images holding every pixel value 0..255."""
+    images = (np.arange(300 * 784) % 256).astype(np.uint8).reshape(300, 28, 28)
+    write_idx(str(tmp_path / "train-images-idx3-ubyte"), images)
+    write_idx(str(tmp_path / "train-labels-idx1-ubyte"), (np.arange(300) % 10).astype(np.uint8))
+    return str(tmp_path)
+
+
+def mnist_batches(folder, batch_size, narrow):
+    return batching.collated(batching.batch(readers.shuffle(mnist.train(folder, download=False), seed=1),
+                                            batch_size), narrow=narrow)
+
+
+def assert_bitwise_equal(tensor, array):
+    assert tensor.dtype == torch.from_numpy(array).dtype and tuple(tensor.shape) == array.shape
+    got = tensor.cpu().numpy()
+    assert got.tobytes() == np.ascontiguousarray(array).tobytes()
 
 
 def assert_batch_equal(tensors, arrays):
@@ -287,13 +315,19 @@ def test_torch_loader_cuda_prefetch_depth_is_honoured(no_leaks):
 
 
 class FakeCuda:
-    """torch.cuda's stream API, recorded, for checking the hand-over protocol on a machine without a GPU."""
+    """torch.cuda's stream API, recorded, for checking the hand-over protocol on a machine without a GPU.
+
+    "Pinned" memory is CPU memory that ``pin_memory`` made (tracked by storage); a copy to the "device" is a
+    clone marked ``is_pinned_fake = "on-device"``; a cast to a dtype there stays on the device."""
 
     def __init__(self):
-        self.log, self.local, self.default = [], threading.local(), "default"
+        self.log, self.local, self.default, self.pinned = [], threading.local(), "default", []
 
     def current(self, device=None):
         return getattr(self.local, "stream", self.default)
+
+    def is_pinned(self, tensor):
+        return any(tensor.untyped_storage().data_ptr() == p.untyped_storage().data_ptr() for p in self.pinned)
 
     def stream_context(self, stream):
         fake = self
@@ -309,7 +343,7 @@ class FakeCuda:
         return Context()
 
     def install(self, monkeypatch):
-        fake, count = self, iter(range(10**6))
+        fake, count, real_to = self, iter(range(10**6)), torch.Tensor.to
 
         class Stream:
             def __init__(self, device=None):
@@ -323,18 +357,27 @@ class FakeCuda:
                 self.name = f"event{next(count)}"
                 fake.log.append(("record", self.name, stream))
 
+            def synchronize(self):
+                fake.log.append(("sync", self.name))
+
         def wait_event(event):
             fake.log.append(("wait", event.name, fake.current()))
 
         def to(tensor, device, non_blocking=False):
+            if isinstance(device, torch.dtype):  # a cast where the tensor is
+                moved = real_to(tensor, device)
+                moved.is_pinned_fake = tensor.is_pinned_fake
+                return moved
             moved = tensor.clone()
-            fake.log.append(("copy", tensor.is_pinned_fake, non_blocking, fake.current()))
+            fake.log.append(("copy", fake.is_pinned(tensor), non_blocking, fake.current(), tensor.dtype))
             moved.is_pinned_fake = "on-device"
             return moved
 
         def pin(tensor):
             pinned = tensor.clone()
             pinned.is_pinned_fake = True
+            fake.pinned.append(pinned)  # kept alive: its storage is not reused by another tensor
+            fake.log.append(("pin", pinned.numel()))
             return pinned
 
         monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
@@ -372,10 +415,115 @@ def test_torch_loader_cuda_protocol_with_a_recorded_stream_api(monkeypatch, pref
         waits = [i for i, e in enumerate(log[:end]) if e[0] == "wait"]
         event = log[waits[-1]][1]
         assert log[waits[-1]][2] == "default"
-        assert [e for e in log[waits[-1] + 1:end] if e[0] != "copy" and e[0] != "record"] == [
+        assert [e for e in log[waits[-1] + 1:end] if e[0] not in ("copy", "record", "pin", "sync")] == [
             ("keep", "on-device", "default")] * 3
         recorded = next(i for i, e in enumerate(log) if e[:2] == ("record", event))
         assert recorded < waits[-1] and log[recorded][2].name.startswith("side")
         # (the consumer's keeps may come in between: the copies run in the loader's thread)
-        assert [e for e in log[:recorded] if e[0] == "copy"][-3:] == [("copy", True, True, log[recorded][2])] * 3
+        assert [e[:4] for e in log[:recorded] if e[0] == "copy"][-3:] == [("copy", True, True, log[recorded][2])] * 3
     assert sum(e[0] == "wait" for e in log) == 5
+
+
+# -- issue 32: pinned buffers reused, narrowed columns widened on the device ------------------
+
+
+@pytest.mark.parametrize("wide, divide", [("<f4", 255), ("<f8", 255), ("<f4", 7), ("<i8", None), ("<f4", None)])
+def test_widen_gives_numpys_decode_bit_for_bit(wide, divide):
+    """Issue 32: the loader widens narrowed columns in torch; the values must be numpy's, bit for bit."""
+    pixels = np.arange(256, dtype=np.uint8).reshape(16, 16)
+    way = {"as": wide} if divide is None else {"as": wide, "divide": divide}
+    assert_bitwise_equal(widen(torch, torch.from_numpy(pixels.copy()), np.dtype(wide), divide),
+                         Narrowed(pixels, way).decode())
+
+
+def test_widen_divides_rather_than_multiplying_by_the_reciprocal():
+    """What the test above guards: x * (1 / 255) in float32 is one ulp off numpy's x / 255 for some pixels."""
+    pixels = np.arange(256, dtype=np.uint8)
+    exact = np.divide(pixels, np.float32(255), dtype=np.float32)
+    assert not np.array_equal(pixels.astype(np.float32) * (np.float32(1) / np.float32(255)), exact)
+    assert widen(torch, torch.from_numpy(pixels), np.dtype("<f4"), 255).numpy().tobytes() == exact.tobytes()
+
+
+@pytest.mark.parametrize("device", ["cpu", "fake-cuda"])
+@pytest.mark.parametrize("prefetch", [0, 2])
+def test_torch_loader_narrowed_columns_give_the_plain_tensors(mnist_dir, monkeypatch, device, prefetch, no_leaks):
+    """Issue 32: with collated(narrow=True) the loader copies the uint8 pixels and widens them where they
+    land; the tensors are those of the plain pipeline, bit for bit."""
+    fake = None
+    if device == "fake-cuda":
+        fake = FakeCuda()
+        fake.install(monkeypatch)
+        device = "cuda"
+    expected = list(mnist_batches(mnist_dir, 64, narrow=False)())
+    got = list(torch_loader(mnist_batches(mnist_dir, 64, narrow=True), device, prefetch=prefetch))
+    assert len(got) == len(expected) == 5
+    for (x, y), (tx, ty) in zip(expected, got, strict=True):
+        assert_bitwise_equal(tx, x)
+        assert_bitwise_equal(ty, y)
+    if fake is not None:
+        copies = [(pinned, blocking, dtype) for kind, pinned, blocking, _, dtype in
+                  (e for e in fake.log if e[0] == "copy")]
+        # what travels: the uint8 pixels and labels of each batch, pinned, and the divisor 255, once
+        assert [c for c in copies if c[0]] == [(True, True, torch.uint8)] * 10
+        assert [c for c in copies if not c[0]] == [(False, False, torch.float32)]
+        assert all(t.is_pinned_fake == "on-device" for t in (b for pair in got for b in pair))
+
+
+@pytest.mark.parametrize("prefetch", [0, 1, 2])
+def test_torch_loader_cuda_pins_a_ring_of_buffers_and_reuses_each_after_its_copies(monkeypatch, prefetch, no_leaks):
+    """Issue 32: pinned memory was allocated and filled per batch (pin_memory() of each array); now a ring of
+    prefetch + 2 slots is pinned once, and a slot is refilled only after the event of its last copies."""
+    fake = FakeCuda()
+    fake.install(monkeypatch)
+    pipeline = batching.collated(batching.batch(readers.from_arrays(X, Y, MASK), 2))  # 18 batches
+    expected = list(pipeline())
+    got = list(torch_loader(pipeline, "cuda", prefetch=prefetch))
+    for t, a in zip(got, expected, strict=True):
+        assert_batch_equal(t, a)
+    depth, log = prefetch + 2, fake.log
+    assert sum(e[0] == "pin" for e in log) == 3 * depth  # three columns, one buffer each per slot
+    records = [e[1] for e in log if e[0] == "record"]
+    assert len(records) == len(got) == 18
+    syncs = [i for i, e in enumerate(log) if e[0] == "sync"]
+    assert [log[i][1] for i in syncs] == records[:len(got) - depth]  # batch k waits for batch k - depth's copies
+    for n, i in enumerate(syncs):  # ... before it copies anything into that slot
+        copies_before = sum(e[0] == "copy" for e in log[:i])
+        assert copies_before == 3 * (n + depth)
+
+
+@cuda
+@pytest.mark.parametrize("prefetch", [0, 2])
+def test_torch_loader_cuda_narrowed_columns_equal_the_plain_ones_bit_for_bit(mnist_dir, prefetch, no_leaks):
+    expected = list(mnist_batches(mnist_dir, 64, narrow=False)())
+    got = list(torch_loader(mnist_batches(mnist_dir, 64, narrow=True), "cuda", prefetch=prefetch))
+    torch.cuda.synchronize()
+    assert len(got) == len(expected) == 5
+    for (x, y), (tx, ty) in zip(expected, got, strict=True):
+        assert tx.is_cuda and ty.is_cuda
+        assert_bitwise_equal(tx, x)
+        assert_bitwise_equal(ty, y)
+
+
+@cuda
+def test_torch_loader_cuda_widen_on_the_gpu_divides_every_pixel_as_numpy_does():
+    pixels = np.arange(256, dtype=np.uint8)
+    wide = widen(torch, torch.from_numpy(pixels).cuda(), np.dtype("<f4"), 255)
+    assert wide.is_cuda
+    assert_bitwise_equal(wide, np.divide(pixels, np.float32(255), dtype=np.float32))
+
+
+@cuda
+def test_torch_loader_cuda_ring_buffers_hold_each_batch_until_its_copy_is_done(no_leaks):
+    """Issue 32: the values of every batch survive the reuse of a ring of 3 pinned slots, while the consumer's
+    stream is kept busy."""
+    n, rows = 40, 2048
+    data = np.repeat(np.arange(n, dtype=np.float32), rows)[:, None] * np.ones((1, 256), np.float32)
+    pipeline = batching.collated(batching.batch(readers.from_arrays(data), rows))
+    sums = []
+    busy = torch.randn(2048, 2048, device="cuda")
+    for batch in torch_loader(pipeline, "cuda", prefetch=1):
+        for _ in range(3):
+            busy = torch.tanh(busy @ busy)  # the consumer's stream is busy while the loader copies ahead
+        sums.append(batch[:, 0].unique())
+    torch.cuda.synchronize()
+    assert [s.tolist() for s in sums] == [[float(i)] for i in range(n)]
