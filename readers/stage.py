@@ -47,6 +47,11 @@ a stage of the pipeline draws per pass, a copy whose ``bound_pass`` is p:
 ``gather(idx)``     the entries at many indices, as any iterable: a list made
                     at once (vectorised), or an iterator making each as read
 ``gather_columns``  one array per column for many indices, or None
+``column_dtypes``   the dtypes ``gather_columns`` always gives (a tuple,
+                    one per column, or one dtype for one array), or None
+                    (the default) when they are not fixed ahead;
+                    ``batching.collated`` passes numeric columns of a source
+                    that declares them on as they are, with no check a batch
 ``wire_columns``    ``gather_columns`` in fewer bytes for a server to send
                     (a token file's own dtype), and how the client turns
                     them back (``readers.network.wire.decode_column``); None
@@ -358,6 +363,18 @@ class Stage(Node):
 
     def gather_columns(self, indices: np.ndarray) -> tuple | np.ndarray | None:
         """One array per column for ``indices``, or None when entries are not columnar."""
+        return None
+
+    def column_dtypes(self) -> tuple | np.dtype | None:
+        """The dtypes every ``gather_columns`` gives, one per column (or one for a single array), or None when
+        they are not fixed ahead (the default).
+
+        >>> from readers import from_arrays, from_sequence
+        >>> from_arrays(np.zeros(2, np.uint8), np.zeros(2)).column_dtypes()
+        (dtype('uint8'), dtype('float64'))
+        >>> from_sequence("ab").column_dtypes() is None
+        True
+        """
         return None
 
     def wire_columns(self, indices: np.ndarray) -> tuple[Any, Any] | None:
