@@ -155,11 +155,14 @@ class Collated(Stage):
             yield collate(b, pad_value=pad)
 
     def _columns(self, source: Any, batches: Iterator[np.ndarray]) -> Iterator:
-        if _numeric(source.column_dtypes()) and type(source).gather_ahead is Stage.gather_ahead:
-            # the columns are arrays as collate gives them and nothing reads ahead: the pass is a C map, with no
-            # Python frame a batch but the source's gather_columns
-            return map(source.gather_columns, batches)
-        return self._gathered(source, batches)
+        arrays = source.column_arrays()
+        if arrays is None or type(source).gather_ahead is not Stage.gather_ahead or not _numeric(arrays):
+            return self._gathered(source, batches)
+        # gather_columns would take each column from its array, and collate give it as it is; nothing reads ahead:
+        # take them here, with C iterators alone (no Python frame a batch)
+        if type(arrays) is not tuple:
+            return map(arrays.__getitem__, batches)
+        return zip(*map(map, [a.__getitem__ for a in arrays], itertools.tee(batches, len(arrays))))
 
     def _gathered(self, source: Any, batches: Iterator[np.ndarray]) -> Iterator:
         pad = self.pad_value
@@ -207,17 +210,15 @@ def _narrowed(columns: Any, ways: Any) -> Any:
     return columns if ways is None else Narrowed(columns, ways)
 
 
-def _numeric(dtypes: Any) -> bool:
-    """Whether ``column_dtypes()`` declares columns that collate gives as they are (numeric arrays).
+def _numeric(arrays: tuple | np.ndarray) -> bool:
+    """Whether ``column_arrays()``'s takes are columns that collate gives as they are (numeric arrays).
 
-    >>> _numeric((np.dtype("uint8"), np.dtype("int64"))), _numeric(np.dtype("float32"))
+    >>> _numeric((np.zeros(2, np.uint8), np.zeros(2))), _numeric(np.zeros(2, np.float32))
     (True, True)
-    >>> _numeric((np.dtype("uint8"), np.dtype("O"))), _numeric(None)
-    (False, False)
+    >>> _numeric((np.zeros(2), np.array(["a", "b"])))
+    False
     """
-    if dtypes is None:
-        return False
-    return all(d.kind in "biufc" for d in (dtypes if type(dtypes) is tuple else (dtypes,)))
+    return all(a.dtype.kind in "biufc" for a in (arrays if type(arrays) is tuple else (arrays,)))
 
 
 def collated(reader: Any, *, pad_value: Any = 0, narrow: bool = False) -> Collated:

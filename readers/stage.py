@@ -47,11 +47,11 @@ a stage of the pipeline draws per pass, a copy whose ``bound_pass`` is p:
 ``gather(idx)``     the entries at many indices, as any iterable: a list made
                     at once (vectorised), or an iterator making each as read
 ``gather_columns``  one array per column for many indices, or None
-``column_dtypes``   the dtypes ``gather_columns`` always gives (a tuple,
-                    one per column, or one dtype for one array), or None
-                    (the default) when they are not fixed ahead;
-                    ``batching.collated`` passes numeric columns of a source
-                    that declares them on as they are, with no check a batch
+``column_arrays``   the arrays ``gather_columns`` takes its columns from
+                    (a tuple, or one array): ``gather_columns(idx)`` is
+                    ``a[idx]`` of each; None (the default) when it does
+                    more than take. ``batching.collated`` takes numeric ones
+                    itself, with C iterators and no check a batch
 ``wire_columns``    ``gather_columns`` in fewer bytes for a server to send
                     (a token file's own dtype), and how the client turns
                     them back (``readers.network.wire.decode_column``); None
@@ -365,14 +365,14 @@ class Stage(Node):
         """One array per column for ``indices``, or None when entries are not columnar."""
         return None
 
-    def column_dtypes(self) -> tuple | np.dtype | None:
-        """The dtypes every ``gather_columns`` gives, one per column (or one for a single array), or None when
-        they are not fixed ahead (the default).
+    def column_arrays(self) -> tuple | np.ndarray | None:
+        """The arrays ``gather_columns`` takes from, when ``gather_columns(idx)`` is ``a[idx]`` of each of them (a
+        tuple of arrays, or one array for one), or None (the default) when it does more than that.
 
         >>> from readers import from_arrays, from_sequence
-        >>> from_arrays(np.zeros(2, np.uint8), np.zeros(2)).column_dtypes()
-        (dtype('uint8'), dtype('float64'))
-        >>> from_sequence("ab").column_dtypes() is None
+        >>> [a.tolist() for a in from_arrays(np.arange(2), np.ones(2)).column_arrays()]
+        [[0, 1], [1.0, 1.0]]
+        >>> from_sequence("ab").column_arrays() is None
         True
         """
         return None

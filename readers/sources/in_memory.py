@@ -2,8 +2,6 @@
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from itertools import repeat
-from operator import getitem
 from typing import Any
 
 import numpy as np
@@ -39,10 +37,10 @@ class FromArrays(IndexedReader):
         return list(zip(*(a[indices] for a in self.arrays)))
 
     def gather_columns(self, indices: np.ndarray) -> tuple:
-        return tuple(map(getitem, self.arrays, repeat(indices)))  # no Python frame but this one (a collated batch's)
+        return tuple(a[indices] for a in self.arrays)
 
-    def column_dtypes(self) -> tuple:
-        return tuple(a.dtype for a in self.arrays)
+    def column_arrays(self) -> tuple:
+        return self.arrays
 
     def _options(self) -> str:
         return f"{self._n} rows: " + ", ".join(_shape_text(a) for a in self.arrays)
@@ -110,8 +108,8 @@ class NpArray(IndexedReader):
     def gather_columns(self, indices: np.ndarray) -> np.ndarray:
         return self.array[indices]
 
-    def column_dtypes(self) -> np.dtype:
-        return self.array.dtype
+    def column_arrays(self) -> np.ndarray:
+        return self.array
 
     def _options(self) -> str:
         return f"{len(self.array)} rows: {_shape_text(self.array)}"
