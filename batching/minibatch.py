@@ -59,15 +59,12 @@ class Batched(Stage):
         [[0, 1], [2, 3], [4]]
         """
         plan = open_plan(self.parents[0], pass_id, cursor)
-        batches = rechunk(plan.chunks, self.batch_size)
-        if self.drop_last:
-            batches = (b for b in batches if len(b) == self.batch_size)
-        return plan.source, batches
+        return plan.source, rechunk(plan.chunks, self.batch_size, drop_short=self.drop_last)
 
     def _seek(self, pass_id: int, cursor: int) -> Iterator[list]:
         if is_planned(self.parents[0]):
             source, batches = self.index_batches(pass_id, cursor)
-            return (list(source.gather(idx)) for idx in batches)
+            return map(list, map(source.gather, batches))  # C iterators: no Python frame per batch
         return self._from_entries(iterate(self.parents[0], pass_id, cursor))
 
     def _from_entries(self, entries: Iterator) -> Iterator[list]:
@@ -158,14 +155,24 @@ class Collated(Stage):
             yield collate(b, pad_value=pad)
 
     def _columns(self, source: Any, batches: Iterator[np.ndarray]) -> Iterator:
+        arrays = source.column_arrays()
+        if arrays is None or type(source).gather_ahead is not Stage.gather_ahead or not _numeric(arrays):
+            return self._gathered(source, batches)
+        # gather_columns would take each column from its array, and collate give it as it is; nothing reads ahead:
+        # take them here, with C iterators alone (no Python frame a batch)
+        if type(arrays) is not tuple:
+            return map(arrays.__getitem__, batches)
+        return zip(*map(map, [a.__getitem__ for a in arrays], itertools.tee(batches, len(arrays))))
+
+    def _gathered(self, source: Any, batches: Iterator[np.ndarray]) -> Iterator:
         pad = self.pad_value
         for idx, columns in source.gather_ahead(batches):
             if columns is None:
                 yield collate(source.gather(idx), pad_value=pad)
             elif isinstance(columns, tuple):
-                yield tuple(_finish(c, f"column {i}", pad) for i, c in enumerate(columns))
+                yield tuple(map(_finish, columns, itertools.count(), itertools.repeat(pad)))
             else:
-                yield _finish(columns, "the single-value column", pad)
+                yield _finish(columns, None, pad)
 
     def _options(self) -> str:
         return f"pad_value={self.pad_value!r}" + (", narrow=True" if self.narrow else "")
@@ -186,10 +193,12 @@ def _length(reader: Any, stage: Stage) -> int:
                       "from_arrays...) and the stages that keep a length (map_readers, shuffle, shard...)") from None
 
 
-def _finish(column: np.ndarray, label: str, pad_value: Any) -> Any:
-    """A gathered column as collate would give it: numeric arrays as they are, the rest collated."""
+def _finish(column: np.ndarray, position: int | None, pad_value: Any) -> Any:
+    """A gathered column (the column at ``position``, None for the single one) as collate would give it: numeric
+    arrays as they are, the rest collated."""
     if column.dtype.kind in "biufc":
         return column
+    label = "the single-value column" if position is None else f"column {position}"
     return collate_column(list(column), label, pad_value)
 
 
@@ -199,6 +208,17 @@ def _narrowed(columns: Any, ways: Any) -> Any:
     if isinstance(columns, tuple):
         return tuple(c if w is None else Narrowed(c, w) for c, w in zip(columns, ways, strict=True))
     return columns if ways is None else Narrowed(columns, ways)
+
+
+def _numeric(arrays: tuple | np.ndarray) -> bool:
+    """Whether ``column_arrays()``'s takes are columns that collate gives as they are (numeric arrays).
+
+    >>> _numeric((np.zeros(2, np.uint8), np.zeros(2))), _numeric(np.zeros(2, np.float32))
+    (True, True)
+    >>> _numeric((np.zeros(2), np.array(["a", "b"])))
+    False
+    """
+    return all(a.dtype.kind in "biufc" for a in (arrays if type(arrays) is tuple else (arrays,)))
 
 
 def collated(reader: Any, *, pad_value: Any = 0, narrow: bool = False) -> Collated:

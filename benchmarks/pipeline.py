@@ -7,11 +7,18 @@ a. Per-entry pipeline on MNIST-shaped data (60000 x 784 uint8, int labels):
    generators, and against torch's DataLoader(batch_size=128, shuffle=True,
    num_workers=0) when torch is installed.
 b. Indexed path: global shuffle + batch + collate against the raw numpy limit
-   (np.random.permutation, then X[idx].astype(np.float32) / 255 per batch).
+   (np.random.permutation, then X[idx].astype(np.float32) / 255 per batch),
+   the two interleaved pass by pass, best of --repeats each.
 c. Memory: peak RSS of a global shuffle over 10,000,000 entries against
    iterating them in order, each in a fresh process.
+d. Start-up: the wall time of a fresh interpreter that imports readers (and
+   batching, train) against one that imports numpy alone, interleaved, best of
+   --import-repeats each (a bare interpreter shown for scale): with bytecode
+   cached, as an installed package runs (in a temporary pycache prefix), then as
+   this environment runs them (with PYTHONDONTWRITEBYTECODE set, every module of
+   readers is compiled from source at each start, numpy's are not).
 
-Usage: python benchmarks/pipeline.py [--entries 60000] [--repeats 5] [--system-malloc]
+Usage: python benchmarks/pipeline.py [--entries 60000] [--repeats 5] [--import-repeats 15] [--system-malloc]
 Every row runs with the same allocator settings (tuned as train() tunes them,
 or glibc's defaults with --system-malloc).
 Machines here are shared and noisy: read the ratios, not the absolute rates.
@@ -23,6 +30,7 @@ import os
 import random
 import subprocess
 import sys
+import tempfile
 import time
 
 import numpy as np
@@ -166,6 +174,9 @@ MEMORY_CHILD = """
 import sys
 sys.path.insert(0, {root!r})
 import numpy as np, readers, batching
+# numpy.random (and the hashlib it brings) is imported by a shuffle's first pass, not by import readers: import it in
+# both children, so that its few MiB of modules do not count as the shuffle's memory
+import numpy.random
 r = readers.from_arrays(np.arange({n}, dtype=np.int64))
 if {shuffled}:
     r = readers.shuffle(r, seed=0)
@@ -185,16 +196,61 @@ def peak_rss_kib(n: int, shuffled: bool) -> int:
     return int(out.stdout.strip())
 
 
+# -- d. start-up ---------------------------------------------------------------------------------
+
+IMPORTS = {"bare interpreter": "pass", "import numpy": "import numpy", "import readers": "import readers",
+           "import batching": "import batching", "import train": "import train"}
+
+
+def import_seconds(repeats: int, names: list[str], env: dict[str, str]) -> dict[str, float]:
+    """Best wall time of a fresh interpreter running each of ``names`` (of IMPORTS), the interpreters started in turn
+    after one that is not timed (it writes the bytecode where ``env`` lets it)."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    best = dict.fromkeys(names, float("inf"))
+    for timed in [False] + [True] * repeats:
+        for name in names:
+            t = time.perf_counter()
+            subprocess.run([sys.executable, "-c", IMPORTS[name]], cwd=root, env=env, check=True)
+            if timed:
+                best[name] = min(best[name], time.perf_counter() - t)
+    return best
+
+
+def import_rows(repeats: int) -> list[tuple]:
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="readerkit-pycache-") as prefix:
+        cached = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+        cached["PYTHONPYCACHEPREFIX"] = prefix
+        modes = [("bytecode cached", list(IMPORTS), cached)]
+        if os.environ.get("PYTHONDONTWRITEBYTECODE"):
+            modes.append(("no bytecode written", ["import numpy", "import readers"], dict(os.environ)))
+        for mode, names, env in modes:
+            took = import_seconds(repeats, names, env)
+            for name, seconds in took.items():
+                note = "s, baseline" if name == "import numpy" else f"s, {seconds / took['import numpy']:.2f}x numpy"
+                if name == "import readers":
+                    note += " (goal < 0.25 s)"
+                rows.append(("d", f"{name}, {mode}", seconds, note))
+    return rows
+
+
 # -- driver ----------------------------------------------------------------------------------
 
 
 def rate(run, repeats: int) -> float:
     """Best entries per second over ``repeats`` full passes (the least disturbed one)."""
-    best = 0.0
+    return rates([run], repeats)[0]
+
+
+def rates(runs: list, repeats: int) -> list[float]:
+    """Best entries per second of each run over ``repeats`` rounds that run each once, in turn: a load that
+    comes and goes meets every run alike, so their ratio holds up better than one run after the other."""
+    best = [0.0] * len(runs)
     for _ in range(repeats):
-        t = time.perf_counter()
-        n = run()
-        best = max(best, n / (time.perf_counter() - t))
+        for k, run in enumerate(runs):
+            t = time.perf_counter()
+            n = run()
+            best[k] = max(best[k], n / (time.perf_counter() - t))
     return best
 
 
@@ -203,6 +259,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--entries", type=int, default=60000)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--memory-entries", type=int, default=10_000_000)
+    parser.add_argument("--import-repeats", type=int, default=15, help="fresh interpreters per import in d (0: skip d)")
     parser.add_argument("--system-malloc", action="store_true",
                         help="leave glibc's allocator alone (by default every row runs with readers.tune_allocator(), as train() does)")
     args = parser.parse_args(argv)
@@ -231,20 +288,21 @@ def main(argv: list[str] | None = None) -> None:
         rows.append(("a", "readerkit indexed / torch", indexed / torch_rate, "ratio (goal >= 3x)"))
     else:
         rows.append(("a", "torch DataLoader", float("nan"), "torch not installed"))
-    limit = rate(numpy_limit(x, y), args.repeats)
+    limit, glob = rates([numpy_limit(x, y), readerkit_global(x, y)], 2 * args.repeats)
     rows.append(("b", "raw numpy limit", limit, "baseline"))
-    glob = rate(readerkit_global(x, y), args.repeats)
-    rows.append(("b", "readerkit global shuffle+batch+collate", glob, f"{glob / limit:.2f}x limit (goal >= 0.7x)"))
+    rows.append(("b", "readerkit global shuffle+batch+collate", glob, f"{glob / limit:.3f}x limit (goal >= 0.97x)"))
     if args.memory_entries:
         ordered = peak_rss_kib(args.memory_entries, False)
         shuffled = peak_rss_kib(args.memory_entries, True)
         delta = (shuffled - ordered) / 1024
         rows.append(("c", f"peak RSS in order, {args.memory_entries:,} entries", ordered / 1024, "MiB"))
         rows.append(("c", "peak RSS with global shuffle", shuffled / 1024, f"MiB, +{delta:.1f} MiB (goal < 10 MB)"))
+    if args.import_repeats:
+        rows += import_rows(args.import_repeats)
 
     print(f"{'':2} {'pipeline':42} {'entries/s or MiB':>18}  note")
     for part, name, value, note in rows:
-        shown = f"{value:,.0f}" if value > 100 else f"{value:.2f}"
+        shown = f"{value:,.0f}" if value > 100 else f"{value:.3f}" if part == "d" else f"{value:.2f}"
         print(f"{part:2} {name:42} {shown:>18}  {note}")
 
 

@@ -36,11 +36,8 @@ mapping
 >>> [sorted(b) for b in pipeline()]
 [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
 """
-from readers.allocator import tune_allocator
-from readers.caching.cached import cached as _cached
-from readers.continual.schema import NotAPipelineStore
-from readers.continual.store import PipelineBusy, PipelineStore
-from readers.continual.trigger_sets import trigger_set
+import importlib as _importlib
+
 from readers.currying import Curried
 from readers.errors import (
     BadType,
@@ -52,14 +49,7 @@ from readers.errors import (
     TimedOut,
 )
 from readers.identity import fingerprint
-from readers.interop.torch_dataset import torch_dataset
-from readers.interop.torch_loader import torch_loader
 from readers.launch import WorkerInfo, worker_context, worker_info
-from readers.network.client import RemoteUnavailable
-from readers.network.connection import TLSMismatch
-from readers.network.multi_server import remote
-from readers.network.server import serve
-from readers.network.wire import NotAuthorised, RemoteError, UnsupportedVersion
 from readers.ops.combine import ComposeNotAligned, chain, compose
 from readers.ops.locality import node_shuffle as _node_shuffle
 from readers.ops.maps import map_readers as _map_readers
@@ -74,32 +64,8 @@ from readers.ops.shuffling import shuffle as _shuffle
 from readers.ops.slicing import filter_entries as _filter_entries
 from readers.ops.slicing import firstn as _firstn
 from readers.ops.slicing import skip as _skip
-from readers.sources.columnar import ColumnarFileError, arrow, from_hf
-from readers.sources.image_folder import image_folder
 from readers.sources.in_memory import from_arrays, from_sequence, np_array
-from readers.sources.jsonl import jsonl
-from readers.sources.parquet import parquet
-from readers.sources.tar_shards import TarMemberError, TarShardError, tar_shards
-from readers.sources.text import text_file
 from readers.stage import IndexedReader, Reader, Stage
-from readers.tokenized.rounds import assign_batches
-from readers.tokenized.rounds import round_share as _round_share
-from readers.tokenized.runfiles import (
-    DataConfig,
-    LocalData,
-    RunConfig,
-    RunFileError,
-    ServerData,
-    load_data,
-    load_run,
-)
-from readers.tokenized.schedule import BatchSchedule
-from readers.tokenized.windows import tokens
-from readers.workers.paddle import multiprocess_reader as _multiprocess_reader
-from readers.workers.paddle import xmap_readers as _xmap_readers
-from readers.workers.prefetch import WorkerDiedError
-from readers.workers.prefetch import buffered as _buffered
-from readers.workers.prefetch import prefetch as _prefetch
 
 __all__ = [
     "BadType",
@@ -181,20 +147,78 @@ __all__ = [
 
 # The curried namespace, one line per decorator (toolz.curry): given only options, a decorator
 # waits for its reader (toolz.pipe); given the reader, it runs, so a missing option is an error.
-buffered = Curried(_buffered)
-cached = Curried(_cached)
 filter_entries = Curried(_filter_entries)
 firstn = Curried(_firstn)
 map_readers = Curried(_map_readers, reader_at=1)
 mix = Curried(_mix)
-multiprocess_reader = Curried(_multiprocess_reader)
 node_shuffle = Curried(_node_shuffle)
-prefetch = Curried(_prefetch)
 random_map = Curried(_random_map, reader_at=1)
 repeat = Curried(_repeat)
-round_share = Curried(_round_share)
 shard = Curried(_shard)
 shuffle = Curried(_shuffle)
 shuffle_row_groups = Curried(_shuffle_row_groups)
 skip = Curried(_skip)
-xmap_readers = Curried(_xmap_readers, reader_at=1)
+
+# Imported on first use (PEP 562): what only some passes need (the network, the cache, workers, the continual
+# store, file formats, token data, torch) stays out of ``import readers``. name: (module, attribute, reader_at of
+# its curried decorator, or None when it is not one).
+_LAZY = {
+    "BatchSchedule": ("readers.tokenized.schedule", "BatchSchedule", None),
+    "ColumnarFileError": ("readers.sources.columnar", "ColumnarFileError", None),
+    "DataConfig": ("readers.tokenized.runfiles", "DataConfig", None),
+    "LocalData": ("readers.tokenized.runfiles", "LocalData", None),
+    "NotAPipelineStore": ("readers.continual.schema", "NotAPipelineStore", None),
+    "NotAuthorised": ("readers.network.wire", "NotAuthorised", None),
+    "PipelineBusy": ("readers.continual.store", "PipelineBusy", None),
+    "PipelineStore": ("readers.continual.store", "PipelineStore", None),
+    "RemoteError": ("readers.network.wire", "RemoteError", None),
+    "RemoteUnavailable": ("readers.network.client", "RemoteUnavailable", None),
+    "RunConfig": ("readers.tokenized.runfiles", "RunConfig", None),
+    "RunFileError": ("readers.tokenized.runfiles", "RunFileError", None),
+    "ServerData": ("readers.tokenized.runfiles", "ServerData", None),
+    "TLSMismatch": ("readers.network.connection", "TLSMismatch", None),
+    "TarMemberError": ("readers.sources.tar_shards", "TarMemberError", None),
+    "TarShardError": ("readers.sources.tar_shards", "TarShardError", None),
+    "UnsupportedVersion": ("readers.network.wire", "UnsupportedVersion", None),
+    "WorkerDiedError": ("readers.workers.prefetch", "WorkerDiedError", None),
+    "arrow": ("readers.sources.columnar", "arrow", None),
+    "assign_batches": ("readers.tokenized.rounds", "assign_batches", None),
+    "buffered": ("readers.workers.prefetch", "buffered", 0),
+    "cached": ("readers.caching.cached", "cached", 0),
+    "from_hf": ("readers.sources.columnar", "from_hf", None),
+    "image_folder": ("readers.sources.image_folder", "image_folder", None),
+    "jsonl": ("readers.sources.jsonl", "jsonl", None),
+    "load_data": ("readers.tokenized.runfiles", "load_data", None),
+    "load_run": ("readers.tokenized.runfiles", "load_run", None),
+    "multiprocess_reader": ("readers.workers.paddle", "multiprocess_reader", 0),
+    "parquet": ("readers.sources.parquet", "parquet", None),
+    "prefetch": ("readers.workers.prefetch", "prefetch", 0),
+    "remote": ("readers.network.multi_server", "remote", None),
+    "round_share": ("readers.tokenized.rounds", "round_share", 0),
+    "serve": ("readers.network.server", "serve", None),
+    "tar_shards": ("readers.sources.tar_shards", "tar_shards", None),
+    "text_file": ("readers.sources.text", "text_file", None),
+    "tokens": ("readers.tokenized.windows", "tokens", None),
+    "torch_dataset": ("readers.interop.torch_dataset", "torch_dataset", None),
+    "torch_loader": ("readers.interop.torch_loader", "torch_loader", None),
+    "trigger_set": ("readers.continual.trigger_sets", "trigger_set", None),
+    "tune_allocator": ("readers.allocator", "tune_allocator", None),
+    "xmap_readers": ("readers.workers.paddle", "xmap_readers", 1),
+}
+
+
+def __getattr__(name: str):
+    """``readers.X`` for a name imported on first use: its module is imported then, and the name kept."""
+    try:
+        module, attribute, reader_at = _LAZY[name]
+    except KeyError:
+        raise AttributeError(f"module 'readers' has no attribute {name!r}") from None
+    value = getattr(_importlib.import_module(module), attribute)
+    if reader_at is not None:
+        value = Curried(value, reader_at=reader_at)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))

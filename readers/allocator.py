@@ -14,8 +14,6 @@ alone when the user has set glibc's ``MALLOC_MMAP_THRESHOLD_``,
 """
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import os
 import sys
 
@@ -31,6 +29,9 @@ def _set_thresholds(mmap_threshold: int, trim_threshold: int) -> bool:
     """Raise glibc's mmap and trim thresholds; True when applied (glibc only)."""
     if not sys.platform.startswith("linux"):
         return False
+    import ctypes  # here, not at import: ctypes.util alone costs more than the rest of this module
+    import ctypes.util
+
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
         mallopt = libc.mallopt

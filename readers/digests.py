@@ -11,7 +11,6 @@ be saved in a checkpoint or key a cache and be compared by a later run.
 from __future__ import annotations
 
 import functools
-import hashlib
 import inspect
 import os
 import threading
@@ -38,6 +37,8 @@ def hasher() -> Any:
     >>> hasher().hexdigest() == hasher().hexdigest()
     True
     """
+    import hashlib  # on first use: it loads OpenSSL, a cost no pass without digests should pay at import
+
     return hashlib.blake2b(digest_size=16)
 
 
@@ -284,6 +285,8 @@ def function_digest(func: Any) -> str:
     """
     if not callable(func):
         raise BadType(f"function_digest: func must be callable, got {type(func).__name__} {func!r}")
+    import hashlib
+
     h = hashlib.blake2b(digest_size=SHORT // 2)
     _function(func, h, {})
     return h.hexdigest()
@@ -298,6 +301,8 @@ def file_digest(path: str | os.PathLike) -> str:
     ...     file_digest(f.name)[:16]
     'ba7816bf8f01cfea'
     """
+    import hashlib
+
     digest = hashlib.sha256()
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):

@@ -5,6 +5,8 @@ A plan is what ``batch`` gathers with one vectorised take per column, what
 """
 from __future__ import annotations
 
+import functools
+import itertools
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -69,13 +71,24 @@ def slice_chunks(chunks: Iterable[np.ndarray], start: int, count: int | None = N
             return
 
 
-def rechunk(chunks: Iterable[np.ndarray], size: int) -> Iterator[np.ndarray]:
-    """Regroup a stream of index chunks into chunks of exactly ``size`` (the last may be short).
+def rechunk(chunks: Iterable[np.ndarray], size: int, drop_short: bool = False) -> Iterator[np.ndarray]:
+    """Regroup a stream of index chunks into chunks of exactly ``size`` (the last may be short, unless ``drop_short``).
+
+    Chunks are joined and cut in Python once per incoming chunk; the chunks of
+    ``size`` are then sliced off by C iterators, with no Python frame per chunk
+    given out (a batch of an indexed pass costs what a numpy slice costs).
 
     >>> import numpy as np
-    >>> [c.tolist() for c in rechunk([np.arange(3), np.arange(3, 8)], 4)]
+    >>> [c.tolist() for c in rechunk([np.arange(3), np.arange(3, 9)], 4)]
+    [[0, 1, 2, 3], [4, 5, 6, 7], [8]]
+    >>> [c.tolist() for c in rechunk([np.arange(3), np.arange(3, 9)], 4, drop_short=True)]
     [[0, 1, 2, 3], [4, 5, 6, 7]]
     """
+    return itertools.chain.from_iterable(map(functools.partial(_cut, size=size), _joined(chunks, size, drop_short)))
+
+
+def _joined(chunks: Iterable[np.ndarray], size: int, drop_short: bool) -> Iterator[np.ndarray]:
+    """The chunks' indices regrouped into arrays whose lengths are multiples of ``size``, then the rest (if any)."""
     pending: list[np.ndarray] = []
     have = 0
     for chunk in chunks:
@@ -84,10 +97,14 @@ def rechunk(chunks: Iterable[np.ndarray], size: int) -> Iterator[np.ndarray]:
         if have < size:
             continue
         joined = np.concatenate(pending) if len(pending) > 1 else pending[0]
-        cut = len(joined) - len(joined) % size
-        for start in range(0, cut, size):
-            yield joined[start:start + size]
-        rest = joined[cut:]
-        pending, have = ([rest], len(rest)) if len(rest) else ([], 0)
-    if have:
+        cut = have - have % size
+        yield joined[:cut] if cut < have else joined
+        pending, have = ([joined[cut:]], have - cut) if cut < have else ([], 0)
+    if have and not drop_short:
         yield np.concatenate(pending) if len(pending) > 1 else pending[0]
+
+
+def _cut(joined: np.ndarray, size: int) -> Iterator[np.ndarray]:
+    """``joined`` in consecutive views of ``size`` indices (the last may be shorter), as a C iterator."""
+    n = len(joined)
+    return map(joined.__getitem__, map(slice, range(0, n, size), range(size, n + size, size)))

@@ -47,6 +47,11 @@ a stage of the pipeline draws per pass, a copy whose ``bound_pass`` is p:
 ``gather(idx)``     the entries at many indices, as any iterable: a list made
                     at once (vectorised), or an iterator making each as read
 ``gather_columns``  one array per column for many indices, or None
+``column_arrays``   the arrays ``gather_columns`` takes its columns from
+                    (a tuple, or one array): ``gather_columns(idx)`` is
+                    ``a[idx]`` of each; None (the default) when it does
+                    more than take. ``batching.collated`` takes numeric ones
+                    itself, with C iterators and no check a batch
 ``wire_columns``    ``gather_columns`` in fewer bytes for a server to send
                     (a token file's own dtype), and how the client turns
                     them back (``readers.network.wire.decode_column``); None
@@ -358,6 +363,18 @@ class Stage(Node):
 
     def gather_columns(self, indices: np.ndarray) -> tuple | np.ndarray | None:
         """One array per column for ``indices``, or None when entries are not columnar."""
+        return None
+
+    def column_arrays(self) -> tuple | np.ndarray | None:
+        """The arrays ``gather_columns`` takes from, when ``gather_columns(idx)`` is ``a[idx]`` of each of them (a
+        tuple of arrays, or one array for one), or None (the default) when it does more than that.
+
+        >>> from readers import from_arrays, from_sequence
+        >>> [a.tolist() for a in from_arrays(np.arange(2), np.ones(2)).column_arrays()]
+        [[0, 1], [1.0, 1.0]]
+        >>> from_sequence("ab").column_arrays() is None
+        True
+        """
         return None
 
     def wire_columns(self, indices: np.ndarray) -> tuple[Any, Any] | None:

@@ -25,7 +25,8 @@ def _defined_in(package, obj) -> bool:
 @pytest.mark.parametrize("package", PACKAGES, ids=lambda p: p.__name__)
 def test_all_is_sorted_and_complete(package):
     assert package.__all__ == sorted(package.__all__)
-    public = {name for name, obj in vars(package).items() if not name.startswith("_") and not inspect.ismodule(obj)}
+    # dir(), not vars(): readers imports some names on first use (PEP 562), and its __dir__ lists them
+    public = {name for name in dir(package) if not name.startswith("_") and not inspect.ismodule(getattr(package, name))}
     imported = {name for name in public - ALIASES if not _defined_in(package, getattr(package, name))}
     assert imported == IMPORTED.get(package.__name__, set()), (
         f"{package.__name__} holds public names from elsewhere; export them (and list them here) or import "

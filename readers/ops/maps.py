@@ -8,7 +8,6 @@ planned, and over a stream it streams. One class per decorator serves all three.
 from __future__ import annotations
 
 import functools
-import hashlib
 import itertools
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
@@ -183,6 +182,8 @@ def key_id(value: Any) -> int:
     else:
         raise BadType(f"random_map: key returned {type(value).__name__} {value!r:.60}; a key names a sample for good: "
                       "an int, str or bytes")
+    import hashlib  # on first use, as in readers.digests
+
     return int.from_bytes(hashlib.blake2b(named, digest_size=8).digest(), "little") >> 1
 
 

@@ -6,7 +6,6 @@ pass is seeded with both, never with time, pid or the global ``random``.
 from __future__ import annotations
 
 import itertools
-import secrets
 from collections.abc import Iterator
 from operator import itemgetter
 from typing import Any
@@ -47,6 +46,8 @@ def check_seed(seed: Any, where: str) -> int:
     readers.errors.BadValue: shuffle: seed must be an int >= 0 or None, got -1
     """
     if seed is None:
+        import secrets  # on first use: it loads hmac and OpenSSL
+
         return DrawnSeed(secrets.randbits(63))
     if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)) or seed < 0:
         raise BadValue(f"{where}: seed must be an int >= 0 or None, got {seed!r}")

@@ -39,6 +39,9 @@ class FromArrays(IndexedReader):
     def gather_columns(self, indices: np.ndarray) -> tuple:
         return tuple(a[indices] for a in self.arrays)
 
+    def column_arrays(self) -> tuple:
+        return self.arrays
+
     def _options(self) -> str:
         return f"{self._n} rows: " + ", ".join(_shape_text(a) for a in self.arrays)
 
@@ -104,6 +107,9 @@ class NpArray(IndexedReader):
 
     def gather_columns(self, indices: np.ndarray) -> np.ndarray:
         return self.array[indices]
+
+    def column_arrays(self) -> np.ndarray:
+        return self.array
 
     def _options(self) -> str:
         return f"{len(self.array)} rows: {_shape_text(self.array)}"

@@ -242,3 +242,105 @@ def test_collated_narrow_leaves_sources_without_narrower_columns_as_they_are():
     assert source.column_gathers == len(plain)  # through gather_ahead, as without narrow
     with pytest.raises(TypeError, match="narrow must be True or False"):
         batching.collated(batching.batch(source, 8), narrow="yes")
+
+
+# -- issue 32: the indexed path at the limit of a numpy take per batch ---------------------------
+
+
+def _python_frames(run):
+    """Python frames entered (calls and generator resumptions) while ``run()`` runs."""
+    import sys
+
+    count = 0
+
+    def profile(frame, event, arg):
+        nonlocal count
+        if event == "call":
+            count += 1
+
+    sys.setprofile(profile)
+    try:
+        run()
+    finally:
+        sys.setprofile(None)
+    return count
+
+
+@pytest.mark.parametrize("make", [lambda x, y: readers.from_arrays(x, y), lambda x, y: readers.np_array(x)],
+                         ids=["from_arrays", "np_array"])
+def test_collated_global_shuffle_enters_no_python_frame_a_batch(make):
+    """Regression from issue 32: each batch of collated(batch(shuffle(from_arrays(...)))) ran five generator
+    layers, a tuple built by a generator and two checks a column (0.94x a numpy take per batch); now a
+    batch is C iterators taking each column from its array: no Python frame a batch."""
+    x, y = make_data(4000)
+    r = batching.collated(batching.batch(readers.shuffle(make(x, y), seed=0), 8))
+    list(r())  # the first pass imports and caches what it needs
+    batches = []
+    frames = _python_frames(lambda: batches.extend(r()))
+    assert len(batches) == 500
+    assert frames < 100, f"{frames} Python frames for {len(batches)} batches"  # a pass's start and end
+
+
+def test_collated_takes_declared_numeric_columns_as_gather_columns_gives_them():
+    x, y = make_data()
+    r = readers.from_arrays(x, y)
+    fast = list(batching.collated(batching.batch(readers.shuffle(r, seed=3), 8))())
+    slow = list(batching.collated(batching.batch(readers.filter_entries(readers.shuffle(r, seed=3), bool), 8))())
+    assert len(fast) == len(slow) == 7
+    for (fx, fy), (sx, sy) in zip(fast, slow):
+        assert fx.dtype == sx.dtype == np.uint8 and fy.dtype == sy.dtype
+        assert np.array_equal(fx, sx) and np.array_equal(fy, sy)
+
+
+def test_collated_checks_each_batch_of_a_source_that_declares_no_arrays():
+    """A source whose gather_columns does more than take (column_arrays None) has every batch finished as collate
+    would."""
+
+    class Words(readers.IndexedReader):
+        name = "words"
+
+        def __len__(self):
+            return 4
+
+        def _get(self, i):
+            return "abcd"[i] * (i + 1), i
+
+        def gather_columns(self, indices):
+            return np.array([self._get(i)[0] for i in indices.tolist()], dtype=object), indices.copy()
+
+    (words, ids), = batching.collated(batching.batch(Words(), 4))()
+    assert words == ["a", "bb", "ccc", "dddd"] and ids.tolist() == [0, 1, 2, 3]
+
+
+def test_collated_reads_through_an_overridden_gather_ahead_even_with_declared_arrays():
+    """A source that reads ahead keeps doing so when it declares its arrays: the C path skips gather_ahead."""
+    seen = []
+
+    class Ahead(type(readers.from_arrays(np.arange(3)))):
+        def gather_ahead(self, chunks):
+            for indices, columns in super().gather_ahead(chunks):
+                seen.append(indices.tolist())
+                yield indices, columns
+
+    source = Ahead((np.arange(5),))
+    assert source.column_arrays()[0].tolist() == [0, 1, 2, 3, 4]
+    got = [c.tolist() for (c,) in batching.collated(batching.batch(source, 2))()]
+    assert got == seen == [[0, 1], [2, 3], [4]]
+
+
+@pytest.mark.parametrize("drop_last", [False, True])
+def test_batch_and_collated_of_a_long_global_shuffle_agree_with_its_entries(drop_last):
+    """Over the keyed permutation's chunks (more than SMALL samples, PERMUTE_CHUNK at a time) and a batch size
+    that divides no chunk, batches regroup across chunks exactly as the pass's entries run."""
+    from readers.ops import shuffling
+
+    n = shuffling.SMALL + 1001
+    r = readers.shuffle(readers.np_array(np.arange(n)), seed=4)
+    order = np.fromiter(r.run(2), dtype=np.int64)
+    expect = [order[k:k + 1000] for k in range(0, n, 1000)]
+    if drop_last:
+        expect = expect[:-1]
+    lists = batching.batch(r, 1000, drop_last)
+    collated = batching.collated(batching.batch(r, 1000, drop_last))
+    assert [np.asarray(b).tolist() for b in lists.run(2)] == [e.tolist() for e in expect]
+    assert [b.tolist() for b in collated.run(2)] == [e.tolist() for e in expect]

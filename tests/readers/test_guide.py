@@ -102,7 +102,8 @@ def _hooks_in_tables(doc: str) -> list[list[str]]:
 
 HOOKS = [["name", "_options", "access", "_stream", "_seek", "_plan", "positions", "seed", "finish_pass",
           "with_parents"],
-         ["__len__", "_get", "gather", "gather_columns", "wire_columns", "sample_ids", "groups", "gather_ahead", "bound_pass"],
+         ["__len__", "_get", "gather", "gather_columns", "column_arrays",
+          "wire_columns", "sample_ids", "groups", "gather_ahead", "bound_pass"],
          ["share", "per_entry", "unresumable", "in_workers", "share_count"],
          ["draws_per_pass", "unrepeatable", "batched", "identity", "digest", "stands_for", "by_key"]]
 

@@ -99,3 +99,25 @@ def test_indexed_pass_does_per_entry_work_only_for_entries_read(wrap, kind):
     first = [next(it) for _ in range(3)]
     assert len(calls) == 3, f"{len(calls)} entries made for the first 3 read (a plan chunk ahead)"
     assert first == list(wrap(base)())[:3]
+
+
+@settings(max_examples=100, deadline=None)
+@given(sizes=chunkings, size=st.integers(1, 9))
+def test_rechunk_drop_short_leaves_out_only_a_short_last_chunk(sizes, size):
+    whole = flat(chunked(sizes))
+    got = list(rechunk(iter(chunked(sizes)), size, drop_short=True))
+    assert all(len(c) == size for c in got) and flat(got) == whole[:len(whole) - len(whole) % size]
+
+
+def test_rechunk_reads_no_chunk_before_it_is_needed():
+    pulled = []
+
+    def chunks():
+        for k in range(3):
+            pulled.append(k)
+            yield np.arange(4 * k, 4 * k + 4)
+
+    it = rechunk(chunks(), 2)
+    assert next(it).tolist() == [0, 1] and pulled == [0]
+    assert next(it).tolist() == [2, 3] and pulled == [0]
+    assert next(it).tolist() == [4, 5] and pulled == [0, 1]
