@@ -95,6 +95,7 @@ def xmap_readers(mapper: Callable, reader: Reader, process_num: int, buffer_size
 
 class MultiprocessReader(Prefetch):
     name = "multiprocess_reader"
+    deals = False  # each worker runs a reader of its own
 
     def __init__(self, readers: tuple, use_pipe: bool, queue_size: int, start_method: str | None,
                  restarts: int):
