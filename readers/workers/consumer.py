@@ -7,7 +7,10 @@ reader takes that worker's share.
 
 Workers send entries in messages, at most ``limit`` entries ahead of the
 consumer (``readers.workers.worker``, the code that runs inside a worker):
-credit-based flow control, no busy waiting.
+credit-based flow control, no busy waiting. Process workers that each run the
+whole job (an index-addressed one) are instead dealt blocks of positions as
+they finish the earlier ones, as ``multiprocessing.Pool.imap`` deals chunks
+(``Pool._dealt``): a worker on a slower core makes fewer.
 
 The workers run in threads or processes (``readers.workers.channels``); a
 process worker that dies is noticed at once, named with its exit code or
@@ -283,11 +286,13 @@ class Pool:
 
         A worker that runs slower (on a busy core, or a core's other hyperthread) makes fewer blocks,
         where fixed shares would hold every worker to the slowest one's pace. At most ``BLOCKS_AHEAD``
-        blocks a worker are dealt and not yet handed out. A block that comes back short is the pass's end.
+        blocks are dealt to a worker and not yet made; made and not yet handed out (waiting for an earlier
+        block), about ``AHEAD`` seconds of output a worker by default, or ``limit`` entries. A block that
+        comes back short is the pass's end.
         """
         k, backend = len(self.jobs), self.backend
         ahead = min(BLOCKS_AHEAD, self.limit) if self.limit else BLOCKS_AHEAD
-        window = k * ahead
+        window = k * (ahead if self.limit else max(ahead, round(worker_side.AHEAD / BLOCK_SECONDS)))
         start, end = self.cursors[0], math.inf if self.length is None else self.length
         queues: list[collections.deque] = [collections.deque() for _ in range(k)]  # each worker's blocks, in order
         pending: dict[int, list] = {}  # a block dealt and not handed out: [start, size, entries, ended]

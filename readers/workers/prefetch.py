@@ -305,7 +305,10 @@ def prefetch(reader: Reader, workers: int = 1, *, mode: str = "thread", buffer_s
     says local worker w of n), and keeps entries w, w + n, w + 2n, ... of the
     pass: an index-addressed pipeline reads only those samples, a stream is
     read by every worker and every n-th entry kept (a ``map_readers`` on a
-    stream is split below, so its work is divided too). With ``ordered=True``
+    stream is split below, so its work is divided too). Process workers of an
+    index-addressed pipeline are instead dealt blocks of consecutive entries
+    as they finish the earlier ones (as ``multiprocessing.Pool.imap`` deals
+    chunks), so a worker on a slower core makes fewer; not with ``restarts``. With ``ordered=True``
     (the default) the workers' entries are merged round-robin, which gives
     exactly the entries and order of ``reader`` alone, so positions save and
     resume as usual; ``ordered=False`` yields them as they are ready.
