@@ -281,9 +281,16 @@ class Processes:
             if ring is not None:
                 ring.collect()
             if self.blocks:  # its blocks come as the merge deals them
-                if p is None or conn is None or not p.is_alive():
-                    self._bury(w)
-                    self.start(w, cursor)
+                if p is not None and conn is not None and p.is_alive():
+                    try:
+                        if ring is not None and ring.tail < ring.seen:  # arrays still held: it frees in order
+                            conn.send_bytes(worker_side.FRESH_RING)
+                            self._send_ring(w)
+                        continue
+                    except OSError:
+                        pass  # it is going: start another
+                self._bury(w)
+                self.start(w, cursor)
                 continue
             fresh = ring is not None and ring.tail < ring.seen  # arrays still held: it frees in order
             if p is not None and conn is not None and p.is_alive():

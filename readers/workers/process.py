@@ -38,6 +38,7 @@ from readers.workers.worker import (
     DONE,
     ENTRIES,
     FAILED,
+    FRESH_RING,
     PASS,
     STOPPED,
     Inbox,
@@ -282,6 +283,7 @@ def process_main(w: int, job: Any, first: tuple[int, int] | None, context: tuple
 
     def dealt_blocks() -> None:
         """Make the blocks dealt, in order; a cancel (or the pass's iterator failing) ends the block."""
+        nonlocal writer
         inbox, running, plan = Inbox(conn), None, None  # the pass whose blocks run, until it ends
         while True:
             try:
@@ -290,6 +292,10 @@ def process_main(w: int, job: Any, first: tuple[int, int] | None, context: tuple
                 if running is not None:
                     end_pass(job)
                 raise _Gone from None
+            if data == FRESH_RING:  # (sent between passes, to a worker at rest)
+                if writer is not None:
+                    writer = _fresh_ring(conn, writer)
+                continue
             if data == CANCEL:  # (at rest: its blocks are made, or dropped below)
                 inbox.cancelled = True
             if not inbox.cancelled:

@@ -29,7 +29,7 @@ from readers.launch import worker_context
 from readers.parents import iterate
 from readers.passes import close_iterator, end_pass
 
-__all__ = ["BLOCK", "Credits", "Inbox", "PipeCredits", "Watch", "block_message", "cap", "in_context", "pass_message",
+__all__ = ["BLOCK", "FRESH_RING", "Credits", "Inbox", "PipeCredits", "Watch", "block_message", "cap", "in_context", "pass_message",
            "pump", "thread_main"]
 
 CHUNK = 1 << 16  # entries per message at most
@@ -45,6 +45,7 @@ PASS = struct.Struct("<qq")  # pass id, cursor
 # finishes the earlier ones, as multiprocessing.Pool.imap deals chunks, so a worker that runs slower (a busy or
 # shared core) takes fewer, where a fixed share would hold every worker back to the slowest one's pace
 BLOCK = struct.Struct("<qqq")  # pass id, first position, how many
+FRESH_RING = b"F"  # (to an idle block worker) the descriptor of a new ring for its arrays follows
 
 
 def pump(it: Iterator, send: Callable[[list], None], credits: Any, stats: list,

@@ -19,8 +19,10 @@ import signal
 import textwrap
 import warnings
 
+import numpy as np
 import pytest
 
+import readers
 from readers import (
     WorkerDiedError,
     from_sequence,
@@ -429,3 +431,18 @@ def test_arrays_held_from_a_pass_keep_later_passes_in_shared_memory(no_leaks):
     del held, it
     gc.collect()
     wait_until(lambda: len(open_descriptors()) <= fds, HANG, "the rings' descriptors to close")
+
+
+def test_arrays_held_from_a_pass_keep_later_passes_of_dealt_blocks_in_shared_memory(no_leaks):
+    """Issue 32: kept workers of dealt blocks get a new ring between passes too, as those of fixed shares do."""
+    source = readers.from_arrays(np.zeros((100, 65536)))  # 25 MB a worker a pass: 4 passes outgrow one ring
+    with prefetch(source, 2, mode="process", start_method="fork", persistent=True) as r:
+        assert r._deals()
+        held = []
+        for _ in range(4):
+            it = r()
+            held.append(next(it))  # entry 0 of each pass, a view of that pass's ring
+            assert sum(1 for _ in it) == 99
+            assert r.stats()["shm_bytes"] >= 99 * 65536 * 8  # not in-band
+        assert all((a == 0).all() and a.shape == (65536,) for (a,) in held)
+    del held, it
