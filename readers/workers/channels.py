@@ -262,6 +262,10 @@ class Processes:
             self.conns[w].close()
             self.conns[w] = None
 
+    def finish(self, w: int) -> None:
+        """Close worker ``w``'s pipe: it gets no more blocks this pass (not for kept workers), so it ends."""
+        self._retire(w)
+
     def deal(self, w: int, start: int, n: int) -> None:
         """Ask worker ``w`` for ``n`` entries of this pass from position ``start``, after its other blocks."""
         self.outstanding[w] += 1

@@ -274,10 +274,12 @@ class Pool:
         known), within ``limit`` over the blocks it has dealt, and smaller towards the pass's end (so the
         workers end together)."""
         made, busy = self.stats.per_worker[w][:2]
-        n = int(made / busy * BLOCK_SECONDS) if busy > 0 else 1
+        if busy <= 0:
+            return 1  # (its first: the next entry may take long, and the consumer waits for it)
+        n = made / busy * BLOCK_SECONDS
+        n = min(n, max((end - start) // (2 * len(self.jobs)), n / 8))  # towards the end, down to an eighth
         if self.limit:
             n = min(n, self.limit // ahead)
-        n = min(n, (end - start) // (2 * len(self.jobs)))
         return int(max(1, min(n, worker_side.CHUNK)))
 
     def _dealt(self) -> Iterator:
@@ -304,7 +306,9 @@ class Pool:
                     handed += 1
                     if block[2]:
                         yield self._hand(block[2])
-            wanting = [w for w in range(k) if len(queues[w]) < ahead]
+            # a worker whose rate is not known yet gets one block (of one entry) at a time
+            room = [ahead if self.stats.per_worker[w][1] > 0 else 1 for w in range(k)]
+            wanting = [w for w in range(k) if len(queues[w]) < room[w]]
             while wanting and start < end and len(pending) < window:  # round-robin: block b to worker b % k at first
                 for w in wanting:
                     if start >= end or len(pending) >= window:
@@ -314,7 +318,7 @@ class Pool:
                     queues[w].append(dealt)
                     backend.deal(w, start, n)
                     dealt, start = dealt + 1, start + n
-                wanting = [w for w in wanting if len(queues[w]) < ahead]
+                wanting = [w for w in wanting if len(queues[w]) < room[w]]
             if not pending:
                 return
             t0 = time.perf_counter()
@@ -339,6 +343,8 @@ class Pool:
             block[3] = True
             if len(block[2]) < block[1]:  # the pass ends in it
                 end = min(end, block[0] + len(block[2]))
+            if start >= end and not queues[i] and not backend.persistent:
+                backend.finish(i)  # it gets no more: let it end now, while the others finish theirs
             if not self.ordered:
                 del pending[index]
                 if block[2]:

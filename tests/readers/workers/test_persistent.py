@@ -412,7 +412,8 @@ def test_read_in_another_worker_context_the_stage_gets_workers_for_it(no_leaks):
         for context in [(0, 2), (1, 2), (1, 2), (0, 2)]:
             with worker_context(*context):
                 got = list(r())
-                assert got == list(fresh())
+                # which worker maps which entry is whichever was free (dealt blocks, issue 32)
+                assert [x for x, _, _ in got] == [x for x, _, _ in fresh()] == list(range(8))
                 assert {(w, n) for _, w, n in got} == {(context[0], 4), (context[0] + 2, 4)}
 
 
