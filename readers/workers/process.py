@@ -47,7 +47,7 @@ from readers.workers.worker import (
     pump,
 )
 
-__all__ = ["WATCH_THREAD", "PlanBlocks", "next_pass_of", "process_main"]
+__all__ = ["PlanBlocks", "WATCH_THREAD", "next_pass_of", "process_main"]
 
 WATCH_THREAD = "readerkit-watch-parent"  # a worker's thread that waits for its parent's end (see _die_with_parent)
 

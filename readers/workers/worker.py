@@ -29,8 +29,8 @@ from readers.launch import worker_context
 from readers.parents import iterate
 from readers.passes import close_iterator, end_pass
 
-__all__ = ["BLOCK", "FRESH_RING", "Credits", "Inbox", "PipeCredits", "Watch", "block_message", "cap", "in_context", "pass_message",
-           "pump", "thread_main"]
+__all__ = ["BLOCK", "Credits", "FRESH_RING", "Inbox", "PipeCredits", "Watch", "block_message", "cap", "in_context",
+           "pass_message", "pump", "thread_main"]
 
 CHUNK = 1 << 16  # entries per message at most
 AHEAD = 0.2  # seconds of a worker's output it may make ahead, when no buffer size is given
