@@ -11,7 +11,10 @@
    shows how much parallelism the (shared) machine gave during the run. Row 1e
    is one process worker against serial: what the hand-off costs per entry
    (issue 17's goal: >= 0.95x); row 1f the same with ``persistent=True``,
-   whose passes after the first start no process.
+   whose passes after the first start no process. Rows 1g and 1h hold the
+   limit (issue 32): ``multiprocessing.Pool(2).imap(f, ..., chunksize=256)``,
+   start and join included, against prefetch with 2 processes and the same
+   with ``persistent=True``. Goal: >= 0.9x.
 2. Trivial map (x + 1) over 2,000,000 ints: prefetch with 2 processes (goal
    >= 0.8x serial) and 2 threads (for information). Beside it, torch's
    DataLoader on the same data and work (a map-style dataset whose item i is
@@ -64,6 +67,7 @@ from readers import allocator  # noqa: E402
 from readers.workers.channels import pick_start_method  # noqa: E402
 
 ENTRY_US = 50  # row 1's work per entry
+POOL_CHUNK = 256  # rows 1g and 1h: the Pool's chunksize (256 entries of 50 us: 13 ms a chunk)
 XMAP_BUFFER = 256  # row 1's xmap_readers buffer_size
 BATCH = 64  # row 3's batch size
 SIZES = {  # name: (default, --quick)
@@ -266,13 +270,21 @@ def bare_processes(n: int, rounds: int, workers: int, start_method: str | None) 
     return n
 
 
+def pool_imap(n: int, rounds: int, workers: int, start_method: str | None) -> int:
+    """The same work through ``multiprocessing.Pool.imap``, results taken in order as they come: the limit."""
+    with multiprocessing.get_context(pick_start_method(start_method)).Pool(workers) as pool:
+        return count(pool.imap(functools.partial(busy, rounds=rounds), range(n), chunksize=POOL_CHUNK))
+
+
 def cpu_rows(n: int, repeats: int, start_method: str | None) -> list[Row]:
     rounds = calibrate(ENTRY_US)
     work = functools.partial(busy, rounds=rounds)
     indexed, stream = readers.from_sequence(range(n)), functools.partial(ints, n)
     process = {"mode": "process", "start_method": start_method}
     kept = readers.prefetch(readers.map_readers(work, indexed), 1, persistent=True, **process)
-    serial, serial_stream, single, single_kept, parallel, parallel_stream, xmap, bare = interleaved([
+    kept2 = readers.prefetch(readers.map_readers(work, indexed), 2, persistent=True, **process)
+    (serial, serial_stream, single, single_kept, parallel, parallel_stream, xmap, bare, parallel_kept,
+     pool) = interleaved([
         trial(readers.map_readers(work, indexed), count),
         trial(readers.map_readers(work, stream), count),
         trial(readers.prefetch(readers.map_readers(work, indexed), 1, **process), count),
@@ -281,8 +293,11 @@ def cpu_rows(n: int, repeats: int, start_method: str | None) -> list[Row]:
         trial(readers.prefetch(readers.map_readers(work, stream), 2, **process), count),
         trial(readers.xmap_readers(work, indexed, 2, XMAP_BUFFER, order=True, **process), count),
         (functools.partial(bare_processes, n, rounds, 2, start_method), None),
+        trial(kept2, count),
+        (functools.partial(pool_imap, n, rounds, 2, start_method), None),
     ], repeats)
     kept.close()
+    kept2.close()
     us = serial.seconds / n * 1e6
     print(f"  1: {rounds} LCG rounds per entry, {us:.0f} us per entry serially; "
           f"the machine gives 2 bare processes {rate(bare) / rate(serial):.2f}x", file=sys.stderr)
@@ -297,6 +312,10 @@ def cpu_rows(n: int, repeats: int, start_method: str | None) -> list[Row]:
                 "entries/s", 0.95),
         speedup(f"1f {us:.0f} us map, indexed: prefetch 1 proc, persistent / serial (no start)", single_kept,
                 serial, "entries/s", 0.95),
+        speedup(f"1g {us:.0f} us map, indexed: prefetch 2 proc / Pool(2).imap, chunksize {POOL_CHUNK}", parallel,
+                pool, "entries/s", 0.9),
+        speedup(f"1h {us:.0f} us map, indexed: prefetch 2 proc, persistent / Pool(2).imap", parallel_kept, pool,
+                "entries/s", 0.9),
     ]
 
 

@@ -144,6 +144,7 @@ class Processes:
 
     def __init__(self, pool: Any, pass_id: int, cursors: list[int], persistent: bool = False):
         self.pool, self.pass_id, self.persistent = pool, pass_id, persistent
+        self.blocks = getattr(pool, "blocks", False)  # the workers make the blocks ``deal`` sends (see Pool)
         self.method = pick_start_method(pool.start_method)
         # the threads that make spawn the choice, named if a job will not pickle (this one, if not main, last)
         others = [t for t in threading.enumerate() if t is not threading.main_thread()]
@@ -155,6 +156,7 @@ class Processes:
         self.conns: list[Any] = [None] * n
         self.rings: list[shared_memory.RingReader | None] = [None] * n
         self.done = [False] * n  # whether worker w said its last word of this pass
+        self.outstanding = [0] * n  # blocks dealt to worker w and not yet ended (blocks only)
         self.torn: set = set()  # workers whose pipe an interrupt left mid-message: only fit to be stopped
         self.watches: dict = {}  # of recv (see _watch); cleared whenever a pipe opens or closes
         if persistent:
@@ -200,15 +202,16 @@ class Processes:
         inherited = [c for c in self.conns if c is not None] if self.method == "fork" else []
         p = self.ctx.Process(
             target=worker_process.process_main, name=f"readerkit-{self.pool.name}-{w}", daemon=True,
-            args=(w, self.jobs[w] if self.method == "fork" else None, (self.pass_id, cursor), self.pool.contexts[w],
-                  theirs, self.pool.limit, spec, os.getpid(), inherited, self.pool.where(w), self.persistent,
+            args=(w, self.jobs[w] if self.method == "fork" else None, None if self.blocks else (self.pass_id, cursor),
+                  self.pool.contexts[w], theirs, self.pool.limit, spec, os.getpid(), inherited, self.pool.where(w),
+                  self.persistent,
                   # a kept worker outlives a pass, and so maybe the thread that ran the pass
-                  not self.persistent or threading.current_thread() is threading.main_thread()))
+                  not self.persistent or threading.current_thread() is threading.main_thread(), self.blocks))
         try:
             p.start()
         finally:
             theirs.close()  # now only the worker holds its end: its death reads as end of file
-        self.procs[w], self.done[w] = p, False
+        self.procs[w], self.done[w], self.outstanding[w] = p, False, 0
         if self.method != "fork":
             # On the pipe, not in the process arguments: multiprocessing writes those to a
             # pipe the child may never read (a script without a main guard dies first), and
@@ -244,6 +247,8 @@ class Processes:
                     self.pool.stats.per_worker[i] = list(stats)
                     if kind == worker_side.ENTRIES:
                         payload = shared_memory.unfold(payload)
+                    elif self.blocks:
+                        self.outstanding[i] -= 1  # (a block's last word: the worker goes on with the next)
                     else:
                         self._retire(i)
                     return i, kind, payload
@@ -257,6 +262,18 @@ class Processes:
             self.conns[w].close()
             self.conns[w] = None
 
+    def finish(self, w: int) -> None:
+        """Close worker ``w``'s pipe: it gets no more blocks this pass (not for kept workers), so it ends."""
+        self._retire(w)
+
+    def deal(self, w: int, start: int, n: int) -> None:
+        """Ask worker ``w`` for ``n`` entries of this pass from position ``start``, after its other blocks."""
+        self.outstanding[w] += 1
+        try:
+            self.conns[w].send_bytes(worker_side.block_message(self.pass_id, start, n))
+        except OSError:
+            pass  # it died: the next recv says how
+
     # -- kept workers (persistent) ----------------------------------------------
     def begin(self, pool: Any, pass_id: int, cursors: list[int]) -> None:
         """Start the next pass on the kept workers: a message each; one that has gone is started again."""
@@ -267,6 +284,18 @@ class Processes:
             p, conn, ring = self.procs[w], self.conns[w], self.rings[w]
             if ring is not None:
                 ring.collect()
+            if self.blocks:  # its blocks come as the merge deals them
+                if p is not None and conn is not None and p.is_alive():
+                    try:
+                        if ring is not None and ring.tail < ring.seen:  # arrays still held: it frees in order
+                            conn.send_bytes(worker_side.FRESH_RING)
+                            self._send_ring(w)
+                        continue
+                    except OSError:
+                        pass  # it is going: start another
+                self._bury(w)
+                self.start(w, cursor)
+                continue
             fresh = ring is not None and ring.tail < ring.seen  # arrays still held: it frees in order
             if p is not None and conn is not None and p.is_alive():
                 try:
@@ -287,6 +316,8 @@ class Processes:
         for w in self.torn:
             self._bury(w)
         self.torn.clear()
+        if self.blocks:  # a worker with blocks dealt is cancelled, and answers that with its one last word
+            self.done = [not k for k in self.outstanding]
         late = [w for w, conn in enumerate(self.conns) if conn is not None and not self.done[w]]
         for w in late:
             try:
@@ -300,7 +331,8 @@ class Processes:
                     if not conn.poll(max(0.0, deadline - time.monotonic())):
                         raise TimeoutError
                     kind = shared_memory.unpack(conn.recv_bytes(), self.rings[w])[0]  # (its arrays freed at once)
-                    self.done[w] = kind != worker_side.ENTRIES
+                    self.done[w] = kind == worker_side.STOPPED if self.blocks else kind != worker_side.ENTRIES
+                self.outstanding[w] = 0
             except (EOFError, OSError, TimeoutError):
                 self._bury(w)
             except BaseException:  # interrupted while draining: this worker cannot be trusted again

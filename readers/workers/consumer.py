@@ -7,7 +7,10 @@ reader takes that worker's share.
 
 Workers send entries in messages, at most ``limit`` entries ahead of the
 consumer (``readers.workers.worker``, the code that runs inside a worker):
-credit-based flow control, no busy waiting.
+credit-based flow control, no busy waiting. Process workers that each run the
+whole job (an index-addressed one) are instead dealt blocks of positions as
+they finish the earlier ones, as ``multiprocessing.Pool.imap`` deals chunks
+(``Pool._dealt``): a worker on a slower core makes fewer.
 
 The workers run in threads or processes (``readers.workers.channels``); a
 process worker that dies is noticed at once, named with its exit code or
@@ -18,6 +21,7 @@ with the process that started them.
 from __future__ import annotations
 
 import collections
+import math
 import operator
 import signal
 import time
@@ -33,7 +37,10 @@ from readers.workers import worker as worker_side
 from readers.workers.channels import Died, Processes, Threads
 from readers.workers.forwarding import unpack_error
 
-__all__ = ["PassStats", "Pool", "WorkerDiedError", "merged_cursors"]
+__all__ = ["BLOCKS_AHEAD", "BLOCK_SECONDS", "PassStats", "Pool", "WorkerDiedError", "merged_cursors"]
+
+BLOCKS_AHEAD = 4  # blocks dealt to a worker at a time: it goes on with the next while the consumer answers
+BLOCK_SECONDS = 0.01  # of a worker's output, about, in a block (multiprocessing.Pool's 256 entries of 50 us: 13 ms)
 
 
 class WorkerDiedError(ReaderkitError, RuntimeError):
@@ -156,7 +163,8 @@ class Pool:
 
     def __init__(self, name: str, jobs: Sequence[Any], contexts: Sequence[tuple | None], *, processes: bool,
                  ordered: bool, limit: int | None, labels: Sequence[str], start_method: str | None = None,
-                 restarts: int = 0, warned: set | None = None, keeper: Any = None):
+                 restarts: int = 0, warned: set | None = None, keeper: Any = None, blocks: bool = False,
+                 length: int | None = None):
         self.name, self.jobs, self.contexts = name, list(jobs), list(contexts)
         self.warned = set() if warned is None else warned  # warnings given already (a stage's own: once per stage)
         self.processes, self.ordered, self.limit = processes, ordered, limit
@@ -166,6 +174,8 @@ class Pool:
         self.stats = PassStats(len(self.jobs), "process" if processes else "thread")
         self.received = [0] * len(self.jobs)
         self.first = 0  # the worker the ordered merge begins with (see run)
+        # dealt blocks (process workers, every one running the whole job): see _dealt
+        self.blocks, self.length = blocks and processes and not restarts, length
 
     def run(self, pass_id: int, cursors: Sequence[int], first: int = 0) -> _Merged:
         """Start the workers (at the first entry asked for) and give the merged entries; closing stops them.
@@ -187,7 +197,7 @@ class Pool:
             if backend is None:
                 backend = (Processes if self.processes else Threads)(self, pass_id, self.cursors)
             self.backend = backend
-            yield from (self._ordered() if self.ordered else self._unordered())
+            yield from (self._dealt() if self.blocks else self._ordered() if self.ordered else self._unordered())
         finally:
             self.stats.ended = time.perf_counter()
             # settle the count, and let go of the last run's unread rest (its arrays may view a ring)
@@ -258,6 +268,87 @@ class Pool:
         self.stats.piece = it = iter(run)
         self.stats.entries += len(run)
         return it
+
+    def _block_size(self, w: int, start: int, end: float, ahead: int) -> int:
+        """Entries of worker ``w``'s next block: about ``BLOCK_SECONDS`` of its output (one until its rate is
+        known), within ``limit`` over the blocks it has dealt, and smaller towards the pass's end (so the
+        workers end together)."""
+        made, busy = self.stats.per_worker[w][:2]
+        if busy <= 0:
+            return 1  # (its first: the next entry may take long, and the consumer waits for it)
+        n = made / busy * BLOCK_SECONDS
+        n = min(n, max((end - start) // (2 * len(self.jobs)), n / 8))  # towards the end, down to an eighth
+        if self.limit:
+            n = min(n, self.limit // ahead)
+        return int(max(1, min(n, worker_side.CHUNK)))
+
+    def _dealt(self) -> Iterator:
+        """Blocks of consecutive positions, dealt to whichever worker has fewer than ``BLOCKS_AHEAD`` to make,
+        as ``multiprocessing.Pool.imap`` deals chunks, handed out in order (or as they end, unordered).
+
+        A worker that runs slower (on a busy core, or a core's other hyperthread) makes fewer blocks,
+        where fixed shares would hold every worker to the slowest one's pace. At most ``BLOCKS_AHEAD``
+        blocks are dealt to a worker and not yet made; made and not yet handed out (waiting for an earlier
+        block), about ``AHEAD`` seconds of output a worker by default, or ``limit`` entries. A block that
+        comes back short is the pass's end.
+        """
+        k, backend = len(self.jobs), self.backend
+        ahead = min(BLOCKS_AHEAD, self.limit) if self.limit else BLOCKS_AHEAD
+        window = k * (ahead if self.limit else max(ahead, round(worker_side.AHEAD / BLOCK_SECONDS)))
+        start, end = self.cursors[0], math.inf if self.length is None else self.length
+        queues: list[collections.deque] = [collections.deque() for _ in range(k)]  # each worker's blocks, in order
+        pending: dict[int, list] = {}  # a block dealt and not handed out: [start, size, entries, ended]
+        dealt = handed = 0
+        while True:
+            if self.ordered:
+                while handed in pending and pending[handed][3]:
+                    block = pending.pop(handed)
+                    handed += 1
+                    if block[2]:
+                        yield self._hand(block[2])
+            # a worker whose rate is not known yet gets one block (of one entry) at a time
+            room = [ahead if self.stats.per_worker[w][1] > 0 else 1 for w in range(k)]
+            wanting = [w for w in range(k) if len(queues[w]) < room[w]]
+            while wanting and start < end and len(pending) < window:  # round-robin: block b to worker b % k at first
+                for w in wanting:
+                    if start >= end or len(pending) >= window:
+                        break
+                    n = self._block_size(w, start, end, ahead)
+                    pending[dealt] = [start, n, [], False]
+                    queues[w].append(dealt)
+                    backend.deal(w, start, n)
+                    dealt, start = dealt + 1, start + n
+                wanting = [w for w in wanting if len(queues[w]) < room[w]]
+            if not pending:
+                return
+            t0 = time.perf_counter()
+            try:
+                i, kind, payload = backend.recv(None)
+            except Died as died:
+                self.stats.consumer_wait += time.perf_counter() - t0
+                self._revive(died)  # (no restarts with blocks: it raises)
+                raise
+            self.stats.consumer_wait += time.perf_counter() - t0
+            index = queues[i][0]
+            block = pending[index]
+            if kind == worker_side.ENTRIES:
+                block[2] += payload
+                self.received[i] += len(payload)
+                self.stats.fill_sum += len(pending) / window
+                self.stats.fill_samples += 1
+                continue
+            if kind == worker_side.FAILED:
+                raise payload if isinstance(payload, BaseException) else unpack_error(payload, self.where(i))
+            queues[i].popleft()
+            block[3] = True
+            if len(block[2]) < block[1]:  # the pass ends in it
+                end = min(end, block[0] + len(block[2]))
+            if start >= end and not queues[i] and not backend.persistent:
+                backend.finish(i)  # it gets no more: let it end now, while the others finish theirs
+            if not self.ordered:
+                del pending[index]
+                if block[2]:
+                    yield self._hand(block[2])
 
     def _unordered(self) -> Iterator:
         live = len(self.jobs)

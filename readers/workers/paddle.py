@@ -63,7 +63,8 @@ def xmap_readers(mapper: Callable, reader: Reader, process_num: int, buffer_size
     runs pure-Python mappers in parallel (see ``prefetch`` for start methods,
     shared-memory arrays, restarts, and ``persistent=True``, which keeps the
     worker processes between passes). Worker w maps entries w, w + n, ... of
-    the pass; a stream is read by every worker. At most about ``buffer_size``
+    the pass (process workers over an index-addressed reader: the blocks they
+    are dealt, see ``prefetch``); a stream is read by every worker. At most about ``buffer_size``
     entries are ready ahead of the consumer. ``order=True`` yields results in
     input order, otherwise as they are ready. An exception in the mapper or
     the source ends the pass with that exception.
@@ -95,6 +96,7 @@ def xmap_readers(mapper: Callable, reader: Reader, process_num: int, buffer_size
 
 class MultiprocessReader(Prefetch):
     name = "multiprocess_reader"
+    deals = False  # each worker runs a reader of its own
 
     def __init__(self, readers: tuple, use_pipe: bool, queue_size: int, start_method: str | None,
                  restarts: int):

@@ -63,7 +63,7 @@ class Keeper:
                 return None
             self.busy, self.closing = True, False
             backend = self.backend
-        key = (tuple(pool.labels), tuple(pool.contexts))
+        key = (tuple(pool.labels), tuple(pool.contexts), getattr(pool, "blocks", False))
         try:
             if backend is not None and key != self.key:  # other jobs or contexts: other workers
                 self.backend = None

@@ -23,6 +23,7 @@ from readers.errors import BadType, BadValue, ReaderkitError
 from readers.graph import Node, Share, describe, walk
 from readers.launch import local_worker, worker_context
 from readers.ops.sharding import Shard, follows_workers
+from readers.parents import access_of
 from readers.stage import Reader, Stage
 from readers.workers.consumer import Pool, WorkerDiedError, merged_cursors
 from readers.workers.persistent import Keeper
@@ -84,10 +85,19 @@ def _contexts(n: int) -> list[tuple[int, int]]:
     return [(o + m * w, m * n) for w in range(n)]
 
 
+def _length(job: Any) -> int | None:
+    """The entries of a pass of ``job``, where it says."""
+    try:
+        return len(job)
+    except Exception:  # noqa: BLE001 - a reader without a length (or one that cannot tell here)
+        return None
+
+
 class Prefetch(Stage):
     """``workers`` replicas of a reader in threads or processes, merged (see ``prefetch``)."""
 
     name = "prefetch"
+    deals = True  # whether its process workers may make dealt blocks (see _deals)
     per_entry = "same"  # its entries are the reader's, unchanged: a shard above may split below it
 
     def __init__(self, reader: Reader, workers: int, mode: str, buffer_size: int | None, ordered: bool,
@@ -163,10 +173,12 @@ class Prefetch(Stage):
 
     def _jobs(self) -> tuple[list, list[str]]:
         """What each worker runs, and its name in errors: the same objects every pass, so that what a
-        job keeps between passes (a persistent prefetch inside it) is kept."""
+        job keeps between passes (a persistent prefetch inside it) is kept. Workers of dealt blocks
+        (``_deals``) each run the whole job, a block at a time."""
         if self._made is None:
             n, job = self.workers, self._job()
-            jobs = [Shard(job, w, n, None) for w in range(n)] if n > 1 and self._splits() else [job] * n
+            split = n > 1 and self._splits() and not self._deals()
+            jobs = [Shard(job, w, n, None) for w in range(n)] if split else [job] * n
             self._made = jobs, [f"{describe(job)}, {w + 1} of {n}" for w in range(n)]
         return self._made
 
@@ -208,12 +220,28 @@ class Prefetch(Stage):
         return len(self.reader)
 
     # -- passes -------------------------------------------------------------
+    def _deals(self) -> bool:
+        """Whether process workers make blocks of positions dealt as they go (``Pool``'s blocks, as
+        ``multiprocessing.Pool.imap`` deals chunks), not fixed shares: with several workers, no restarts,
+        where the job's passes are index plans (a block skips indices, not entries) and nothing in the
+        job follows the workers."""
+        if not (self.deals and self.mode == "process" and self.workers > 1 and not self.restarts and self._splits()):
+            return False
+        job = stage = self._job()
+        while isinstance(stage, Node) and stage.positions == 1:  # (a map's cursor is its parent's)
+            stage = stage.parents[0]
+        # a block's positions must be its entries: the job's cursor counts entries, not k positions each (a shard)
+        return access_of(job) != "stream" and not (isinstance(stage, Node) and stage.positions is not None)
+
     def _seek(self, pass_id: int, cursor: int) -> Iterator:
+        blocks = self._deals()
         jobs, labels = self._jobs()
         pool = Pool(self.name, jobs, _contexts(len(jobs)), processes=self.mode == "process", ordered=self.ordered,
                     limit=self.buffer_size, labels=labels, start_method=self.start_method, restarts=self.restarts,
-                    warned=self._warned, keeper=self._kept())
+                    warned=self._warned, keeper=self._kept(), blocks=blocks, length=_length(jobs[0]) if blocks else None)
         self._last[:] = [pool.stats]
+        if blocks:
+            return pool.run(pass_id, [cursor] * len(jobs))
         if self._splits() or not cursor:
             return pool.run(pass_id, [cursor] * len(jobs))
         # each worker reads its own share: the merged cursor gives each worker's, from their lengths
@@ -277,7 +305,10 @@ def prefetch(reader: Reader, workers: int = 1, *, mode: str = "thread", buffer_s
     says local worker w of n), and keeps entries w, w + n, w + 2n, ... of the
     pass: an index-addressed pipeline reads only those samples, a stream is
     read by every worker and every n-th entry kept (a ``map_readers`` on a
-    stream is split below, so its work is divided too). With ``ordered=True``
+    stream is split below, so its work is divided too). Process workers of an
+    index-addressed pipeline are instead dealt blocks of consecutive entries
+    as they finish the earlier ones (as ``multiprocessing.Pool.imap`` deals
+    chunks), so a worker on a slower core makes fewer; not with ``restarts``. With ``ordered=True``
     (the default) the workers' entries are merged round-robin, which gives
     exactly the entries and order of ``reader`` alone, so positions save and
     resume as usual; ``ordered=False`` yields them as they are ready.

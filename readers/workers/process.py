@@ -10,6 +10,7 @@ consumer decides when it stops) and dies with the process that started it.
 """
 from __future__ import annotations
 
+import collections
 import contextlib
 import ctypes
 import multiprocessing
@@ -24,23 +25,29 @@ from collections.abc import Iterator
 from multiprocessing import reduction
 from typing import Any
 
+import numpy as np
+
 from readers.errors import BadType
-from readers.parents import iterate
+from readers.parents import iterate, open_plan
 from readers.passes import close_iterator, end_pass
 from readers.workers import shared_memory
 from readers.workers.forwarding import pack_error
 from readers.workers.worker import (
+    BLOCK,
+    CANCEL,
     DONE,
     ENTRIES,
     FAILED,
+    FRESH_RING,
     PASS,
     STOPPED,
+    Inbox,
     PipeCredits,
     in_context,
     pump,
 )
 
-__all__ = ["WATCH_THREAD", "next_pass_of", "process_main"]
+__all__ = ["PlanBlocks", "WATCH_THREAD", "next_pass_of", "process_main"]
 
 WATCH_THREAD = "readerkit-watch-parent"  # a worker's thread that waits for its parent's end (see _die_with_parent)
 
@@ -113,6 +120,56 @@ def _fresh_ring(conn: Any, old: shared_memory.RingWriter) -> shared_memory.RingW
     return shared_memory.RingWriter(shared_memory.SharedFd(fd), size, 0)
 
 
+class PlanBlocks:
+    """The entries of one pass's blocks, read from one index plan that moves forward: a block further on
+    skips indices, never entries, and opening the plan (a shuffle's permutation) is paid once a pass;
+    a block behind where it stands opens the plan again there.
+
+    >>> from readers import from_sequence, shuffle
+    >>> r = shuffle(from_sequence(range(10)), seed=0)
+    >>> blocks = PlanBlocks(r, 0)
+    >>> order = list(r.run(0))
+    >>> list(blocks.entries(2, 3)) == order[2:5], list(blocks.entries(8, 5)) == order[8:]
+    (True, True)
+    >>> list(blocks.entries(0, 1)) == order[:1]
+    True
+    """
+
+    def __init__(self, job: Any, pass_id: int):
+        self.job, self.pass_id = job, pass_id
+        self.plan: Any = None
+        self.pos = 0  # the position the plan's next index is for
+        self.rest = np.empty(0, np.int64)  # indices of the current chunk not taken yet
+        self.chunks: Iterator = iter(())
+
+    def _take(self, k: int, keep: bool) -> np.ndarray | None:
+        """The next ``k`` indices (fewer at the pass's end), or nothing when not ``keep``."""
+        parts, have = [], 0
+        while have < k:
+            if not len(self.rest):
+                self.rest = next(self.chunks, None)
+                if self.rest is None:
+                    self.rest = np.empty(0, np.int64)
+                    break
+            part, self.rest = self.rest[:k - have], self.rest[k - have:]
+            have += len(part)
+            if keep:
+                parts.append(part)
+        self.pos += have
+        if not keep:
+            return None
+        return parts[0] if len(parts) == 1 else np.concatenate(parts) if parts else np.empty(0, np.int64)
+
+    def entries(self, start: int, n: int) -> Iterator:
+        """The pass's entries at positions ``start`` .. ``start + n - 1`` (fewer at its end)."""
+        if self.plan is None or start < self.pos:
+            self.plan = open_plan(self.job, self.pass_id, start)
+            self.chunks, self.pos, self.rest = iter(self.plan.chunks), start, np.empty(0, np.int64)
+        self._take(start - self.pos, False)
+        indices = self._take(n, True)
+        return iter(self.plan.source.gather(indices)) if len(indices) else iter(())
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -148,11 +205,13 @@ def _unsendable(where: str, chunk: list, first: int, exc: Exception) -> tuple[in
     return 0, exc
 
 
-def process_main(w: int, job: Any, first: tuple[int, int], context: tuple | None, conn: Any,
+def process_main(w: int, job: Any, first: tuple[int, int] | None, context: tuple | None, conn: Any,
                   limit: int | None, ring: tuple | None, parent: int, inherited: list, where: str,
-                  persistent: bool = False, tied: bool = True) -> None:
+                  persistent: bool = False, tied: bool = True, blocks: bool = False) -> None:
     """Process body: send pass ``first`` (pass id, cursor) of ``job`` as messages on ``conn``; a kept
     worker (``persistent``) then waits for the next pass message, until the consumer closes its end.
+    With ``blocks``, it makes the blocks the consumer deals instead (``first`` is None), each ended by
+    DONE; a cancel ends the blocks of a pass with STOPPED; until the consumer closes its end.
 
     ``inherited``: the consumer's ends of the pipes, which a forked worker holds
     copies of; closed first, so that the consumer closing its end reaches the worker.
@@ -222,6 +281,50 @@ def process_main(w: int, job: Any, first: tuple[int, int], context: tuple | None
             raise _Gone  # the consumer closed its end
         send(DONE if done else STOPPED, None)
 
+    def dealt_blocks() -> None:
+        """Make the blocks dealt, in order; a cancel (or the pass's iterator failing) ends the block."""
+        nonlocal writer
+        inbox, running, plan = Inbox(conn), None, None  # the pass whose blocks run, until it ends
+        while True:
+            try:
+                data = inbox.queued.popleft() if inbox.queued else conn.recv_bytes()
+            except (EOFError, OSError):  # the consumer closed its end: the pass is over
+                if running is not None:
+                    end_pass(job)
+                raise _Gone from None
+            if data == FRESH_RING:  # (sent between passes, to a worker at rest)
+                if writer is not None:
+                    writer = _fresh_ring(conn, writer)
+                continue
+            if data == CANCEL:  # (at rest: its blocks are made, or dropped below)
+                inbox.cancelled = True
+            if not inbox.cancelled:
+                pass_id, start, n = BLOCK.unpack(data[1:])
+                if pass_id != running:
+                    if running is not None:
+                        end_pass(job)
+                    running, stats[:], sent[0] = pass_id, [0, 0.0, 0.0, 0], 0
+                    plan = PlanBlocks(job, pass_id)
+                    count(0)
+                try:
+                    done = pump(plan.entries(start, n), send_chunk, inbox, stats, count)
+                except _Gone:
+                    raise
+                except BaseException as exc:
+                    send(FAILED, pack_error(exc))
+                    continue
+                if not (done or inbox.cancelled):
+                    raise _Gone  # the consumer closed its end
+                if done:
+                    send(DONE, None)
+                    continue
+            # cancelled: the pass is over; the consumer waits for this one word
+            inbox.cancelled, inbox.queued = False, collections.deque()
+            if running is not None:
+                end_pass(job)
+            running = plan = None
+            send(STOPPED, None)
+
     try:
         with in_context(context):
             try:
@@ -231,6 +334,8 @@ def process_main(w: int, job: Any, first: tuple[int, int], context: tuple | None
             except BaseException as exc:
                 send(FAILED, pack_error(exc))
                 raise _Gone from None  # (a kept worker that cannot load its job is of no use)
+            if blocks:
+                dealt_blocks()
             task: tuple | None = first
             while task is not None:
                 one_pass(task[0], task[1])

@@ -12,6 +12,7 @@ decides when they stop) and die with the process that started them.
 """
 from __future__ import annotations
 
+import collections
 import contextlib
 import itertools
 import math
@@ -28,7 +29,8 @@ from readers.launch import worker_context
 from readers.parents import iterate
 from readers.passes import close_iterator, end_pass
 
-__all__ = ["Credits", "PipeCredits", "Watch", "cap", "in_context", "pass_message", "pump", "thread_main"]
+__all__ = ["BLOCK", "Credits", "FRESH_RING", "Inbox", "PipeCredits", "Watch", "block_message", "cap", "in_context",
+           "pass_message", "pump", "thread_main"]
 
 CHUNK = 1 << 16  # entries per message at most
 AHEAD = 0.2  # seconds of a worker's output it may make ahead, when no buffer size is given
@@ -39,6 +41,11 @@ ENTRIES, DONE, FAILED, STOPPED = 0, 1, 2, 3  # message kinds (STOPPED: a kept wo
 # worker (``persistent``), CANCEL (abandon this pass) and a pass to run (``pass_message``)
 CANCEL = b"C"
 PASS = struct.Struct("<qq")  # pass id, cursor
+# dealt blocks (``block_message``): a worker of an index-addressed job is sent runs of positions to make as it
+# finishes the earlier ones, as multiprocessing.Pool.imap deals chunks, so a worker that runs slower (a busy or
+# shared core) takes fewer, where a fixed share would hold every worker back to the slowest one's pace
+BLOCK = struct.Struct("<qqq")  # pass id, first position, how many
+FRESH_RING = b"F"  # (to an idle block worker) the descriptor of a new ring for its arrays follows
 
 
 def pump(it: Iterator, send: Callable[[list], None], credits: Any, stats: list,
@@ -235,3 +242,50 @@ class PipeCredits(_Window):
         except (EOFError, OSError):
             return 0  # the consumer closed its end: stop
         return self.grant(want)
+
+
+def block_message(pass_id: int, start: int, count: int) -> bytes:
+    """What asks a worker of dealt blocks for ``count`` entries of pass ``pass_id`` from position ``start``.
+
+    >>> m = block_message(3, 256, 128)
+    >>> len(m), m[:1], BLOCK.unpack(m[1:])
+    (25, b'B', (3, 256, 128))
+    """
+    return b"B" + BLOCK.pack(pass_id, start, count)
+
+
+class Inbox:
+    """A block worker's credits: a block's size bounds its work, so ``take`` grants what is asked, but
+    first reads what the consumer sent meanwhile: blocks, queued in ``queued``, or a cancel, which
+    drops them and stops the block (``cancelled``).
+
+    >>> import multiprocessing
+    >>> a, b = multiprocessing.Pipe()
+    >>> inbox = Inbox(a)
+    >>> b.send_bytes(block_message(0, 0, 4))
+    >>> inbox.take(8), len(inbox.queued)
+    (8, 1)
+    >>> b.send_bytes(CANCEL)
+    >>> inbox.take(8), inbox.cancelled, len(inbox.queued)
+    (0, True, 0)
+    """
+
+    def __init__(self, conn: Any):
+        self.conn, self.watch, self.cancelled = conn, Watch([conn]), False
+        self.queued: collections.deque = collections.deque()
+
+    def take(self, want: int) -> int:
+        try:
+            while not self.cancelled and self.watch.ready(0):
+                data = self.conn.recv_bytes()
+                if data == CANCEL:
+                    self.cancelled = True
+                    self.queued.clear()
+                else:
+                    self.queued.append(data)
+        except (EOFError, OSError):
+            return 0  # the consumer closed its end: stop
+        return 0 if self.cancelled else want
+
+    def refund(self, n: int) -> None:
+        pass

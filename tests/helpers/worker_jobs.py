@@ -140,3 +140,11 @@ def busy_sum(x: int) -> int:
     for k in range(20_000):
         total += (x * k) % 7
     return total
+
+
+def slow_in_worker_0(x: Any) -> tuple:
+    """(x, local worker id) after 20 ms in worker 0 (a worker on a busy core), at once in the others."""
+    info = readers.worker_info()
+    if info.worker_id == 0:
+        time.sleep(0.02)
+    return x, info.worker_id

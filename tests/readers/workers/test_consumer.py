@@ -130,6 +130,38 @@ def test_prefetch_stats_count_only_entries_handed_out(mode, ordered, no_leaks):
     assert ahead == {0}
 
 
+# -- dealt blocks (issue 32) --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("persistent", [False, True])
+@pytest.mark.parametrize("kind", ["sequence", "shuffled"])
+def test_process_workers_deal_blocks_so_a_slow_worker_makes_fewer_entries(kind, persistent, no_leaks):
+    # Issue 32: worker w made entries w, w + n, ... (a fixed share), so one slow worker (a busy core, a
+    # core's other hyperthread) held every worker to its pace, where multiprocessing.Pool.imap deals chunks
+    # to whichever worker is free. Now process workers of an index-addressed job are dealt blocks as they
+    # finish: worker 0, 20 ms an entry, makes a few of the 200 entries, not its fixed 100.
+    src = from_sequence(range(200)) if kind == "sequence" else shuffled("indexed", 200)
+    with prefetch(map_readers(jobs.slow_in_worker_0, src), 2, mode="process", start_method="fork",
+                  persistent=persistent) as r:
+        for pass_id in range(2 if persistent else 1):
+            got = list(r())
+            assert [x for x, _ in got] == list(r.reader.parents[0].run(pass_id))
+            made = collections.Counter(w for _, w in got)
+            assert set(made) == {0, 1} and made[0] < 50, made
+
+
+@pytest.mark.parametrize("buffer_size", [None, 1, 2, 64])
+def test_dealt_blocks_give_the_order_of_the_reader_from_any_position(buffer_size, no_leaks):
+    src = shuffled("indexed", 500)
+    want = [x + 1 for x in src.run(1)]
+    r = prefetch(map_readers(jobs.plus_one, src), 3, mode="process", start_method="fork", buffer_size=buffer_size)
+    assert r._deals()
+    for cursor in (0, 1, 7, 250, 499, 500):
+        assert list(r.run(1, cursor)) == want[cursor:]
+    unordered = prefetch(map_readers(jobs.plus_one, src), 3, mode="process", start_method="fork", ordered=False)
+    assert sorted(unordered()) == sorted(x + 1 for x in src.run(0))
+
+
 # -- workers that die -------------------------------------------------------------------------
 
 

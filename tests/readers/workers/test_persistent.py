@@ -19,8 +19,10 @@ import signal
 import textwrap
 import warnings
 
+import numpy as np
 import pytest
 
+import readers
 from readers import (
     WorkerDiedError,
     from_sequence,
@@ -410,7 +412,8 @@ def test_read_in_another_worker_context_the_stage_gets_workers_for_it(no_leaks):
         for context in [(0, 2), (1, 2), (1, 2), (0, 2)]:
             with worker_context(*context):
                 got = list(r())
-                assert got == list(fresh())
+                # which worker maps which entry is whichever was free (dealt blocks, issue 32)
+                assert [x for x, _, _ in got] == [x for x, _, _ in fresh()] == list(range(8))
                 assert {(w, n) for _, w, n in got} == {(context[0], 4), (context[0] + 2, 4)}
 
 
@@ -429,3 +432,18 @@ def test_arrays_held_from_a_pass_keep_later_passes_in_shared_memory(no_leaks):
     del held, it
     gc.collect()
     wait_until(lambda: len(open_descriptors()) <= fds, HANG, "the rings' descriptors to close")
+
+
+def test_arrays_held_from_a_pass_keep_later_passes_of_dealt_blocks_in_shared_memory(no_leaks):
+    """Issue 32: kept workers of dealt blocks get a new ring between passes too, as those of fixed shares do."""
+    source = readers.from_arrays(np.zeros((100, 65536)))  # 25 MB a worker a pass: 4 passes outgrow one ring
+    with prefetch(source, 2, mode="process", start_method="fork", persistent=True) as r:
+        assert r._deals()
+        held = []
+        for _ in range(4):
+            it = r()
+            held.append(next(it))  # entry 0 of each pass, a view of that pass's ring
+            assert sum(1 for _ in it) == 99
+            assert r.stats()["shm_bytes"] >= 99 * 65536 * 8  # not in-band
+        assert all((a == 0).all() and a.shape == (65536,) for (a,) in held)
+    del held, it
