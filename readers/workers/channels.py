@@ -284,22 +284,14 @@ class Processes:
             p, conn, ring = self.procs[w], self.conns[w], self.rings[w]
             if ring is not None:
                 ring.collect()
-            if self.blocks:  # its blocks come as the merge deals them
-                if p is not None and conn is not None and p.is_alive():
-                    try:
-                        if ring is not None and ring.tail < ring.seen:  # arrays still held: it frees in order
-                            conn.send_bytes(worker_side.FRESH_RING)
-                            self._send_ring(w)
-                        continue
-                    except OSError:
-                        pass  # it is going: start another
-                self._bury(w)
-                self.start(w, cursor)
-                continue
             fresh = ring is not None and ring.tail < ring.seen  # arrays still held: it frees in order
+            # dealt blocks come as the merge deals them: a kept worker is told nothing but of a fresh ring
+            message = (worker_side.FRESH_RING if fresh else None) if self.blocks else \
+                worker_side.pass_message(pass_id, cursor, fresh)
             if p is not None and conn is not None and p.is_alive():
                 try:
-                    conn.send_bytes(worker_side.pass_message(pass_id, cursor, fresh))
+                    if message is not None:
+                        conn.send_bytes(message)
                     if fresh:
                         self._send_ring(w)
                     continue
