@@ -30,8 +30,8 @@ from readers.network.wire import (
     show_address,
 )
 
-__all__ = ["PROBE_FRAME", "PROBE_TIMEOUT", "READ_AHEAD", "Connection", "TLSMismatch", "client_tls", "received", "speaks_plain",
-           "speaks_tls"]
+__all__ = ["PROBE_FRAME", "PROBE_TIMEOUT", "READ_AHEAD", "Connection", "TLSMismatch", "client_tls", "filled", "received",
+           "speaks_plain", "speaks_tls"]
 
 
 #: The most seconds a failed login waits to learn whether the server speaks the other way (TLS or plain).
@@ -118,13 +118,29 @@ def received(sock: socket.socket, size: int, address: str) -> memoryview:
     >>> b.close()
     """
     # (numpy's empty, not a bytearray: the bytes are written once, by the kernel, not zeroed first)
-    view, got = memoryview(np.empty(size, np.uint8)), 0
-    while got < size:
+    view = memoryview(np.empty(size, np.uint8))
+    filled(sock, view, 0, size, address)
+    return view
+
+
+def filled(sock: socket.socket, view: memoryview, got: int, least: int, address: str) -> int:
+    """Read from ``sock`` into ``view`` past its first ``got`` bytes until it holds at least ``least`` (as much as
+    each ``recv`` gives, up to the view's end); the bytes it then holds. ``ConnectionResetError`` naming
+    ``address`` when the other end closes first.
+
+    >>> a, b = socket.socketpair()
+    >>> a.sendall(b"abcd")
+    >>> view = memoryview(bytearray(8))
+    >>> filled(b, view, 1, 3, "peer") >= 3, bytes(view[1:5])
+    (True, b'abcd')
+    >>> a.close(); b.close()
+    """
+    while got < least:
         n = sock.recv_into(view[got:])
         if n == 0:
             raise ConnectionResetError(f"{address} closed the connection")
         got += n
-    return view
+    return got
 
 
 class Connection:
@@ -229,12 +245,7 @@ class Connection:
         have = self._end - self._start
         payload[:have] = self._buffer[self._start:self._end]
         self._start = self._end = 0
-        view = memoryview(payload)
-        while have < size:  # (straight into its own buffer: no copy)
-            n = self.sock.recv_into(view[have:])
-            if n == 0:
-                raise ConnectionResetError(f"{self.address} closed the connection")
-            have += n
+        filled(self.sock, memoryview(payload), have, size, self.address)  # (straight into its own buffer)
         return decode(payload)
 
     def _ahead(self, size: int) -> np.ndarray:
@@ -244,17 +255,12 @@ class Connection:
             if self._start:  # (what is left goes to the front: the rest of its frame is read after it)
                 self._buffer[:have] = self._buffer[self._start:self._end]
                 self._start, self._end = 0, have
-            while self._end < size:
-                n = self.sock.recv_into(self._view[self._end:])
-                if n == 0:
-                    raise ConnectionResetError(f"{self.address} closed the connection")
-                self._end += n
+            self._end = filled(self.sock, self._view, self._end, size, self.address)
         out = self._buffer[self._start:self._start + size]
         self._start += size
         if self._start == self._end:
             self._start = self._end = 0
         return out
-
 
     def close(self) -> None:
         sock = self.__dict__.get("sock")
