@@ -460,16 +460,8 @@ class PipelineStore:
         (None, True)
         >>> store.close()
         """
-        check_stale_after(stale_after, "owner_alive")
-        with self._db.transaction(write=False) as db:
-            pipeline_id = self._known(db, pipeline_id, "owner_alive")
-            owner, age, _ = self._lease(db, pipeline_id)
-        if owner is None:
-            return None
-        if owner == me():
-            return True
-        host, pid = split_owner(owner)
-        return alive(host, pid, age, stale_after)
+        held = self._held(pipeline_id, stale_after, "owner_alive")
+        return None if held is None else held["alive"]
 
     def lease(self, pipeline_id: int, *, stale_after: float = 120.0) -> dict | None:
         """Who holds the pipeline, on the store's clock: ``{"owner", "host", "pid", "age", "alive"}`` (age: seconds
@@ -487,9 +479,13 @@ class PipelineStore:
         (True, True, True)
         >>> store.close()
         """
-        check_stale_after(stale_after, "lease")
+        return self._held(pipeline_id, stale_after, "lease")
+
+    def _held(self, pipeline_id: int, stale_after: float, where: str) -> dict | None:
+        """``lease``'s answer, its errors naming ``where``."""
+        check_stale_after(stale_after, where)
         with self._db.transaction(write=False) as db:
-            pipeline_id = self._known(db, pipeline_id, "lease")
+            pipeline_id = self._known(db, pipeline_id, where)
             owner, age, _ = self._lease(db, pipeline_id)
         if owner is None:
             return None
