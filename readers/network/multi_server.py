@@ -390,18 +390,7 @@ class Servers(Remote):
                 target[piece.positions] = column
         return out[0] if single else out
 
-    def gather_columns(self, indices: np.ndarray) -> Any:
-        for _, columns in self.gather_ahead([np.asarray(indices, np.int64)]):
-            pass
-        return columns
-
-    def gather(self, indices: np.ndarray) -> Iterable:
-        indices = np.asarray(indices, np.int64)
-        if len(indices) <= self.request_rows:
-            columns = self.gather_columns(indices)
-            return list(zip(*columns)) if isinstance(columns, tuple) else list(columns)
-        return self._streamed(indices)
-
+    # (gather and gather_columns are Remote's, over this gather_ahead and _streamed)
     def _streamed(self, indices: np.ndarray) -> Iterator:
         step = self.request_rows
         for _, columns in self.gather_ahead(indices[lo:lo + step] for lo in range(0, len(indices), step)):
