@@ -49,9 +49,6 @@ __all__ = ["PipelineConfigError", "PipelineReplayError", "run_pipeline"]
 PROGRESS_EVERY = 1.0
 
 
-#: Seconds between two heartbeats of the pipeline's claim while it replays its stream on resume.
-HEARTBEAT_EVERY = 30.0
-
 #: Seconds the pipeline's lease lasts without a heartbeat (claim_pipeline's stale_after): another process, on any
 #: host, takes the pipeline over once it has run out. While it holds the pipeline, run_pipeline beats every
 #: quarter of it from a thread, so a long training never loses it.
@@ -157,7 +154,6 @@ class _Run:
                                           "start a new pipeline")
             self.model.load_state_dict(state)
         self.labels, self.trigger_id, self.records = _Labels(len(pipeline.source)), 0, []
-        self.beat = time.monotonic()
 
     def at_trigger(self, position: int, when: float) -> None:
         pipeline, store, p, t = self.pipeline, self.store, self.pipeline_id, self.trigger_id
@@ -167,10 +163,7 @@ class _Run:
         info = {"classes": self.labels.counts(keys), "strategy": pipeline.strategy.spec,
                 "trigger": pipeline.trigger.spec}
         if t <= self.stored:
-            self._check_replay(t, keys, weights, position)
-            if time.monotonic() - self.beat > HEARTBEAT_EVERY:  # a long replay keeps its claim
-                store.heartbeat(p)
-                self.beat = time.monotonic()
+            self._check_replay(t, keys, weights, position)  # (a long replay keeps its claim: _Lease beats)
         else:
             store.add_trigger(p, t, keys, None if (weights == 1).all() else weights, position=position, time=when,
                               info=info)
