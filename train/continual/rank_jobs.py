@@ -4,8 +4,9 @@ For a training the supervisor writes a JSON spec (``spec.json``: the store,
 the ids, the model's class and settings, how a rank builds the source, the
 batch size and passes) into a folder of its own, launches
 ``python -m train.continual.ranks spec.json`` under torchrun on this host
-(``train.continual.torchrun``: every socket on 127.0.0.1), beats the
-pipeline's heartbeat while it waits, and reads back what rank 0 leaves: the
+(``train.continual.torchrun``: every socket on 127.0.0.1), waits (the
+pipeline's lease is kept by ``run_pipeline``'s heartbeat thread meanwhile),
+and reads back what rank 0 leaves: the
 final model state (``state.npz``, numpy's own format) and the pass history
 (``history.json``). Nothing is pickled. A failed job is launched again up
 to ``max_restarts`` times; the ranks resume from their checkpoints (a
@@ -198,12 +199,11 @@ class RankJobs:
     """A pipeline's torchrun trainings: ``nproc`` ranks each, their folders under ``work_dir``."""
 
     def __init__(self, *, nproc: int, max_restarts: int, db: str, rank_source: Any, work_dir: str,
-                 checkpoint_every: int | None, heartbeat: Callable[[], None] | None = None,
-                 heartbeat_every: float = 30.0, keep_logs: bool = False, launcher: str | None = None):
+                 checkpoint_every: int | None, keep_logs: bool = False, launcher: str | None = None):
         self.db, self._password = without_password(db)
         self.nproc, self.max_restarts, self.source = nproc, max_restarts, source_spec(rank_source)
         self.work_dir, self.every = work_dir, checkpoint_every
-        self.heartbeat, self.heartbeat_every, self.keep_logs = heartbeat, heartbeat_every, keep_logs
+        self.keep_logs = keep_logs
         self.launcher = None if launcher is None else check_launcher(launcher)
 
     def train(self, model: Any, *, pipeline_id: int, trigger_id: int, training_id: int, seed: int, batch_size: int,
@@ -261,13 +261,7 @@ class RankJobs:
             proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=env,
                                     start_new_session=True)
             try:
-                while True:
-                    try:
-                        code = proc.wait(timeout=self.heartbeat_every)
-                        break
-                    except subprocess.TimeoutExpired:
-                        if self.heartbeat is not None:  # the supervisor still owns the pipeline while its ranks train
-                            self.heartbeat()
+                code = proc.wait()
             except BaseException:
                 _stop(proc)
                 raise
