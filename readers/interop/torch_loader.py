@@ -109,19 +109,27 @@ def to_tensors(batch: Any) -> Any:
     return _convert(torch, batch)
 
 
-def _convert(torch: Any, batch: Any) -> Any:
-    if isinstance(batch, (np.ndarray, np.generic)):
-        return _tensor(torch, batch) if batch.dtype.kind in _NUMERIC else batch
-    if isinstance(batch, Narrowed):  # on the CPU, widened there: from_numpy then shares the wide array
-        return _tensor(torch, batch.decode())
+def _mapped(batch: Any, leaf: Any) -> Any:
+    """``batch`` with ``leaf`` applied to each numpy array, numpy scalar and ``Narrowed`` column; dicts, tuples
+    (named ones too) and lists keep their shape, and other values pass through."""
+    if isinstance(batch, (np.ndarray, np.generic, Narrowed)):  # (before tuple: Narrowed is a named tuple)
+        return leaf(batch)
     if isinstance(batch, dict):
-        return type(batch)((k, _convert(torch, v)) for k, v in batch.items())
+        return type(batch)((k, _mapped(v, leaf)) for k, v in batch.items())
     if isinstance(batch, tuple):
-        items = [_convert(torch, v) for v in batch]
+        items = [_mapped(v, leaf) for v in batch]
         return type(batch)(*items) if hasattr(batch, "_fields") else type(batch)(items)
     if isinstance(batch, list):
-        return [_convert(torch, v) for v in batch]
+        return [_mapped(v, leaf) for v in batch]
     return batch
+
+
+def _convert(torch: Any, batch: Any) -> Any:
+    def leaf(value: Any) -> Any:
+        if isinstance(value, Narrowed):  # on the CPU, widened there: from_numpy then shares the wide array
+            return _tensor(torch, value.decode())
+        return _tensor(torch, value) if value.dtype.kind in _NUMERIC else value
+    return _mapped(batch, leaf)
 
 
 def _tensors(batch: Any) -> Iterator:
@@ -221,24 +229,15 @@ class _Copier:
 
     def _move(self, batch: Any, slot: _Slot | None) -> Any:
         """``batch`` with each numeric array (and ``Narrowed`` column) as a tensor on the device."""
-        if isinstance(batch, np.ndarray):
-            return self._copy(batch, slot) if batch.dtype.kind in _NUMERIC else batch
-        if isinstance(batch, Narrowed):
-            way, column = batch.way, np.asarray(batch.column)
-            wide = np.dtype(way["as"])
-            if column.dtype not in _WIDENED_ON_DEVICE or wide not in _WIDENED_ON_DEVICE:
-                return self._copy(batch.decode(), slot)
-            return self._widen(self._copy(column, slot), wide, way.get("divide"))
-        if isinstance(batch, np.generic):
-            return self._copy(np.asarray(batch), slot) if batch.dtype.kind in _NUMERIC else batch
-        if isinstance(batch, dict):
-            return type(batch)((k, self._move(v, slot)) for k, v in batch.items())
-        if isinstance(batch, tuple):
-            items = [self._move(v, slot) for v in batch]
-            return type(batch)(*items) if hasattr(batch, "_fields") else type(batch)(items)
-        if isinstance(batch, list):
-            return [self._move(v, slot) for v in batch]
-        return batch
+        def leaf(value: Any) -> Any:
+            if isinstance(value, Narrowed):
+                way, column = value.way, np.asarray(value.column)
+                wide = np.dtype(way["as"])
+                if column.dtype not in _WIDENED_ON_DEVICE or wide not in _WIDENED_ON_DEVICE:
+                    return self._copy(value.decode(), slot)
+                return self._widen(self._copy(column, slot), wide, way.get("divide"))
+            return self._copy(np.asarray(value), slot) if value.dtype.kind in _NUMERIC else value
+        return _mapped(batch, leaf)
 
     def _copy(self, array: np.ndarray, slot: _Slot | None) -> Any:
         """One array on the device, copied through the slot's next pinned buffer (or directly, unpinned)."""
