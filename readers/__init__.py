@@ -160,60 +160,60 @@ shuffle_row_groups = Curried(_shuffle_row_groups)
 skip = Curried(_skip)
 
 # Imported on first use (PEP 562): what only some passes need (the network, the cache, workers, the continual
-# store, file formats, token data, torch) stays out of ``import readers``. name: (module, attribute, reader_at of
-# its curried decorator, or None when it is not one).
+# store, file formats, token data, torch) stays out of ``import readers``. name: (its module, reader_at of its
+# curried decorator, or None when it is not one).
 _LAZY = {
-    "BatchSchedule": ("readers.tokenized.schedule", "BatchSchedule", None),
-    "ColumnarFileError": ("readers.sources.columnar", "ColumnarFileError", None),
-    "DataConfig": ("readers.tokenized.runfiles", "DataConfig", None),
-    "LocalData": ("readers.tokenized.runfiles", "LocalData", None),
-    "NotAPipelineStore": ("readers.continual.schema", "NotAPipelineStore", None),
-    "NotAuthorised": ("readers.network.wire", "NotAuthorised", None),
-    "PipelineBusy": ("readers.continual.store", "PipelineBusy", None),
-    "PipelineStore": ("readers.continual.store", "PipelineStore", None),
-    "RemoteError": ("readers.network.wire", "RemoteError", None),
-    "RemoteUnavailable": ("readers.network.client", "RemoteUnavailable", None),
-    "RunConfig": ("readers.tokenized.runfiles", "RunConfig", None),
-    "RunFileError": ("readers.tokenized.runfiles", "RunFileError", None),
-    "ServerData": ("readers.tokenized.runfiles", "ServerData", None),
-    "TLSMismatch": ("readers.network.connection", "TLSMismatch", None),
-    "TarMemberError": ("readers.sources.tar_shards", "TarMemberError", None),
-    "TarShardError": ("readers.sources.tar_shards", "TarShardError", None),
-    "UnsupportedVersion": ("readers.network.wire", "UnsupportedVersion", None),
-    "WorkerDiedError": ("readers.workers.prefetch", "WorkerDiedError", None),
-    "arrow": ("readers.sources.columnar", "arrow", None),
-    "assign_batches": ("readers.tokenized.rounds", "assign_batches", None),
-    "buffered": ("readers.workers.prefetch", "buffered", 0),
-    "cached": ("readers.caching.cached", "cached", 0),
-    "from_hf": ("readers.sources.columnar", "from_hf", None),
-    "image_folder": ("readers.sources.image_folder", "image_folder", None),
-    "jsonl": ("readers.sources.jsonl", "jsonl", None),
-    "load_data": ("readers.tokenized.runfiles", "load_data", None),
-    "load_run": ("readers.tokenized.runfiles", "load_run", None),
-    "multiprocess_reader": ("readers.workers.paddle", "multiprocess_reader", 0),
-    "parquet": ("readers.sources.parquet", "parquet", None),
-    "prefetch": ("readers.workers.prefetch", "prefetch", 0),
-    "remote": ("readers.network.multi_server", "remote", None),
-    "round_share": ("readers.tokenized.rounds", "round_share", 0),
-    "serve": ("readers.network.server", "serve", None),
-    "tar_shards": ("readers.sources.tar_shards", "tar_shards", None),
-    "text_file": ("readers.sources.text", "text_file", None),
-    "tokens": ("readers.tokenized.windows", "tokens", None),
-    "torch_dataset": ("readers.interop.torch_dataset", "torch_dataset", None),
-    "torch_loader": ("readers.interop.torch_loader", "torch_loader", None),
-    "trigger_set": ("readers.continual.trigger_sets", "trigger_set", None),
-    "tune_allocator": ("readers.allocator", "tune_allocator", None),
-    "xmap_readers": ("readers.workers.paddle", "xmap_readers", 1),
+    "BatchSchedule": ("readers.tokenized.schedule", None),
+    "ColumnarFileError": ("readers.sources.columnar", None),
+    "DataConfig": ("readers.tokenized.runfiles", None),
+    "LocalData": ("readers.tokenized.runfiles", None),
+    "NotAPipelineStore": ("readers.continual.schema", None),
+    "NotAuthorised": ("readers.network.wire", None),
+    "PipelineBusy": ("readers.continual.store", None),
+    "PipelineStore": ("readers.continual.store", None),
+    "RemoteError": ("readers.network.wire", None),
+    "RemoteUnavailable": ("readers.network.client", None),
+    "RunConfig": ("readers.tokenized.runfiles", None),
+    "RunFileError": ("readers.tokenized.runfiles", None),
+    "ServerData": ("readers.tokenized.runfiles", None),
+    "TLSMismatch": ("readers.network.connection", None),
+    "TarMemberError": ("readers.sources.tar_shards", None),
+    "TarShardError": ("readers.sources.tar_shards", None),
+    "UnsupportedVersion": ("readers.network.wire", None),
+    "WorkerDiedError": ("readers.workers.prefetch", None),
+    "arrow": ("readers.sources.columnar", None),
+    "assign_batches": ("readers.tokenized.rounds", None),
+    "buffered": ("readers.workers.prefetch", 0),
+    "cached": ("readers.caching.cached", 0),
+    "from_hf": ("readers.sources.columnar", None),
+    "image_folder": ("readers.sources.image_folder", None),
+    "jsonl": ("readers.sources.jsonl", None),
+    "load_data": ("readers.tokenized.runfiles", None),
+    "load_run": ("readers.tokenized.runfiles", None),
+    "multiprocess_reader": ("readers.workers.paddle", 0),
+    "parquet": ("readers.sources.parquet", None),
+    "prefetch": ("readers.workers.prefetch", 0),
+    "remote": ("readers.network.multi_server", None),
+    "round_share": ("readers.tokenized.rounds", 0),
+    "serve": ("readers.network.server", None),
+    "tar_shards": ("readers.sources.tar_shards", None),
+    "text_file": ("readers.sources.text", None),
+    "tokens": ("readers.tokenized.windows", None),
+    "torch_dataset": ("readers.interop.torch_dataset", None),
+    "torch_loader": ("readers.interop.torch_loader", None),
+    "trigger_set": ("readers.continual.trigger_sets", None),
+    "tune_allocator": ("readers.allocator", None),
+    "xmap_readers": ("readers.workers.paddle", 1),
 }
 
 
 def __getattr__(name: str):
     """``readers.X`` for a name imported on first use: its module is imported then, and the name kept."""
     try:
-        module, attribute, reader_at = _LAZY[name]
+        module, reader_at = _LAZY[name]
     except KeyError:
         raise AttributeError(f"module 'readers' has no attribute {name!r}") from None
-    value = getattr(_importlib.import_module(module), attribute)
+    value = getattr(_importlib.import_module(module), name)
     if reader_at is not None:
         value = Curried(value, reader_at=reader_at)
     globals()[name] = value

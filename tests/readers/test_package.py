@@ -42,9 +42,9 @@ def test_import_batching_imports_nothing_of_readers_beyond_import_readers():
 
 @pytest.mark.parametrize("name", sorted(getattr(readers, "_LAZY", {})))
 def test_a_name_imported_on_first_use_is_the_one_its_module_defines(name):
-    module, attribute, reader_at = readers._LAZY[name]
+    module, reader_at = readers._LAZY[name]
     value = getattr(readers, name)
-    defined = getattr(importlib.import_module(module), attribute)
+    defined = getattr(importlib.import_module(module), name)
     if reader_at is None:
         assert value is defined
     else:
