@@ -18,7 +18,7 @@ from readers.checks import check_reader, whole
 from readers.errors import BadType, BadValue
 from readers.graph import describe
 from readers.parents import is_planned, iterate, open_plan
-from readers.plans import rechunk
+from readers.plans import rechunk, taken_rows
 from readers.stage import Stage
 
 __all__ = ["batch", "collated"]
@@ -161,8 +161,8 @@ class Collated(Stage):
         # gather_columns would take each column from its array, and collate give it as it is; nothing reads ahead:
         # take them here, with C iterators alone (no Python frame a batch)
         if type(arrays) is not tuple:
-            return map(arrays.__getitem__, batches)
-        return zip(*map(map, [a.__getitem__ for a in arrays], itertools.tee(batches, len(arrays))))
+            return taken_rows(arrays, batches)
+        return zip(*map(taken_rows, arrays, itertools.tee(batches, len(arrays))))
 
     def _gathered(self, source: Any, batches: Iterator[np.ndarray]) -> Iterator:
         pad = self.pad_value

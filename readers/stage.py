@@ -49,9 +49,9 @@ a stage of the pipeline draws per pass, a copy whose ``bound_pass`` is p:
 ``gather_columns``  one array per column for many indices, or None
 ``column_arrays``   the arrays ``gather_columns`` takes its columns from
                     (a tuple, or one array): ``gather_columns(idx)`` is
-                    ``a[idx]`` of each; None (the default) when it does
-                    more than take. ``batching.collated`` takes numeric ones
-                    itself, with C iterators and no check a batch
+                    ``plans.take_rows(a, idx)`` of each; None (the default)
+                    when it does more than take. ``batching.collated`` takes
+                    numeric ones itself, with C iterators and no check a batch
 ``wire_columns``    ``gather_columns`` in fewer bytes for a server to send
                     (a token file's own dtype), and how the client turns
                     them back (``readers.network.wire.decode_column``); None
@@ -366,7 +366,7 @@ class Stage(Node):
         return None
 
     def column_arrays(self) -> tuple | np.ndarray | None:
-        """The arrays ``gather_columns`` takes from, when ``gather_columns(idx)`` is ``a[idx]`` of each of them (a
+        """The arrays ``gather_columns`` takes from, when ``gather_columns(idx)`` is ``take_rows(a, idx)`` of each (a
         tuple of arrays, or one array for one), or None (the default) when it does more than that.
 
         >>> from readers import from_arrays, from_sequence

@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from readers.errors import BadValue, MissingFile
+from readers.plans import take_rows
 
 __all__ = ["DenseFile", "dense_files", "layout_of", "reserve"]
 
@@ -279,7 +280,7 @@ class DenseFile:
         scalars; the CRC-32 of each row, over its columns)."""
         taken, crcs = [], None
         for v in self.views:
-            block = v[rows]
+            block = take_rows(v, rows)
             block.flags.writeable = False
             cells = list(block)  # made once, for the checksums and for the entries
             taken.append((block, cells))

@@ -30,6 +30,7 @@ import numpy as np
 
 from readers.digests import file_digest, hasher
 from readers.errors import BadType, BadValue
+from readers.plans import take_rows
 from readers.plugins.pairs import decode_images, parse_columns
 from readers.sources.file_access import (
     DISK_BYTES,
@@ -123,7 +124,7 @@ def _nbytes(columns: Sequence[np.ndarray | list], arrow_bytes: int) -> int:
 
 def _take(column: np.ndarray | list, rows: np.ndarray) -> np.ndarray | list:
     if isinstance(column, np.ndarray):
-        return column[rows]
+        return take_rows(column, rows)
     return [column[r] for r in rows.tolist()]
 
 

@@ -9,6 +9,7 @@ import numpy as np
 from readers.errors import BadType, BadValue
 from readers.identity import array_digest, value_digest
 from readers.parents import is_indexed
+from readers.plans import take_rows
 from readers.stage import IndexedReader, Stage
 
 __all__ = ["from_arrays", "from_sequence", "np_array"]
@@ -34,10 +35,10 @@ class FromArrays(IndexedReader):
         return tuple(a[i] for a in self.arrays)
 
     def gather(self, indices: np.ndarray) -> list:
-        return list(zip(*(a[indices] for a in self.arrays)))
+        return list(zip(*(take_rows(a, indices) for a in self.arrays)))
 
     def gather_columns(self, indices: np.ndarray) -> tuple:
-        return tuple(a[indices] for a in self.arrays)
+        return tuple(take_rows(a, indices) for a in self.arrays)
 
     def column_arrays(self) -> tuple:
         return self.arrays
@@ -103,10 +104,10 @@ class NpArray(IndexedReader):
         return self.array[i]
 
     def gather(self, indices: np.ndarray) -> list:
-        return list(self.array[indices])
+        return list(take_rows(self.array, indices))
 
     def gather_columns(self, indices: np.ndarray) -> np.ndarray:
-        return self.array[indices]
+        return take_rows(self.array, indices)
 
     def column_arrays(self) -> np.ndarray:
         return self.array

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from readers.identity import file_digest
+from readers.plans import take_rows
 from readers.sources.datafiles import DataFile, Progress, cache_dir, fetch_all
 from readers.sources.idx import IdxError, read_idx
 from readers.stage import IndexedReader
@@ -146,7 +147,7 @@ class Mnist(IndexedReader):
 
     def gather_columns(self, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         images, labels = self.arrays()
-        return (np.divide(images[indices], np.float32(255), dtype=np.float32),
+        return (np.divide(take_rows(images, indices), np.float32(255), dtype=np.float32),
                 labels[indices].astype(np.int64))
 
     def wire_columns(self, indices: np.ndarray) -> tuple[tuple[np.ndarray, np.ndarray], tuple[dict, dict]]:
@@ -167,7 +168,7 @@ class Mnist(IndexedReader):
         (dtype('uint8'), [True, True])
         """
         images, labels = self.arrays()
-        return (images[indices], labels[indices]), ({"as": "<f4", "divide": 255}, {"as": "<i8"})
+        return (take_rows(images, indices), labels[indices]), ({"as": "<f4", "divide": 255}, {"as": "<i8"})
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()

@@ -6,7 +6,14 @@ from hypothesis import strategies as st
 
 import readers
 from readers.parents import as_indexed
-from readers.plans import Plan, index_chunks, rechunk, slice_chunks
+from readers.plans import (
+    Plan,
+    index_chunks,
+    rechunk,
+    slice_chunks,
+    take_rows,
+    taken_rows,
+)
 
 chunkings = st.lists(st.integers(0, 9), max_size=8)
 
@@ -121,3 +128,54 @@ def test_rechunk_reads_no_chunk_before_it_is_needed():
     assert next(it).tolist() == [0, 1] and pulled == [0]
     assert next(it).tolist() == [2, 3] and pulled == [0]
     assert next(it).tolist() == [4, 5] and pulled == [0, 1]
+
+
+def _row_arrays(tmp_path):
+    """Arrays whose rows a pass takes: every layout take_rows must give exactly as indexing does."""
+    base = np.arange(7 * 6, dtype=np.int64).reshape(7, 6)
+    mapped = np.memmap(tmp_path / "rows.bin", dtype=np.uint8, mode="w+", shape=(7, 5))
+    mapped[:] = np.arange(35, dtype=np.uint8).reshape(7, 5)
+    windows = np.lib.stride_tricks.as_strided(np.arange(30, dtype=np.int32), shape=(7, 4), strides=(12, 4))
+    return {
+        "2-d int64": base, "3-d uint8": np.arange(7 * 8, dtype=np.uint8).reshape(7, 2, 4),
+        "1-d float": np.linspace(0, 1, 7), "objects": np.array([[i, "x"] for i in range(7)], dtype=object),
+        "fortran order": np.asfortranarray(base), "every other column": base[:, ::2], "a memmap": mapped,
+        "overlapping windows": windows, "read-only view": np.frombuffer(bytes(range(28)), np.uint8).reshape(7, 4),
+    }
+
+
+@pytest.mark.parametrize("indices, dtype", [
+    (i, d) for i in ([3, 0, 6, 3], [-1, 2], [], [5]) for d in (np.int64, np.int32, np.uint64)
+    if d is not np.uint64 or min(i, default=0) >= 0  # (no negative uint64)
+])
+def test_take_rows_is_indexing_for_every_layout(tmp_path, indices, dtype):
+    idx = np.array(indices, dtype=dtype)
+    for name, array in _row_arrays(tmp_path).items():
+        want = array[idx]
+        got = take_rows(array, idx)
+        assert type(got) is type(want) and got.dtype == want.dtype and got.shape == want.shape, name
+        assert np.array_equal(got, want), name
+        assert got.flags.writeable, name  # a copy, never a view into the array's memory
+        if dtype is np.int64:
+            (batch,) = taken_rows(array, [idx])
+            assert type(batch) is type(want) and np.array_equal(batch, want), name
+
+
+def test_take_rows_does_not_copy_a_whole_strided_array():
+    # numpy's take makes a non-contiguous array contiguous first: for a token file's window view, every window
+    tokens = np.zeros(1 << 20, np.int32)
+    windows = np.lib.stride_tricks.as_strided(tokens, shape=((1 << 20) // 8 - 1, 9), strides=(32, 4))
+    import tracemalloc
+    tracemalloc.start()
+    try:
+        take_rows(windows, np.array([5, 1]))
+        list(taken_rows(windows, [np.array([5, 1])]))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 1 << 16, peak
+
+
+def test_take_rows_out_of_range_names_the_index():
+    with pytest.raises(IndexError, match="index 7 is out of bounds for axis 0 with size 7"):
+        take_rows(np.zeros((7, 3)), np.array([1, 7]))
