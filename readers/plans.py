@@ -123,9 +123,10 @@ def take_rows(array: Any, indices: Any) -> Any:
 
     For rows of several values numpy's ``take`` copies each row in one move,
     where indexing walks the row's items: 1.4-3.7x faster for MNIST's 784
-    bytes, token windows and small float rows at batch 32-1024, the same for
-    images of 150 KB. Single values, other index types and anything but a
-    plain C-contiguous array are indexed as they were.
+    bytes, rows of 129 int32 and rows of 4 float64 at batch 32-1024, the
+    same for images of 150 KB. Single values, other index types and anything
+    but a plain C-contiguous array (a token file's overlapping windows, say)
+    are indexed as they were.
 
     >>> x = np.arange(12).reshape(4, 3)
     >>> take_rows(x, np.array([2, 0, -1])).tolist()
