@@ -1,4 +1,6 @@
 """readers.plans: index plans, and the chunk arithmetic that slices and regroups them."""
+import tracemalloc
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -165,7 +167,6 @@ def test_take_rows_does_not_copy_a_whole_strided_array():
     # numpy's take makes a non-contiguous array contiguous first: for a token file's window view, every window
     tokens = np.zeros(1 << 20, np.int32)
     windows = np.lib.stride_tricks.as_strided(tokens, shape=((1 << 20) // 8 - 1, 9), strides=(32, 4))
-    import tracemalloc
     tracemalloc.start()
     try:
         take_rows(windows, np.array([5, 1]))
